@@ -1,0 +1,1 @@
+"""Model families behind one small protocol; backends (torch, onnxruntime) are imported lazily."""

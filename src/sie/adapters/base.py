@@ -1,0 +1,84 @@
+"""The contract between the engine and a model family.
+
+An adapter sees a padded ``TokenBatch`` and returns NumPy; it never sees a request, the web or the
+queue. What it can produce is declared up front so the engine can reject a request before any work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from sie.engine.model_config import ComputePrecision
+
+
+class Pooling(StrEnum):
+    MEAN = "mean"
+    CLS = "cls"
+    LAST = "last"
+
+    @classmethod
+    def parse(cls, name: str) -> Pooling:
+        """Accepts the public spellings (``last_token`` is ``last``); the error lists the valid ones."""
+        normalized = "last" if name == "last_token" else name
+        try:
+            return cls(normalized)
+        except ValueError:
+            allowed = ", ".join(p.value for p in cls)
+            raise ValueError(f"Unknown pooling '{name}'. Allowed: {allowed}, last_token") from None
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    """Right-padded token ids; ``lengths`` are the real lengths, used for pooling and cost."""
+
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    lengths: np.ndarray
+
+    @classmethod
+    def pad(cls, sequences: list[np.ndarray], pad_id: int) -> TokenBatch:
+        lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
+        width = int(lengths.max()) if len(sequences) else 0
+        ids = np.full((len(sequences), width), pad_id, dtype=np.int64)
+        mask = np.zeros((len(sequences), width), dtype=np.int64)
+        for row, seq in enumerate(sequences):
+            ids[row, : len(seq)] = seq
+            mask[row, : len(seq)] = 1
+        return cls(ids, mask, lengths)
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """Everything an adapter needs to load, resolved by the engine from YAML, settings and device."""
+
+    weights: Path
+    device: str
+    precision: ComputePrecision
+    max_seq_length: int | None
+    loadtime: dict[str, Any] = field(default_factory=dict)
+    threads: int | None = None
+    tokenizer_weights: Path | None = None
+
+
+class DenseEncoder(Protocol):
+    """A model that turns token batches into one vector per item."""
+
+    dims: int
+    default_pooling: Pooling
+
+    def embed(self, batch: TokenBatch, pooling: Pooling) -> np.ndarray:
+        """Pooled float32 vectors, shape ``[len(batch), dims]``; normalisation is the engine's job."""
+        ...
+
+    def close(self) -> None:
+        """Free weights and device memory."""
+        ...
+
+
+class UnsupportedInput(ValueError):
+    """An item lacks what the adapter needs (e.g. no text for a text model)."""

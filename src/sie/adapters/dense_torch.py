@@ -1,0 +1,62 @@
+"""Dense text embeddings with transformers on torch (any BERT-like encoder folder)."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any, Self
+
+import numpy as np
+import torch
+from transformers import AutoModel
+
+from sie.adapters.base import LoadSpec, Pooling, TokenBatch
+from sie.adapters.pooling import read_default_pooling
+from sie.engine.model_config import ComputePrecision
+
+_TORCH_DTYPES = {
+    ComputePrecision.FLOAT32: torch.float32,
+    ComputePrecision.FLOAT16: torch.float16,
+    ComputePrecision.BFLOAT16: torch.bfloat16,
+}
+
+
+class TorchDenseEncoder:
+    def __init__(self, model: Any, device: torch.device, dims: int, default_pooling: Pooling) -> None:
+        self._model = model
+        self._device = device
+        self.dims = dims
+        self.default_pooling = default_pooling
+
+    @classmethod
+    def load(cls, spec: LoadSpec) -> Self:
+        if spec.threads and spec.device.startswith("cpu"):
+            torch.set_num_threads(spec.threads)
+        device = torch.device(spec.device)
+        model = AutoModel.from_pretrained(
+            str(spec.weights),
+            dtype=_TORCH_DTYPES[spec.precision],
+            attn_implementation=spec.loadtime.get("attn_implementation", "sdpa"),
+        )
+        model.eval().to(device)
+        return cls(model, device, int(model.config.hidden_size), read_default_pooling(spec.weights))
+
+    @torch.inference_mode()
+    def embed(self, batch: TokenBatch, pooling: Pooling) -> np.ndarray:
+        ids = torch.from_numpy(batch.input_ids).to(self._device, non_blocking=True)
+        mask = torch.from_numpy(batch.attention_mask).to(self._device, non_blocking=True)
+        hidden = self._model(input_ids=ids, attention_mask=mask).last_hidden_state
+        if pooling is Pooling.CLS:
+            pooled = hidden[:, 0]
+        elif pooling is Pooling.LAST:
+            lengths = torch.from_numpy(batch.lengths).to(self._device)
+            pooled = hidden[torch.arange(hidden.shape[0], device=self._device), lengths - 1]
+        else:
+            weights = mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * weights).sum(dim=1).float() / weights.sum(dim=1).float().clamp(min=1e-9)
+        return pooled.float().cpu().numpy()
+
+    def close(self) -> None:
+        del self._model
+        gc.collect()
+        if self._device.type == "cuda":
+            torch.cuda.empty_cache()

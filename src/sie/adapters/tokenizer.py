@@ -1,0 +1,48 @@
+"""Fast tokenization with the model's own ``tokenizer.json``: truncation only, never padding.
+
+Padding happens later, per sub-batch, so a short text never pays for a long neighbour. The Rust
+tokenizer releases the GIL, which lets the preprocessing pool run beside the forward pass.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+
+
+class TextTokenizer:
+    def __init__(self, tokenizer: Tokenizer, max_length: int | None) -> None:
+        tokenizer.no_padding()
+        if max_length:
+            tokenizer.enable_truncation(max_length=max_length)
+        else:
+            tokenizer.no_truncation()
+        self._tokenizer = tokenizer
+        self.pad_id = self._pad_id(tokenizer)
+
+    @classmethod
+    def from_folder(cls, folder: Path, max_length: int | None) -> TextTokenizer:
+        path = folder / "tokenizer.json"
+        if not path.exists():
+            raise FileNotFoundError(f"{folder} has no tokenizer.json")
+        return cls(Tokenizer.from_file(str(path)), max_length)
+
+    @staticmethod
+    def _pad_id(tokenizer: Tokenizer) -> int:
+        padding = tokenizer.padding
+        if padding and "pad_id" in padding:
+            return int(padding["pad_id"])
+        for token in ("[PAD]", "<pad>", "<|endoftext|>"):
+            token_id = tokenizer.token_to_id(token)
+            if token_id is not None:
+                return token_id
+        return 0
+
+    def encode(self, texts: list[str]) -> list[np.ndarray]:
+        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=True)
+        return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=True)

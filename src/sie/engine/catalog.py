@@ -1,0 +1,58 @@
+"""The servable model ids: one per YAML ``sie_id`` plus one ``{sie_id}:{profile}`` per extra profile."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sie.engine.model_config import ModelConfig, ModelConfigError, ResolvedProfile, load_model_dir
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    name: str
+    config: ModelConfig
+    profile: ResolvedProfile
+    config_dir: Path
+
+
+class Catalog:
+    def __init__(self, entries: list[CatalogEntry]) -> None:
+        self._entries = {e.name: e for e in entries}
+
+    @classmethod
+    def from_directory(cls, directory: Path, only: list[str] | None = None) -> Catalog:
+        """``only`` is the ``--models`` filter: ids outside the directory are a startup error."""
+        entries: list[CatalogEntry] = []
+        for path, config in load_model_dir(directory):
+            for profile_name in config.profiles:
+                name = config.sie_id if profile_name == "default" else f"{config.sie_id}:{profile_name}"
+                entries.append(CatalogEntry(name, config, config.resolve_profile(profile_name), path.parent))
+        catalog = cls(entries)
+        if only:
+            unknown = [m for m in only if m not in catalog._entries]
+            if unknown:
+                raise ModelConfigError(f"--models names unknown model(s): {', '.join(unknown)}")
+            keep = set(only)
+            catalog._entries = {
+                n: e for n, e in catalog._entries.items() if n in keep or e.config.sie_id in keep
+            }
+        return catalog
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._entries
+
+    def get(self, name: str) -> CatalogEntry | None:
+        return self._entries.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    def for_profile(self, name: str, profile: str | None) -> str:
+        """The model id that serves ``options.profile`` (a variant id), or ``name`` itself."""
+        if not profile or profile == "default":
+            return name
+        entry = self._entries[name]
+        if entry.profile.name == profile:
+            return name
+        return f"{entry.config.sie_id}:{profile}"

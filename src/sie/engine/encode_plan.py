@@ -1,0 +1,90 @@
+"""What one encode request asks of the model, resolved once from profile defaults and request options.
+
+Precedence (as in the public SIE): request ``options`` overlay the profile's ``runtime`` options;
+``output_types`` from options beat ``params.output_types`` beat ``["dense"]``; ``params.output_dtype``
+beats ``options.output_dtype`` beats float32; ``params.instruction`` beats ``options.instruction``
+beats ``default_instruction``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sie.adapters.base import Pooling
+from sie.engine.errors import InvalidInput
+from sie.wire.requests import EncodeParams, Item, OutputDType, OutputType
+
+
+@dataclass(frozen=True)
+class EncodePlan:
+    output_types: tuple[OutputType, ...]
+    output_dtype: OutputDType
+    pooling: Pooling | None
+    normalize: bool
+    is_query: bool
+    instruction: str | None
+    query_template: str | None
+    doc_template: str | None
+
+    def text_for(self, item: Item, adapter_name: str) -> str:
+        """The text the tokenizer sees: templates first, else ``"{instruction} {text}"``."""
+        if item.text is None:
+            raise InvalidInput(f"{adapter_name} adapters requires text input")
+        template = self.query_template if self.is_query else self.doc_template
+        if template:
+            try:
+                return template.format(text=item.text, instruction=self.instruction or "")
+            except (KeyError, IndexError, ValueError) as exc:
+                raise InvalidInput(f"Invalid template {template!r}: {exc}") from exc
+        if self.instruction:
+            return f"{self.instruction} {item.text}"
+        return item.text
+
+
+def _typed(options: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+    value = options.get(key, default)
+    if value is not None and not isinstance(value, kind):
+        raise InvalidInput(f"Option '{key}' must be {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _output_types(model: str, raw: list[Any], supported: set[str]) -> tuple[OutputType, ...]:
+    names = [str(v) for v in raw]
+    unknown = sorted(set(names) - {t.value for t in OutputType})
+    if unknown:
+        raise InvalidInput(f"Unknown output types: {unknown}. Allowed: ['dense', 'multivector', 'sparse']")
+    missing = set(names) - supported
+    if missing:
+        raise InvalidInput(
+            f"Model '{model}' does not support output types: {missing}. Supported: {supported or set()}"
+        )
+    return tuple(dict.fromkeys(OutputType(n) for n in names))
+
+
+def plan_encode(model: str, supported: set[str], runtime: dict[str, Any], params: EncodeParams | None) -> EncodePlan:
+    params = params or EncodeParams()
+    options = {**runtime, **(params.options or {})}
+    raw_types = _typed(options, "output_types", list, None) or params.output_types or ["dense"]
+    dtype_name = params.output_dtype or _typed(options, "output_dtype", str, None) or OutputDType.FLOAT32
+    try:
+        output_dtype = OutputDType(dtype_name)
+    except ValueError:
+        allowed = ", ".join(d.value for d in OutputDType)
+        raise InvalidInput(f"Unknown output_dtype '{dtype_name}'. Allowed: {allowed}") from None
+    pooling_name = _typed(options, "pooling", str, None)
+    try:
+        pooling = Pooling.parse(pooling_name) if pooling_name else None
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
+    instruction = params.instruction or _typed(options, "instruction", str, None)
+    return EncodePlan(
+        output_types=_output_types(model, raw_types, supported),
+        output_dtype=output_dtype,
+        pooling=pooling,
+        normalize=_typed(options, "normalize", bool, True),
+        is_query=bool(_typed(options, "is_query", bool, False)),
+        instruction=instruction or _typed(options, "default_instruction", str, None),
+        query_template=_typed(options, "query_template", str, None),
+        doc_template=_typed(options, "doc_template", str, None),
+    )

@@ -1,0 +1,47 @@
+"""The engine's own exceptions. Front ends map them to wire codes in one table each."""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base of every error the engine reports to a caller."""
+
+
+class InvalidInput(EngineError):
+    """The request cannot be served as asked; retrying the same request will not help."""
+
+
+class ModelNotFound(EngineError):
+    def __init__(self, model: str) -> None:
+        super().__init__(f"Model '{model}' not found")
+        self.model = model
+
+
+class ModelLoading(EngineError):
+    """The model is loading in the background; the caller should retry shortly."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__(f"Model '{model}' is loading. Retry shortly.")
+        self.model = model
+
+
+class ModelLoadFailed(EngineError):
+    def __init__(self, model: str, reason: str, attempts: int, permanent: bool) -> None:
+        super().__init__(f"Model '{model}' failed to load: {reason}")
+        self.model = model
+        self.reason = reason
+        self.attempts = attempts
+        self.permanent = permanent
+        self.error_class = "UNKNOWN" if permanent else "TRANSIENT"
+
+
+class Overloaded(EngineError):
+    """The model's queue is full; the caller should back off and retry."""
+
+
+class InferenceFailed(EngineError):
+    """The forward pass raised; the original exception is chained."""
+
+
+class EngineClosed(EngineError):
+    """The engine is shutting down and takes no new work."""

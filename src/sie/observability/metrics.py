@@ -1,0 +1,41 @@
+"""Every Prometheus metric the server exports, declared in one place on a registry the app owns.
+
+Names follow the public SIE (``sie_requests_total``, ``sie_request_duration_seconds``,
+``sie_batch_size``...), so its dashboards and alerts read ours unchanged.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "sie_requests_total", "Requests answered, by model, endpoint and HTTP status.",
+            ["model", "endpoint", "status"], registry=r,
+        )
+        self.request_duration = Histogram(
+            "sie_request_duration_seconds", "Request latency by phase (total, queue, tokenize, inference).",
+            ["model", "endpoint", "phase"], buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.batch_size = Histogram(
+            "sie_batch_size", "Items per forward batch.", ["model"], buckets=_BATCH_BUCKETS, registry=r
+        )
+        self.batch_tokens = Histogram(
+            "sie_gpu_batch_tokens", "Tokens per forward batch (before padding).", ["model"],
+            buckets=tuple(b * 64 for b in _BATCH_BUCKETS), registry=r,
+        )
+        self.tokens = Counter("sie_tokens_processed_total", "Tokens run through the model.", ["model"], registry=r)
+        self.queue_depth = Gauge("sie_queue_depth", "Items queued or running, per model.", ["model"], registry=r)
+        self.model_loaded = Gauge(
+            "sie_model_loaded", "1 while the model is loaded.", ["model", "device"], registry=r
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

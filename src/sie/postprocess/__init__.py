@@ -1,0 +1,1 @@
+"""Work after the forward pass: normalisation and output dtypes."""

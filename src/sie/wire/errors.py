@@ -1,0 +1,30 @@
+"""Wire error codes and the ``{"detail": {"code", "message"}}`` envelope the public SIE answers with."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+
+class ErrorCode(StrEnum):
+    INVALID_INPUT = "INVALID_INPUT"
+    MODEL_NOT_FOUND = "MODEL_NOT_FOUND"
+    MODEL_NOT_LOADED = "MODEL_NOT_LOADED"
+    MODEL_LOADING = "MODEL_LOADING"
+    MODEL_LOAD_FAILED = "MODEL_LOAD_FAILED"
+    LORA_LOADING = "LORA_LOADING"
+    INFERENCE_ERROR = "INFERENCE_ERROR"
+    QUEUE_FULL = "QUEUE_FULL"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+
+
+def error_envelope(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    """The body of every native-endpoint error; extras (e.g. ``attempts``) sit beside code and message."""
+    return {"detail": {"code": code, "message": message, **extra}}
+
+
+def openai_error_envelope(message: str, code: str, error_type: str = "invalid_request_error") -> dict[str, Any]:
+    """The OpenAI-style body used by ``/v1/embeddings``, so the ``openai`` client raises its own errors."""
+    return {"error": {"message": message, "type": error_type, "param": None, "code": code}}

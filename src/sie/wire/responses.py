@@ -1,0 +1,95 @@
+"""Typed response bodies. Key order and optional keys follow the public server's bytes exactly:
+``id`` appears only when the request item had one; ``timing`` always lists all five fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import numpy as np
+
+
+class DenseVector(msgspec.Struct):
+    dims: int
+    dtype: str
+    values: np.ndarray[Any, Any]
+
+
+class SparseVector(msgspec.Struct):
+    dims: int | None
+    dtype: str
+    indices: np.ndarray[Any, Any]
+    values: np.ndarray[Any, Any]
+
+
+class MultiVector(msgspec.Struct):
+    token_dims: int
+    num_tokens: int
+    dtype: str
+    values: np.ndarray[Any, Any]
+
+
+class EncodeResult(msgspec.Struct, omit_defaults=True):
+    id: str | None = None
+    dense: DenseVector | None = None
+    sparse: SparseVector | None = None
+    multivector: MultiVector | None = None
+
+
+class Timing(msgspec.Struct):
+    total_ms: float
+    queue_ms: float
+    tokenization_ms: float
+    inference_ms: float
+    postprocessing_ms: float | None = None
+
+
+class EncodeResponse(msgspec.Struct):
+    model: str
+    items: list[EncodeResult]
+    timing: Timing
+
+
+class ProfileInfo(msgspec.Struct):
+    is_default: bool
+
+
+class ModelError(msgspec.Struct):
+    code: str
+    message: str
+    attempts: int
+    permanent: bool
+
+
+class ModelInfo(msgspec.Struct):
+    name: str
+    inputs: list[str]
+    outputs: list[str]
+    dims: dict[str, int]
+    loaded: bool
+    state: str
+    last_error: ModelError | None
+    max_sequence_length: int | None
+    profiles: dict[str, ProfileInfo]
+
+
+class ModelList(msgspec.Struct):
+    models: list[ModelInfo]
+
+
+class OpenAIEmbedding(msgspec.Struct):
+    embedding: list[float] | str
+    index: int
+    object: str = "embedding"
+
+
+class OpenAIUsage(msgspec.Struct):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class OpenAIEmbeddingsResponse(msgspec.Struct):
+    data: list[OpenAIEmbedding]
+    model: str
+    usage: OpenAIUsage
+    object: str = "list"
