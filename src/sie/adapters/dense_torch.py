@@ -8,6 +8,7 @@ from typing import Any, Self
 import numpy as np
 import torch
 from transformers import AutoModel
+from transformers.utils import logging as hf_logging
 
 from sie.adapters.base import LoadSpec, Pooling, TokenBatch
 from sie.adapters.pooling import read_default_pooling
@@ -29,6 +30,7 @@ class TorchDenseEncoder:
 
     @classmethod
     def load(cls, spec: LoadSpec) -> Self:
+        hf_logging.disable_progress_bar()  # a server log is no terminal
         if spec.threads and spec.device.startswith("cpu"):
             torch.set_num_threads(spec.threads)
         device = torch.device(spec.device)

@@ -21,6 +21,7 @@ class TextTokenizer:
             tokenizer.no_truncation()
         self._tokenizer = tokenizer
         self.pad_id = self._pad_id(tokenizer)
+        self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
 
     @classmethod
     def from_folder(cls, folder: Path, max_length: int | None) -> TextTokenizer:

@@ -62,7 +62,9 @@ def _output_types(model: str, raw: list[Any], supported: set[str]) -> tuple[Outp
     return tuple(dict.fromkeys(OutputType(n) for n in names))
 
 
-def plan_encode(model: str, supported: set[str], runtime: dict[str, Any], params: EncodeParams | None) -> EncodePlan:
+def plan_encode(
+    model: str, supported: set[str], runtime: dict[str, Any], params: EncodeParams | None
+) -> EncodePlan:
     params = params or EncodeParams()
     options = {**runtime, **(params.options or {})}
     raw_types = _typed(options, "output_types", list, None) or params.output_types or ["dense"]

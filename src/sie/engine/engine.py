@@ -83,8 +83,13 @@ class Engine:
             max_wait_s=self._limits.max_batch_wait_ms / 1000,
         )
         worker = ModelWorker(
-            name, model.encoder, model.tokenizer.pad_id, limits, self._device_executor,
-            self._limits.max_pending_items, on_batch=lambda stats: self._record_batch(name, stats),
+            name,
+            model.encoder,
+            model.tokenizer.pad_id,
+            limits,
+            self._device_executor,
+            self._limits.max_pending_items,
+            on_batch=lambda stats: self._record_batch(name, stats),
         )
         worker.start()
         self._workers[name] = worker
@@ -112,6 +117,8 @@ class Engine:
     async def wait_loaded(self, name: str) -> None:
         """Load synchronously (the OpenAI route does this, as the public server does)."""
         slot = self._slot(name)
+        if slot.state is ModelState.FAILED and not self._loader.can_retry(slot):
+            return  # ready_model() reports the recorded failure
         if slot.state is not ModelState.LOADED:
             await asyncio.shield(self._loader.start_load(slot))
 
@@ -169,12 +176,18 @@ class Engine:
         )
         return EncodeOutcome(name, encoded, timing, sum(len(s) for s in sequences))
 
-    async def tokenize(self, name: str, texts: list[str]) -> list[int]:
-        """Token counts per text, for usage reporting on routes that need them."""
+    async def detokenize(self, name: str, token_lists: list[list[int]]) -> list[str]:
+        """Text for token-id inputs (OpenAI clients may send ids); ids outside the vocabulary are invalid."""
+        await self.wait_loaded(name)
         model, _ = self.ready_model(name)
-        loop = asyncio.get_running_loop()
-        sequences = await loop.run_in_executor(self._tokenize_pool, model.tokenizer.encode, texts)
-        return [len(s) for s in sequences]
+        vocab = model.tokenizer.vocab_size
+        for ids in token_lists:
+            bad = next((i for i in ids if not 0 <= i < vocab), None)
+            if bad is not None:
+                raise InvalidInput(
+                    f"Token id {bad} is outside the vocabulary of model '{name}' (size {vocab})"
+                )
+        return [model.tokenizer.decode(ids) for ids in token_lists]
 
     async def close(self) -> None:
         """Stop intake, fail queued work, unload models, stop the pools."""

@@ -22,7 +22,7 @@ from sie.adapters.registry import UnknownAdapter, adapter_class
 from sie.adapters.tokenizer import TextTokenizer
 from sie.engine.catalog import CatalogEntry
 from sie.engine.model_config import ComputePrecision
-from sie.engine.weights import WeightSources, WeightsNotFound
+from sie.engine.weights import WeightsNotFound, WeightSources
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,9 @@ class ModelLoader:
     """Owns every model's state; ``ensure`` starts a background load and never blocks the caller."""
 
     def __init__(
-        self, settings: LoadSettings, on_loaded: Callable[[ModelSlot], None],
+        self,
+        settings: LoadSettings,
+        on_loaded: Callable[[ModelSlot], None],
         executor: Executor | None = None,
     ) -> None:
         self._settings = settings
@@ -120,7 +122,9 @@ class ModelLoader:
         async with self._lock:
             loop = asyncio.get_running_loop()
             try:
-                slot.model = await loop.run_in_executor(self._executor, load_model, slot.entry, self._settings)
+                slot.model = await loop.run_in_executor(
+                    self._executor, load_model, slot.entry, self._settings
+                )
             except Exception as exc:
                 self._record_failure(slot, exc)
                 return

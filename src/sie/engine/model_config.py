@@ -109,7 +109,9 @@ class ModelConfig(_Strict):
             if parent is None:
                 raise ValueError(f"profile '{name}' extends unknown profile '{profile.extends}'")
             if parent.extends is not None:
-                raise ValueError(f"profile '{name}' extends '{profile.extends}', which itself extends: one level only")
+                raise ValueError(
+                    f"profile '{name}' extends '{profile.extends}', which itself extends: one level only"
+                )
         return self
 
     def resolve_profile(self, name: str) -> ResolvedProfile:
@@ -159,7 +161,9 @@ def load_model_dir(directory: Path) -> list[tuple[Path, ModelConfig]]:
     for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
         config = load_model_config(path)
         if config.sie_id in seen:
-            raise ModelConfigError(f"{path}: sie_id '{config.sie_id}' is already defined in {seen[config.sie_id]}")
+            raise ModelConfigError(
+                f"{path}: sie_id '{config.sie_id}' is already defined in {seen[config.sie_id]}"
+            )
         seen[config.sie_id] = path
         configs.append((path, config))
     return configs

@@ -57,8 +57,13 @@ class WeightSources:
         hf_home = os.environ.get("HF_HOME")
         return Path(hf_home) / "hub" if hf_home else Path.home() / ".cache" / "huggingface" / "hub"
 
-    def resolve(self, hf_id: str | None, weights_path: str | None, config_dir: Path | None = None,
-                revision: str | None = None) -> Path:
+    def resolve(
+        self,
+        hf_id: str | None,
+        weights_path: str | None,
+        config_dir: Path | None = None,
+        revision: str | None = None,
+    ) -> Path:
         tried: list[str] = []
         if weights_path:
             folder = Path(weights_path).expanduser()

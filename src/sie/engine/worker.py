@@ -173,7 +173,9 @@ class ModelWorker:
                 queue_ms = (work.batched_at - work.enqueued_at) * 1000
                 work.future.set_result(ItemResult(vector, queue_ms, infer_s * 1000, post_s * 1000))
 
-    def _compute(self, sequences: list[np.ndarray], group: DenseGroup) -> tuple[list[np.ndarray], float, float]:
+    def _compute(
+        self, sequences: list[np.ndarray], group: DenseGroup
+    ) -> tuple[list[np.ndarray], float, float]:
         """Runs on the device executor: padded forward per length chunk, then normalise and quantise."""
         start = time.perf_counter()
         chunks = split_by_padded_cost([len(s) for s in sequences], self._batcher.limits.max_tokens)

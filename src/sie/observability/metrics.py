@@ -17,22 +17,34 @@ class Metrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.requests = Counter(
-            "sie_requests_total", "Requests answered, by model, endpoint and HTTP status.",
-            ["model", "endpoint", "status"], registry=r,
+            "sie_requests_total",
+            "Requests answered, by model, endpoint and HTTP status.",
+            ["model", "endpoint", "status"],
+            registry=r,
         )
         self.request_duration = Histogram(
-            "sie_request_duration_seconds", "Request latency by phase (total, queue, tokenize, inference).",
-            ["model", "endpoint", "phase"], buckets=_LATENCY_BUCKETS, registry=r,
+            "sie_request_duration_seconds",
+            "Request latency by phase (total, queue, tokenize, inference).",
+            ["model", "endpoint", "phase"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self.batch_size = Histogram(
             "sie_batch_size", "Items per forward batch.", ["model"], buckets=_BATCH_BUCKETS, registry=r
         )
         self.batch_tokens = Histogram(
-            "sie_gpu_batch_tokens", "Tokens per forward batch (before padding).", ["model"],
-            buckets=tuple(b * 64 for b in _BATCH_BUCKETS), registry=r,
+            "sie_gpu_batch_tokens",
+            "Tokens per forward batch (before padding).",
+            ["model"],
+            buckets=tuple(b * 64 for b in _BATCH_BUCKETS),
+            registry=r,
         )
-        self.tokens = Counter("sie_tokens_processed_total", "Tokens run through the model.", ["model"], registry=r)
-        self.queue_depth = Gauge("sie_queue_depth", "Items queued or running, per model.", ["model"], registry=r)
+        self.tokens = Counter(
+            "sie_tokens_processed_total", "Tokens run through the model.", ["model"], registry=r
+        )
+        self.queue_depth = Gauge(
+            "sie_queue_depth", "Items queued or running, per model.", ["model"], registry=r
+        )
         self.model_loaded = Gauge(
             "sie_model_loaded", "1 while the model is loaded.", ["model", "device"], registry=r
         )

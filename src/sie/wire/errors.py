@@ -25,6 +25,8 @@ def error_envelope(code: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"detail": {"code": code, "message": message, **extra}}
 
 
-def openai_error_envelope(message: str, code: str, error_type: str = "invalid_request_error") -> dict[str, Any]:
+def openai_error_envelope(
+    message: str, code: str, error_type: str = "invalid_request_error"
+) -> dict[str, Any]:
     """The OpenAI-style body used by ``/v1/embeddings``, so the ``openai`` client raises its own errors."""
     return {"error": {"message": message, "type": error_type, "param": None, "code": code}}

@@ -1,0 +1,173 @@
+"""The dict shapes that go in and come out of the SDK.
+
+They are ``TypedDict``s, not classes, because the public ``sie-sdk`` hands out plain dicts
+(``result["dense"]``) and callers index them; a TypedDict types that without changing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal, TypedDict
+
+import numpy as np
+from numpy.typing import NDArray
+
+OutputType = Literal["dense", "sparse", "multivector"]
+OutputDType = Literal["float32", "float16", "int8", "uint8", "binary", "ubinary"]
+ModelState = Literal["available", "loading", "loaded", "unloading", "failed"]
+
+
+class ImageInput(TypedDict, total=False):
+    """An image: encoded bytes, a path, a PIL image or an HWC array; ``format`` names the encoding."""
+
+    data: Any
+    format: str
+
+
+class AudioInput(TypedDict, total=False):
+    data: bytes
+    format: str
+    sample_rate: int
+
+
+class VideoInput(TypedDict, total=False):
+    data: bytes
+    format: str
+
+
+class DocumentInput(TypedDict, total=False):
+    """A document (PDF, DOCX, HTML...); ``format`` is inferred from a path's suffix when left out."""
+
+    data: bytes | str | Path
+    format: str
+
+
+class Item(TypedDict, total=False):
+    """One thing to encode, score or extract from. Which fields a model needs depends on the model."""
+
+    id: str
+    text: str
+    images: Sequence[Any]
+    audio: AudioInput | bytes
+    video: VideoInput | bytes
+    document: DocumentInput | bytes | str | Path
+    metadata: dict[str, Any]
+    multivector: NDArray[np.floating[Any]]
+
+
+class SparseResult(TypedDict):
+    indices: NDArray[np.integer[Any]]
+    values: NDArray[np.floating[Any]]
+
+
+class TimingInfo(TypedDict, total=False):
+    """Server-side milliseconds spent in each stage of the request."""
+
+    total_ms: float
+    queue_ms: float
+    tokenization_ms: float
+    inference_ms: float
+    postprocessing_ms: float | None
+
+
+class EncodeResult(TypedDict, total=False):
+    """One item's vectors; only the requested outputs are present."""
+
+    model: str
+    id: str
+    dense: NDArray[Any]
+    sparse: SparseResult
+    multivector: NDArray[Any]
+    timing: TimingInfo
+
+
+class ScoreEntry(TypedDict):
+    item_id: str
+    score: float
+    rank: int
+
+
+class ScoreResult(TypedDict, total=False):
+    """Scores sorted best first; ``rank`` 0 is the most relevant item."""
+
+    model: str
+    query_id: str
+    scores: list[ScoreEntry]
+    usage: dict[str, Any]
+
+
+class Entity(TypedDict, total=False):
+    text: str
+    label: str
+    score: float
+    start: int | None
+    end: int | None
+    bbox: list[int] | None
+
+
+class Relation(TypedDict):
+    head: str
+    tail: str
+    relation: str
+    score: float
+
+
+class Classification(TypedDict):
+    label: str
+    score: float
+
+
+class DetectedObject(TypedDict):
+    label: str
+    score: float
+    bbox: list[int]
+
+
+class ExtractItemError(TypedDict):
+    code: str
+    message: str
+
+
+class ExtractResult(TypedDict, total=False):
+    """What was extracted from one item; the four lists are always present, possibly empty."""
+
+    model: str
+    id: str
+    entities: list[Entity]
+    relations: list[Relation]
+    classifications: list[Classification]
+    objects: list[DetectedObject]
+    data: dict[str, Any]
+    error: ExtractItemError
+
+
+class ModelDims(TypedDict, total=False):
+    dense: int
+    sparse: int
+    multivector: int
+
+
+class ProfileInfo(TypedDict, total=False):
+    is_default: bool
+
+
+class ModelLoadError(TypedDict, total=False):
+    code: str
+    message: str
+    attempts: int
+    permanent: bool
+
+
+class ModelInfo(TypedDict, total=False):
+    """One entry of ``GET /v1/models``, as the server sends it."""
+
+    name: str
+    loaded: bool
+    state: ModelState
+    last_error: ModelLoadError | None
+    inputs: list[str]
+    outputs: list[str]
+    dims: ModelDims
+    max_sequence_length: int | None
+    profiles: dict[str, ProfileInfo]

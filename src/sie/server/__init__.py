@@ -1,0 +1,1 @@
+"""The standalone HTTP server: settings, CLI, app factory and thin routes over the engine."""

@@ -1,0 +1,1 @@
+"""Routes: each handler decodes, calls one engine method, encodes."""

@@ -1,0 +1,52 @@
+"""``GET /v1/models`` and ``/v1/models/{model}``: what is configured and in which state (JSON only)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from sie.engine.loader import ModelSlot
+from sie.server.api.native import EngineDep
+from sie.wire import codec
+from sie.wire.responses import ModelError, ModelInfo, ModelList, ProfileInfo
+
+router = APIRouter(tags=["models"])
+
+
+def model_info(slot: ModelSlot) -> ModelInfo:
+    config = slot.entry.config
+    outputs = sorted(config.output_types())
+    if config.tasks.score is not None:
+        outputs.append("score")
+    if config.tasks.extract is not None:
+        outputs.append("json")
+    failure = slot.failure
+    return ModelInfo(
+        name=slot.entry.name,
+        inputs=config.inputs.names(),
+        outputs=outputs,
+        dims=config.tasks.encode.dims() if config.tasks.encode else {},
+        loaded=slot.model is not None,
+        state=slot.state.value,
+        last_error=ModelError("MODEL_LOAD_FAILED", failure.reason, failure.attempts, failure.permanent)
+        if failure
+        else None,
+        max_sequence_length=config.max_sequence_length,
+        profiles={name: ProfileInfo(is_default=name == slot.entry.profile.name) for name in config.profiles},
+    )
+
+
+def _json(value: object) -> Response:
+    return Response(codec.encode_json(value), media_type=codec.JSON)
+
+
+@router.get("/v1/models")
+async def list_models(engine: EngineDep) -> Response:
+    """Every servable id, including ``{sie_id}:{profile}`` variants."""
+    return _json(ModelList([model_info(slot) for slot in engine.slots()]))
+
+
+@router.get("/v1/models/{model:path}")
+async def get_model(model: str, engine: EngineDep) -> Response:
+    engine.entry(model)
+    slot = next(s for s in engine.slots() if s.entry.name == model)
+    return _json(model_info(slot))

@@ -1,0 +1,127 @@
+"""``POST /v1/embeddings``, the OpenAI embeddings API, so the ``openai`` client works unchanged.
+
+Beyond the public SIE: token-id inputs are accepted (decoded with the model's tokenizer), usage counts
+real tokens, and ``dimensions`` truncates and re-normalises (Matryoshka-style) instead of being refused.
+Errors use OpenAI's ``{"error": {...}}`` envelope; a body that is not JSON gets FastAPI's 422.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Final
+
+import msgspec
+import numpy as np
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+
+from sie.engine.engine import Engine
+from sie.engine.errors import (
+    EngineError,
+    InvalidInput,
+    ModelLoadFailed,
+    ModelNotFound,
+    Overloaded,
+)
+from sie.postprocess.quantize import l2_normalize
+from sie.server.api.native import EngineDep
+from sie.wire import codec
+from sie.wire.errors import openai_error_envelope
+from sie.wire.requests import EncodingFormat, Item, OpenAIEmbeddingsRequest
+from sie.wire.responses import OpenAIEmbedding, OpenAIEmbeddingsResponse, OpenAIUsage
+
+router = APIRouter(tags=["openai"])
+
+_ERRORS: Final[dict[type[EngineError], tuple[int, str, str]]] = {
+    ModelNotFound: (404, "model_not_found", "invalid_request_error"),
+    InvalidInput: (400, "invalid_request", "invalid_request_error"),
+    Overloaded: (503, "server_overloaded", "server_error"),
+    ModelLoadFailed: (503, "model_not_available", "server_error"),
+}
+
+
+class OpenAIError(Exception):
+    def __init__(
+        self, status: int, message: str, code: str, error_type: str = "invalid_request_error"
+    ) -> None:
+        super().__init__(message)
+        self.status, self.code, self.error_type = status, code, error_type
+
+    def response(self) -> JSONResponse:
+        headers = {"Retry-After": "1"} if self.status == 503 else None
+        body = openai_error_envelope(str(self), self.code, self.error_type)
+        return JSONResponse(body, status_code=self.status, headers=headers)
+
+
+def _unprocessable(exc: Exception) -> JSONResponse:
+    kind = "json_invalid" if isinstance(exc, msgspec.DecodeError) else "value_error"
+    detail = [
+        {
+            "type": kind,
+            "loc": ["body"],
+            "msg": "JSON decode error" if kind == "json_invalid" else str(exc),
+            "input": {},
+            "ctx": {"error": str(exc)},
+        }
+    ]
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
+async def _texts(engine: Engine, request: OpenAIEmbeddingsRequest) -> list[str]:
+    raw = request.input
+    if isinstance(raw, str):
+        return [raw]
+    if not raw:
+        raise OpenAIError(400, "Input cannot be empty", "invalid_request")
+    if isinstance(raw[0], str):
+        return [str(t) for t in raw]
+    token_lists = [raw] if isinstance(raw[0], int) else raw
+    if any(not ids for ids in token_lists):  # type: ignore[union-attr]
+        raise OpenAIError(400, "Input cannot be empty", "invalid_request")
+    return await engine.detokenize(request.model, token_lists)  # type: ignore[arg-type]
+
+
+def _vectors(matrix: np.ndarray, dimensions: int | None, model: str) -> np.ndarray:
+    if dimensions is None or dimensions == matrix.shape[1]:
+        return matrix
+    if not 1 <= dimensions <= matrix.shape[1]:
+        raise OpenAIError(
+            400,
+            f"'dimensions' must be between 1 and {matrix.shape[1]} for model '{model}'",
+            "unsupported_field",
+        )
+    return l2_normalize(matrix[:, :dimensions])
+
+
+@router.post("/v1/embeddings")
+async def embeddings(request: Request, engine: EngineDep) -> Response:
+    """Dense embeddings in OpenAI's shape: ``float`` lists or ``base64`` little-endian float32."""
+    try:
+        body = msgspec.json.decode(await request.body(), type=OpenAIEmbeddingsRequest)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        return _unprocessable(exc)
+    try:
+        texts = await _texts(engine, body)
+        await engine.wait_loaded(body.model)
+        outcome = await engine.encode(body.model, [Item(text=t) for t in texts], None)
+        matrix = _vectors(
+            np.stack([item.dense.values for item in outcome.items]), body.dimensions, body.model
+        )  # type: ignore[union-attr]
+    except OpenAIError as exc:
+        return exc.response()
+    except EngineError as exc:
+        status, code, error_type = next(
+            (rule for cls, rule in _ERRORS.items() if isinstance(exc, cls)),
+            (500, "inference_error", "server_error"),
+        )
+        return OpenAIError(status, str(exc), code, error_type).response()
+    if body.encoding_format is EncodingFormat.BASE64:
+        data = [
+            OpenAIEmbedding(base64.b64encode(row.astype("<f4").tobytes()).decode("ascii"), i)
+            for i, row in enumerate(matrix)
+        ]
+    else:
+        data = [OpenAIEmbedding(row.tolist(), i) for i, row in enumerate(matrix)]
+    usage = OpenAIUsage(prompt_tokens=outcome.tokens, total_tokens=outcome.tokens)
+    payload = OpenAIEmbeddingsResponse(data=data, model=body.model, usage=usage)
+    return Response(codec.encode_json(payload), media_type=codec.JSON, headers={"X-SIE-Served-By": "local"})

@@ -1,0 +1,101 @@
+"""``sie-server``: ``serve`` and ``openapi``. Flags mirror the public CLI; a flag beats its ``SIE_*``
+variable, which beats the default."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from sie.engine.model_config import ModelConfigError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="SIE inference server.")
+log = logging.getLogger("sie.server")
+
+
+def _settings(**overrides: Any) -> Any:
+    from sie.server.settings import Settings
+
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+@app.command()
+def serve(
+    host: Annotated[
+        str | None, typer.Option(help="Interface to bind [env SIE_HOST, default 0.0.0.0].")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option("--port", "-p", help="Port [env SIE_PORT, default 8080].")
+    ] = None,
+    device: Annotated[
+        str | None, typer.Option("--device", "-d", help="auto, cpu, cuda, cuda:N, mps.")
+    ] = None,
+    models_dir: Annotated[
+        Path | None, typer.Option(help="Folder of model YAMLs [env SIE_MODELS_DIR].")
+    ] = None,
+    models: Annotated[
+        str | None, typer.Option("--models", "-m", help="Comma-separated ids to serve.")
+    ] = None,
+    preload: Annotated[str | None, typer.Option(help="Comma-separated ids to load before serving.")] = None,
+    local_cache: Annotated[
+        Path | None, typer.Option(help="Weight cache folder [env SIE_LOCAL_CACHE].")
+    ] = None,
+    json_logs: Annotated[bool | None, typer.Option("--json-logs", help="JSON log lines.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+) -> None:
+    """Start the HTTP server."""
+    import uvicorn
+
+    from sie.observability.logging import configure_logging
+    from sie.server.app import create_app
+
+    settings = _settings(
+        host=host,
+        port=port,
+        device=device,
+        models_dir=models_dir,
+        model_filter=models,
+        preload_models=preload,
+        local_cache=local_cache,
+        log_json=json_logs,
+        log_level="DEBUG" if verbose else None,
+    )
+    configure_logging(settings.log_level, json_lines=settings.log_json)
+    try:
+        application = create_app(settings)
+    except (ModelConfigError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    uvicorn.run(
+        application,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        timeout_keep_alive=120,
+        timeout_graceful_shutdown=25,
+    )
+
+
+@app.command()
+def openapi(
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="File to write (default stdout).")
+    ] = None,
+    indent: Annotated[int, typer.Option(help="JSON indent.")] = 2,
+) -> None:
+    """Print the OpenAPI document without starting the server."""
+    from sie.server.app import create_app
+
+    document = json.dumps(create_app(_settings()).openapi(), indent=indent)
+    if output is None:
+        sys.stdout.write(document + "\n")
+    else:
+        output.write_text(document + "\n")
+
+
+def main() -> None:
+    app()

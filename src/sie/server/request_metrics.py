@@ -1,0 +1,53 @@
+"""Request counts and latency per model and endpoint, recorded at the ASGI edge so every outcome
+(success, 4xx, 5xx) is counted once without touching the handlers."""
+
+from __future__ import annotations
+
+import time
+from typing import Final
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sie.observability.metrics import Metrics
+
+_ENDPOINTS: Final = ("encode", "score", "extract")
+
+
+def _classify(path: str) -> tuple[str, str] | None:
+    if path == "/v1/embeddings":
+        return "embeddings", ""
+    for endpoint in _ENDPOINTS:
+        prefix = f"/v1/{endpoint}/"
+        if path.startswith(prefix):
+            return endpoint, path[len(prefix) :]
+    return None
+
+
+class RequestMetrics:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        target = _classify(scope.get("path", "")) if scope["type"] == "http" else None
+        if target is None:
+            await self.app(scope, receive, send)
+            return
+        endpoint, model = target
+        started = time.perf_counter()
+        status = 500
+
+        async def capture(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, capture)
+        finally:
+            model = "unknown" if status == 404 else model  # keep label cardinality bounded
+            self.metrics.requests.labels(model, endpoint, str(status)).inc()
+            self.metrics.request_duration.labels(model, endpoint, "total").observe(
+                time.perf_counter() - started
+            )

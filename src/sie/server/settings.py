@@ -1,0 +1,65 @@
+"""All server configuration in one class: ``SIE_*`` environment variables, overridden by CLI flags.
+
+Names, defaults and meanings follow the public SIE, so a deployment's environment carries over.
+Components never read this object directly: the composition root hands each one a small value.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from sie.engine.model_config import ComputePrecision
+
+PACKAGED_MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+
+
+def split_csv(value: str | None) -> list[str]:
+    return [part.strip() for part in (value or "").split(",") if part.strip()]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SIE_", extra="ignore")
+
+    host: str = Field("0.0.0.0", description="Interface to listen on (CLI --host).")
+    port: int = Field(8080, ge=0, le=65535, description="TCP port (CLI --port).")
+    device: str = Field("auto", description="auto (cuda > mps > cpu), cuda, cuda:N, mps or cpu.")
+    models_dir: Path = Field(PACKAGED_MODELS_DIR, description="Folder of model YAML files.")
+    model_filter: str | None = Field(None, description="Comma-separated model ids to serve (CLI --models).")
+    preload_models: str | None = Field(None, description="Comma-separated model ids loaded before serving.")
+    local_cache: Path | None = Field(
+        None, description="Weight cache folder (HF hub layout); default $HF_HOME/hub."
+    )
+    hf_fallback: bool = Field(True, description="Download from the Hugging Face Hub after a cache miss.")
+    max_batch_requests: int = Field(64, ge=1, description="Most items in one forward batch.")
+    max_batch_wait_ms: float = Field(
+        10.0, ge=0, description="Most ms a queued item waits for its batch to fill while the model is busy."
+    )
+    max_concurrent_requests: int = Field(512, ge=1, description="Most items queued or running per model.")
+    preprocessor_workers: int = Field(4, ge=1, description="Tokenization threads.")
+    default_compute_precision: ComputePrecision = Field(
+        ComputePrecision.FLOAT16, description="Precision when the profile sets none (CPU always float32)."
+    )
+    intra_op_threads: int | None = Field(
+        None, ge=1, description="Threads for one forward pass (torch/ONNX Runtime); default: all cores."
+    )
+    max_request_body_bytes: int = Field(
+        34 * 1024 * 1024, ge=1, description="Largest request body (413 beyond)."
+    )
+    max_item_text_bytes: int = Field(
+        2 * 1024 * 1024, ge=1, description="Largest text of one item (413 beyond)."
+    )
+    log_json: bool = Field(False, description="One JSON object per log line.")
+    log_level: str = Field("INFO", description="Log level (CLI -v sets DEBUG).")
+
+    def filter_list(self) -> list[str]:
+        return split_csv(self.model_filter)
+
+    def preload_list(self) -> list[str]:
+        return split_csv(self.preload_models)
+
+    def threads(self) -> int:
+        return self.intra_op_threads or os.cpu_count() or 1
