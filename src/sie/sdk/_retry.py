@@ -189,6 +189,7 @@ class RetryPolicy:
         if status in (503, 504) and self.limits.wait_for_capacity and elapsed < self.budget_s:
             delay = min(CAPACITY_DELAY_S if retry_after is None else retry_after, self.budget_s - elapsed)
             logger.info("HTTP %d from the server, retrying in %.1fs", status, delay)
+            self._final_attempt_owed = True  # so a wait cut short by the deadline ends in the server's answer
             return delay
         return None  # success, 502 MODEL_LOAD_FAILED, or an error the caller raises as is
 

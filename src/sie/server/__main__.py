@@ -1,0 +1,3 @@
+from sie.server.cli import main
+
+main()

