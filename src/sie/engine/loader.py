@@ -16,7 +16,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sie.adapters.base import DenseEncoder, LoadSpec
+from sie.adapters.base import DenseEncoder, LoadSpec, TokenBatch
 from sie.adapters.device import effective_precision
 from sie.adapters.registry import UnknownAdapter, adapter_class
 from sie.adapters.tokenizer import TextTokenizer
@@ -90,6 +90,8 @@ def load_model(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel:
     cls = adapter_class(profile.adapter_path)
     encoder = cls.load(spec)
     tokenizer = TextTokenizer.from_folder(tokenizer_folder, config.max_sequence_length)
+    # One tiny forward so lazy initialisation (kernels, allocator, graph) is not paid by the first user.
+    encoder.embed(TokenBatch.pad(tokenizer.encode(["warm up"]), tokenizer.pad_id), encoder.default_pooling)
     log.info("loaded %s from %s on %s (%s)", entry.name, folder, settings.device, precision.value)
     return LoadedModel(tokenizer, encoder, cls.__name__, settings.device)
 

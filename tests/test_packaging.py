@@ -1,0 +1,28 @@
+"""`pip install .` must give a working SDK without the server stack."""
+
+import subprocess
+import sys
+
+HEAVY = (
+    "torch",
+    "transformers",
+    "onnxruntime",
+    "fastapi",
+    "msgspec",
+    "tokenizers",
+    "sie.server",
+    "sie.engine",
+)
+
+
+def test_sdk_import_pulls_no_server_dependencies():
+    code = f"import sys, sie.sdk; print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == ""
+
+
+def test_base_dependencies_are_only_the_sdk_ones():
+    from importlib.metadata import requires
+
+    base = [r for r in requires("sie-engine") or [] if "extra ==" not in r]
+    assert sorted(r.split(">")[0].split("=")[0].strip() for r in base) == ["httpx", "msgpack", "numpy"]
