@@ -59,7 +59,7 @@ def error_code(response: httpx.Response) -> str | None:
     """The wire error code: the ``X-SIE-Error-Code`` header if present, else the body's ``code``."""
     header = response.headers.get(ERROR_CODE_HEADER)
     if header:
-        return header
+        return str(header)
     payload = _error_payload(response)
     code = payload.get("code") if isinstance(payload, dict) else None
     if not isinstance(code, str):
