@@ -23,7 +23,7 @@ from sie.observability.metrics import Metrics
 from sie.server import openapi_docs
 from sie.server.api import encode, health, models, openai_compat, score_extract
 from sie.server.errors import HANDLED, handle_native_error
-from sie.server.middleware import BodyLimit, IdentityHeaders
+from sie.server.middleware import BodyLimit, IdentityHeaders, SdkVersionSkew
 from sie.server.request_metrics import RequestMetrics
 from sie.server.settings import Settings
 
@@ -85,6 +85,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.add_exception_handler(exc_type, handle_native_error)
     app.add_middleware(RequestMetrics, metrics=metrics)
     app.add_middleware(IdentityHeaders)
+    app.add_middleware(SdkVersionSkew, server_version=__version__)
     app.add_middleware(BodyLimit, limit=settings.max_request_body_bytes)
     openapi_docs.install(app, __version__)
     return app

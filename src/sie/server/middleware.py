@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 from typing import Final
 
@@ -10,6 +11,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from sie.server.errors import PayloadTooLarge, native_error_response
 
 RUNTIME_INSTANCE: Final = secrets.token_hex(32)
+log = logging.getLogger(__name__)
 
 
 class BodyLimit:
@@ -76,3 +78,34 @@ class IdentityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_identity)
+
+
+class SdkVersionSkew:
+    """Logs one warning per SDK ``major.minor`` that is too far from ours (same rule as the public SIE:
+    a different major, or minors more than one apart). The request itself is never refused."""
+
+    def __init__(self, app: ASGIApp, server_version: str) -> None:
+        self.app = app
+        self._server = _major_minor(server_version)
+        self._warned: set[tuple[int, int]] = set()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self._server is not None:
+            raw = dict(scope["headers"]).get(b"x-sie-sdk-version")
+            sdk = _major_minor(raw.decode("latin-1")) if raw else None
+            if sdk is not None and sdk not in self._warned and _skewed(sdk, self._server):
+                self._warned.add(sdk)
+                log.warning("SDK version %d.%d is not compatible with server %d.%d", *sdk, *self._server)
+        await self.app(scope, receive, send)
+
+
+def _major_minor(version: str) -> tuple[int, int] | None:
+    parts = version.strip().split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def _skewed(sdk: tuple[int, int], server: tuple[int, int]) -> bool:
+    return sdk[0] != server[0] or abs(sdk[1] - server[1]) > 1
