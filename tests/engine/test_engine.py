@@ -8,12 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sie.adapters.base import Pooling
 from sie.engine.catalog import Catalog
 from sie.engine.engine import Engine, EngineLimits
 from sie.engine.errors import InvalidInput, ModelLoadFailed, ModelLoading, ModelNotFound, Overloaded
 from sie.engine.loader import LoadSettings, ModelState
 from sie.engine.model_config import ComputePrecision
 from sie.engine.weights import WeightSources
+from sie.engine.worker import DenseGroup
 from sie.observability.metrics import Metrics
 from sie.wire.requests import EncodeParams, Item, OutputDType
 from tests.conftest import MODELS_DIR
@@ -78,8 +80,15 @@ async def test_output_dtypes_and_profile_variant(tmp_path):
 async def test_admission_limit_and_errors(tmp_path):
     engine = make_engine(tmp_path, max_pending=4)
     await engine.preload([INT8])
-    with pytest.raises(Overloaded):
+    with pytest.raises(InvalidInput, match="admits at most 4 at once"):
         await engine.encode(INT8, [Item(text="x")] * 5, None)
+    model, worker = engine.ready_model(INT8)
+    group = DenseGroup(Pooling.MEAN, True, OutputDType.FLOAT32)
+    first = worker.submit(model.tokenizer.encode(["a", "b", "c"]), group)
+    with pytest.raises(Overloaded, match="would pass the limit of 4"):
+        worker.submit(model.tokenizer.encode(["d", "e"]), group)
+    assert len(await asyncio.gather(*first)) == 3
+    assert worker.pending_items == 0
     with pytest.raises(InvalidInput, match="must not be empty"):
         await engine.encode(INT8, [], None)
     with pytest.raises(ModelNotFound):

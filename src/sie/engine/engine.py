@@ -115,7 +115,8 @@ class Engine:
         raise ModelLoading(name)
 
     async def wait_loaded(self, name: str) -> None:
-        """Load synchronously (the OpenAI route does this, as the public server does)."""
+        """Load synchronously. The OpenAI route does this (as public SIE 0.3 did; 0.10 answers 503) because
+        OpenAI clients do not honour ``Retry-After`` and a model loads in seconds."""
         slot = self._slot(name)
         if slot.state is ModelState.FAILED and not self._loader.can_retry(slot):
             return  # ready_model() reports the recorded failure

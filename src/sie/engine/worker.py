@@ -19,7 +19,7 @@ import numpy as np
 
 from sie.adapters.base import DenseEncoder, Pooling, TokenBatch
 from sie.engine.batcher import Batcher, BatchLimits, Entry, split_by_padded_cost
-from sie.engine.errors import EngineClosed, InferenceFailed, Overloaded
+from sie.engine.errors import EngineClosed, InferenceFailed, InvalidInput, Overloaded
 from sie.postprocess.quantize import l2_normalize, quantize
 from sie.wire.requests import OutputDType
 
@@ -99,6 +99,11 @@ class ModelWorker:
         """Queue one request's items; raises ``Overloaded`` instead of letting the queue grow unbounded."""
         if self._closed:
             raise EngineClosed(f"Model '{self.name}' is shutting down")
+        if len(sequences) > self._max_pending:
+            raise InvalidInput(
+                f"Request has {len(sequences)} items; model '{self.name}' admits at most "
+                f"{self._max_pending} at once (SIE_MAX_CONCURRENT_REQUESTS). Split the request."
+            )
         if self._pending + len(sequences) > self._max_pending:
             raise Overloaded(
                 f"Model '{self.name}' has {self._pending} items queued; "

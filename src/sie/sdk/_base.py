@@ -26,6 +26,7 @@ from sie.sdk._decode import (
     error_code,
     extract_results,
     raise_for_error,
+    request_metadata,
     score_result,
 )
 from sie.sdk._errors import SIEConnectionError
@@ -37,7 +38,7 @@ from sie.sdk._retry import (
     downward_jitter,
     parse_retry_after,
 )
-from sie.sdk._types import EncodeResult, ExtractResult, ScoreResult
+from sie.sdk._types import EncodeResult, ExtractResult, RequestMetadata, ScoreResult
 from sie.wire.arrays import numpy_default
 
 logger = logging.getLogger("sie.sdk")
@@ -308,6 +309,10 @@ class BaseClient:
     ) -> EncodeResult | list[EncodeResult]:
         results = encode_results(self._read(response, call))
         check_count(len(results), call.item_count, call.model, "encode")
+        metadata = request_metadata(response.headers)
+        if metadata:
+            for result in results:
+                result["request"] = RequestMetadata(**metadata)  # one dict per result, as the public SDK
         return results[0] if call.single else results
 
     def _score_output(self, response: httpx.Response, call: PreparedCall) -> ScoreResult:

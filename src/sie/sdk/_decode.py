@@ -7,6 +7,7 @@ Arrays arrive in msgpack-numpy's map layout and become ``np.ndarray`` through
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final, NoReturn, cast
 
 import httpx
@@ -15,11 +16,20 @@ import numpy as np
 
 from sie.sdk._errors import ModelLoadFailedError, ProvisioningError, RequestError, ServerError
 from sie.sdk._retry import PROVISIONING_CODE, parse_retry_after
-from sie.sdk._types import EncodeResult, Entity, ExtractResult, ModelInfo, ScoreEntry, ScoreResult
+from sie.sdk._types import (
+    EncodeResult,
+    Entity,
+    ExtractResult,
+    ModelInfo,
+    RequestMetadata,
+    ScoreEntry,
+    ScoreResult,
+)
 from sie.wire.arrays import object_hook
 from sie.wire.errors import ErrorCode
 
 ERROR_CODE_HEADER: Final = "X-SIE-Error-Code"
+_SERVED_BY_VALUES: Final = frozenset({"local", "remote"})
 _UNPACK_ERRORS: Final = (ValueError, TypeError, msgpack.UnpackException)
 
 
@@ -121,6 +131,18 @@ def _array(value: Any, what: str) -> np.ndarray:
     if isinstance(value, list):
         return np.asarray(value)
     raise RequestError(f"Malformed encode response: {what} is a {type(value).__name__}, not an array")
+
+
+def request_metadata(headers: httpx.Headers) -> RequestMetadata | None:
+    """``runtime_instance_id`` (64 hex) and ``served_by`` from the headers, when well-formed."""
+    metadata: RequestMetadata = {}
+    instance = headers.get("X-SIE-Runtime-Instance")
+    if instance and re.fullmatch(r"[0-9a-f]{64}", instance):
+        metadata["runtime_instance_id"] = instance
+    served_by = headers.get("X-SIE-Served-By")
+    if served_by in _SERVED_BY_VALUES:
+        metadata["served_by"] = served_by
+    return metadata or None
 
 
 def encode_results(data: dict[str, Any]) -> list[EncodeResult]:

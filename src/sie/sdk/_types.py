@@ -71,6 +71,13 @@ class TimingInfo(TypedDict, total=False):
     postprocessing_ms: float | None
 
 
+class RequestMetadata(TypedDict, total=False):
+    """Which server instance answered, read from the response headers (as the public SDK reports it)."""
+
+    runtime_instance_id: str
+    served_by: str
+
+
 class EncodeResult(TypedDict, total=False):
     """One item's vectors; only the requested outputs are present."""
 
@@ -80,6 +87,7 @@ class EncodeResult(TypedDict, total=False):
     sparse: SparseResult
     multivector: NDArray[Any]
     timing: TimingInfo
+    request: RequestMetadata
 
 
 class ScoreEntry(TypedDict):

@@ -83,9 +83,11 @@ def create_app(settings: Settings) -> FastAPI:
         app.include_router(router)
     for exc_type in HANDLED:
         app.add_exception_handler(exc_type, handle_native_error)
-    app.add_middleware(RequestMetrics, metrics=metrics)
-    app.add_middleware(IdentityHeaders)
+    app.add_exception_handler(Exception, handle_native_error)  # the outermost catch-all: JSON 500
+    # Added innermost first; a request meets them in the reverse order (identity headers outermost).
     app.add_middleware(SdkVersionSkew, server_version=__version__)
     app.add_middleware(BodyLimit, limit=settings.max_request_body_bytes)
+    app.add_middleware(RequestMetrics, metrics=metrics)
+    app.add_middleware(IdentityHeaders)
     openapi_docs.install(app, __version__)
     return app

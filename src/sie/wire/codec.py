@@ -57,6 +57,8 @@ def decode(body: bytes, content_type: str | None, into: type[T]) -> T:
         raise WireDecodeError(str(exc)) from exc
     except UnicodeDecodeError as exc:
         raise WireDecodeError(f"Invalid UTF-8 in request body: {exc.reason} (byte {exc.start})") from exc
+    except RecursionError as exc:
+        raise WireDecodeError("Request body is nested too deeply") from exc
 
 
 def encode(value: Any, *, as_json: bool) -> bytes:

@@ -82,10 +82,13 @@ class EncodingFormat(StrEnum):
 
 
 class OpenAIEmbeddingsRequest(msgspec.Struct):
-    """``POST /v1/embeddings``: ``input`` is a string, strings, token ids, or lists of token ids."""
+    """``POST /v1/embeddings``: ``input`` is a string, strings, token ids, or lists of token ids.
+
+    msgspec allows one list type per union, so the element union is checked for homogeneity later.
+    """
 
     model: str
-    input: str | list[str] | list[int] | list[list[int]]
+    input: str | list[str | int | list[int]]
     encoding_format: EncodingFormat = EncodingFormat.FLOAT
     dimensions: int | None = None
     user: str | None = None

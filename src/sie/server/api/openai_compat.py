@@ -73,12 +73,19 @@ async def _texts(engine: Engine, request: OpenAIEmbeddingsRequest) -> list[str]:
         return [raw]
     if not raw:
         raise OpenAIError(400, "Input cannot be empty", "invalid_request")
-    if isinstance(raw[0], str):
-        return [str(t) for t in raw]
-    token_lists = [raw] if isinstance(raw[0], int) else raw
-    if any(not ids for ids in token_lists):  # type: ignore[union-attr]
-        raise OpenAIError(400, "Input cannot be empty", "invalid_request")
-    return await engine.detokenize(request.model, token_lists)  # type: ignore[arg-type]
+    if all(isinstance(v, str) for v in raw):
+        return [str(v) for v in raw]
+    if all(isinstance(v, int) for v in raw):
+        return await engine.detokenize(request.model, [[int(v) for v in raw]])  # type: ignore[arg-type]
+    if all(isinstance(v, list) for v in raw):
+        if any(not ids for ids in raw):  # type: ignore[union-attr]
+            raise OpenAIError(400, "Input cannot be empty", "invalid_request")
+        return await engine.detokenize(request.model, raw)  # type: ignore[arg-type]
+    raise OpenAIError(
+        400,
+        "'input' must be a string, strings, token ids or lists of token ids, not a mix",
+        "invalid_request",
+    )
 
 
 def _vectors(matrix: np.ndarray, dimensions: int | None, model: str) -> np.ndarray:
@@ -109,7 +116,7 @@ async def embeddings(request: Request, engine: EngineDep) -> Response:
         )  # type: ignore[union-attr]
     except OpenAIError as exc:
         return exc.response()
-    except EngineError as exc:
+    except EngineError as exc:  # translated once, here, into OpenAI's envelope
         status, code, error_type = next(
             (rule for cls, rule in _ERRORS.items() if isinstance(exc, cls)),
             (500, "inference_error", "server_error"),
