@@ -176,8 +176,12 @@ def _wait_ready(server: Server) -> None:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """The shared server: default model preloaded, room for 4096 queued items."""
-    env = {"SIE_MAX_CONCURRENT_REQUESTS": "4096"}
+    """The shared server: default model preloaded, room for 4096 queued items, float32 compute.
+
+    float32 because these tests hold vectors to sentence-transformers' float32 output at 1e-5 and to
+    the public server's captured bytes; the bfloat16 CPU default is checked in tests/adapters.
+    """
+    env = {"SIE_MAX_CONCURRENT_REQUESTS": "4096", "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
     with run_server(tmp_path_factory.mktemp("sie-server"), env) as running:
         yield running
 
