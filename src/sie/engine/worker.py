@@ -130,14 +130,16 @@ class ModelWorker:
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
-            while True:
+            # Commit a batch only while the hand-off slot is free: items keep joining the queue, and so
+            # the next batch, for as long as the device is busy with the previous one.
+            while self._ready.empty():
                 batch = self._batcher.next_batch(self._clock(), flush=self._device_idle)
                 if batch is None:
                     break
                 self._device_idle = False
-                await self._ready.put(batch)
+                self._ready.put_nowait(batch)
             deadline = self._batcher.deadline()
-            if deadline is not None:
+            if deadline is not None and self._ready.empty():
                 try:
                     await asyncio.wait_for(self._wakeup.wait(), max(0.0, deadline - self._clock()))
                 except TimeoutError:
@@ -147,6 +149,7 @@ class ModelWorker:
         loop = asyncio.get_running_loop()
         while True:
             batch = await self._ready.get()
+            self._wakeup.set()  # the slot is free again: the former may prepare the next batch
             live = [e for e in batch if not e.payload.future.done()]
             if live:
                 await self._run(loop, live)
