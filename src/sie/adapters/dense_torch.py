@@ -76,8 +76,9 @@ class TorchDenseEncoder:
             lengths = torch.from_numpy(batch.lengths).to(self._device)
             pooled = hidden[torch.arange(hidden.shape[0], device=self._device), lengths - 1]
         else:
-            weights = mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * weights).sum(dim=1).float() / weights.sum(dim=1).float().clamp(min=1e-9)
+            # Summed in float32: half-precision sums over long sequences lose digits (and can overflow).
+            weights = mask.unsqueeze(-1).float()
+            pooled = (hidden.float() * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
         return pooled.float().cpu().numpy()
 
     def close(self) -> None:
