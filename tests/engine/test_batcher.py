@@ -93,3 +93,27 @@ def test_padded_chunks_cover_everything_and_fit(costs, budget):
     assert [i for chunk in chunks for i in chunk] == list(range(len(costs)))
     for chunk in chunks:
         assert len(chunk) == 1 or costs[chunk[-1]] * len(chunk) <= budget
+
+
+def test_padding_split_separates_short_from_long():
+    costs = [10] * 8 + [250] * 2
+    chunks = split_by_padded_cost(costs, max_tokens=16384)
+    assert [list(c) for c in chunks] == [list(range(8)), [8, 9]]
+
+
+def test_padding_split_keeps_similar_lengths_together():
+    assert split_by_padded_cost([100, 101, 102, 103], max_tokens=16384) == [range(0, 4)]
+
+
+@given(st.lists(st.integers(1, 512), min_size=1, max_size=64), st.integers(1, 4096))
+def test_padding_split_is_no_worse_than_one_chunk_or_singletons(costs, budget):
+    costs = sorted(costs)
+    chunks = split_by_padded_cost(costs, budget)
+
+    def work(parts):
+        return sum(costs[c[-1]] * len(c) + 128 for c in parts)
+
+    singletons = [range(i, i + 1) for i in range(len(costs))]
+    assert work(chunks) <= work(singletons)
+    if costs[-1] * len(costs) <= budget:
+        assert work(chunks) <= work([range(len(costs))])

@@ -85,18 +85,31 @@ class Batcher(Generic[P]):
         return sorted(taken, key=lambda e: e.cost)
 
 
-def split_by_padded_cost(costs: list[int], max_tokens: int) -> list[range]:
-    """Cut a cost-sorted batch into consecutive chunks whose padded size (longest x count) fits the budget.
+def split_by_padded_cost(costs: list[int], max_tokens: int, call_overhead: int = 128) -> list[range]:
+    """Cut a cost-sorted batch into consecutive chunks that minimise padded work.
 
-    Sorting first means each chunk pads only to its own longest member, which is what keeps padding
-    waste low when short and long texts share a batch.
+    Each chunk pads to its own longest member, so one long text must not drag short ones up to its
+    length; but every forward call also has a fixed cost, so splitting is not free either. The split
+    minimises ``sum(longest x count + call_overhead)`` over chunks (dynamic programming over the sorted
+    costs; ``call_overhead`` is in token-equivalents) with every chunk's padded size within
+    ``max_tokens`` (a single over-budget item still forms its own chunk).
     """
+    n = len(costs)
+    best = [0] + [0] * n  # best[i]: cheapest split of costs[:i]
+    cut = [0] * (n + 1)
+    for end in range(1, n + 1):
+        longest = costs[end - 1]
+        best[end] = best[end - 1] + longest + call_overhead
+        cut[end] = end - 1
+        for start in range(end - 2, -1, -1):
+            if longest * (end - start) > max_tokens:
+                break
+            total = best[start] + longest * (end - start) + call_overhead
+            if total < best[end]:
+                best[end], cut[end] = total, start
     chunks: list[range] = []
-    start = 0
-    for index, cost in enumerate(costs):
-        if index > start and cost * (index - start + 1) > max_tokens:
-            chunks.append(range(start, index))
-            start = index
-    if costs:
-        chunks.append(range(start, len(costs)))
-    return chunks
+    end = n
+    while end > 0:
+        chunks.append(range(cut[end], end))
+        end = cut[end]
+    return chunks[::-1]

@@ -6,6 +6,7 @@ mark not-ready → close the engine (fail queued work, unload models).
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -50,6 +51,9 @@ def build_engine(settings: Settings, catalog: Catalog, metrics: Metrics) -> Engi
 
 
 def create_app(settings: Settings) -> FastAPI:
+    # The tokenizer pool already runs tokenization beside the forward pass; the Rust tokenizer's own
+    # per-call thread pool would add one thread per core on top and fight the forward for the cores.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     catalog = Catalog.from_directory(settings.models_dir, settings.filter_list() or None)
     preload = settings.preload_list()
     unknown = [name for name in preload if name not in catalog]

@@ -20,4 +20,5 @@ async def encode(model: str, request: Request, engine: EngineDep) -> Response:
     check_text_sizes(body.items, request.state.max_item_text_bytes)
     outcome = await engine.encode(model, body.items, body.params)
     response = EncodeResponse(model=outcome.model, items=outcome.items, timing=outcome.timing)
-    return negotiated(request, response, timing_headers(outcome.timing))
+    values = sum(item.dense.values.size for item in outcome.items if item.dense is not None)
+    return await negotiated(request, response, timing_headers(outcome.timing), values)

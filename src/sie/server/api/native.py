@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Final, TypeVar
 
 from fastapi import Depends, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from sie import __version__
 from sie.engine.engine import Engine
@@ -51,8 +52,15 @@ def timing_headers(timing: Timing) -> dict[str, str]:
     return headers
 
 
-def negotiated(request: Request, value: Any, headers: dict[str, str]) -> Response:
+# Above this many output values a response is encoded on a worker thread, so a big answer (JSON floats
+# especially) never stalls the event loop that admits other requests; below it the hop costs more.
+OFFLOAD_VALUES: Final = 16_384
+
+
+async def negotiated(request: Request, value: Any, headers: dict[str, str], values: int) -> Response:
     as_json = codec.wants_json(request.headers.get("accept"))
-    return Response(
-        codec.encode(value, as_json=as_json), media_type=codec.media_type(as_json=as_json), headers=headers
-    )
+    if values > OFFLOAD_VALUES:
+        body = await run_in_threadpool(codec.encode, value, as_json=as_json)
+    else:
+        body = codec.encode(value, as_json=as_json)
+    return Response(body, media_type=codec.media_type(as_json=as_json), headers=headers)

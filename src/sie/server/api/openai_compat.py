@@ -14,6 +14,7 @@ import msgspec
 import numpy as np
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
 from sie.engine.engine import Engine
 from sie.engine.errors import (
@@ -24,7 +25,7 @@ from sie.engine.errors import (
     Overloaded,
 )
 from sie.postprocess.quantize import l2_normalize
-from sie.server.api.native import EngineDep
+from sie.server.api.native import OFFLOAD_VALUES, EngineDep
 from sie.wire import codec
 from sie.wire.errors import openai_error_envelope
 from sie.wire.requests import EncodingFormat, Item, OpenAIEmbeddingsRequest
@@ -122,6 +123,16 @@ async def embeddings(request: Request, engine: EngineDep) -> Response:
             (500, "inference_error", "server_error"),
         )
         return OpenAIError(status, str(exc), code, error_type).response()
+    usage = OpenAIUsage(prompt_tokens=outcome.tokens, total_tokens=outcome.tokens)
+    if matrix.size > OFFLOAD_VALUES:
+        content = await run_in_threadpool(_render, matrix, body, usage)
+    else:
+        content = _render(matrix, body, usage)
+    return Response(content, media_type=codec.JSON, headers={"X-SIE-Served-By": "local"})
+
+
+def _render(matrix: np.ndarray, body: OpenAIEmbeddingsRequest, usage: OpenAIUsage) -> bytes:
+    """The JSON body; building float lists is the costly part, so big ones run off the event loop."""
     if body.encoding_format is EncodingFormat.BASE64:
         data = [
             OpenAIEmbedding(base64.b64encode(row.astype("<f4").tobytes()).decode("ascii"), i)
@@ -129,6 +140,4 @@ async def embeddings(request: Request, engine: EngineDep) -> Response:
         ]
     else:
         data = [OpenAIEmbedding(row.tolist(), i) for i, row in enumerate(matrix)]
-    usage = OpenAIUsage(prompt_tokens=outcome.tokens, total_tokens=outcome.tokens)
-    payload = OpenAIEmbeddingsResponse(data=data, model=body.model, usage=usage)
-    return Response(codec.encode_json(payload), media_type=codec.JSON, headers={"X-SIE-Served-By": "local"})
+    return codec.encode_json(OpenAIEmbeddingsResponse(data=data, model=body.model, usage=usage))
