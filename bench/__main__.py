@@ -1,0 +1,7 @@
+"""``python -m bench``: the benchmark run (see docs/benchmarks.md)."""
+
+import sys
+
+from bench.cli import main
+
+sys.exit(main())

@@ -1,0 +1,353 @@
+"""Flags, and the order of one run: corpus, raw limit, our server, Infinity, report.
+
+Everything runs on this machine's cores, one thing at a time: the raw limit runs before any server
+starts, and each server is stopped before the next starts. Servers are stopped on every exit path
+(``finally``, SIGTERM, Ctrl-C and ``atexit``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from bench import corpus, correctness, infinity_env, procs, raw, report, servers
+from bench.clients import JsonSender, SdkSender, Sender
+from bench.load import Budget, run_cell
+from bench.results import RunResult, ServerRun, compute_ratios
+from bench.stats import CellSpec
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def _ints(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="scripts/bench",
+        description="Raw sentence-transformers limit vs our server (SDK msgpack and /v1/embeddings JSON) "
+        "vs Infinity (--infinity), on one seeded corpus; correctness gate; see docs/benchmarks.md.",
+    )
+    p.add_argument("--model", default=DEFAULT_MODEL, help="model id our server preloads and serves")
+    p.add_argument(
+        "--precision",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="sets SIE_DEFAULT_COMPUTE_PRECISION; the server decides what it means per device",
+    )
+    p.add_argument(
+        "--server-env",
+        action="append",
+        type=_key_value,
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra environment for our server (e.g. SIE_MAX_BATCH_REQUESTS=32); repeatable",
+    )
+    p.add_argument(
+        "--server-src",
+        type=Path,
+        default=None,
+        help="a src/ folder put first on our server's PYTHONPATH (e.g. an export of another commit)",
+    )
+    p.add_argument("--infinity", action="store_true", help="also benchmark Infinity (installed once)")
+    p.add_argument("--infinity-dtype", default="auto", help="Infinity --dtype (default: its own default)")
+    p.add_argument(
+        "--infinity-batch-size",
+        type=int,
+        default=None,
+        help="Infinity --batch-size (default: the raw float32 best batch size)",
+    )
+    p.add_argument("--infinity-arg", action="append", default=[], help="extra infinity_emb v2 argument")
+    p.add_argument("--quick", action="store_true", help="only concurrency 1,16 and requests of 1,32 items")
+    p.add_argument("--concurrency", type=_ints, default=None, help="comma list (default 1,4,16,64)")
+    p.add_argument("--request-items", type=_ints, default=None, help="items per request (default 1,32)")
+    p.add_argument("--seconds", type=float, default=6.0, help="measured seconds per cell")
+    p.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per cell")
+    p.add_argument(
+        "--steady",
+        action="store_true",
+        help="extend each warm-up until every worker has had an answer (steady-state latency)",
+    )
+    p.add_argument("--max-requests", type=int, default=None, help="also end a cell after this many answers")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--corpus-size", type=int, default=2048)
+    p.add_argument("--query-count", type=int, default=64, help="size of the 10-word query set")
+    p.add_argument("--raw-batch-sizes", type=_ints, default=[16, 32, 64, 128])
+    p.add_argument(
+        "--raw-sweep-items",
+        type=int,
+        default=512,
+        help="texts per batch-size trial; the best size is then timed over the whole corpus",
+    )
+    p.add_argument("--clients", default="sdk,json", help="our server's clients: sdk, json or both")
+    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="write all results as JSON")
+    p.add_argument("--log-dir", type=Path, default=None, help="server logs (default: a temporary folder)")
+    args = p.parse_args(argv)
+    if args.concurrency is None:
+        args.concurrency = [1, 16] if args.quick else [1, 4, 16, 64]
+    if args.request_items is None:
+        args.request_items = [1, 32]
+    args.clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    if set(args.clients) - {"sdk", "json"}:
+        p.error("--clients takes sdk and/or json")
+    return args
+
+
+def _cells(clients: list[str], concurrency: list[int], request_items: list[int]) -> list[CellSpec]:
+    cells = []
+    for client in clients:
+        cells.append(CellSpec(client, 1, 1, "queries"))  # the latency target, on an idle server
+        cells += [CellSpec(client, c, b) for c in concurrency for b in request_items]
+    return cells
+
+
+def _machine() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cores": os.cpu_count(), "cpu": cpu, "python": platform.python_version()}
+
+
+def _server_version(server_src: Path | None) -> str:
+    """The commit our server runs from (``-dirty`` when src/ has uncommitted changes)."""
+    if server_src is not None:
+        return f"src from {server_src}"
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--", "src"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("-dirty" if dirty else "")
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+async def _drive(
+    server: servers.Server,
+    senders: list[Sender],
+    cells: list[CellSpec],
+    data: corpus.Corpus,
+    reference: raw.Reference,
+    threshold: float,
+    budget: Budget,
+    run: ServerRun,
+) -> None:
+    by_label = {s.label: s for s in senders}
+    try:
+        for sender in senders:
+            gate = await correctness.check(server.name, sender, data, reference, threshold)
+            run.gates.append(gate)
+            _say(report.gate_line(gate))
+        _say(report.CELL_HEADER)
+        for spec in cells:
+            texts, tokens = (
+                (data.queries, data.query_tokens)
+                if spec.pool == "queries"
+                else (data.texts, data.text_tokens)
+            )
+            cell = await run_cell(server.name, server.pid, by_label[spec.client], spec, texts, tokens, budget)
+            run.cells.append(cell)
+            _say(report.cell_line(cell))
+            if server.process.exit_code() is not None:
+                raise RuntimeError(f"{server.name} died under load:\n{server.process.log_tail()}")
+    finally:
+        for sender in senders:
+            await sender.aclose()
+
+
+def _benchmark_server(
+    runner: Callable[[Coroutine[Any, Any, None]], None],
+    server: servers.Server,
+    label: str,
+    senders: list[Sender],
+    cells: list[CellSpec],
+    data: corpus.Corpus,
+    reference: raw.Reference,
+    threshold: float,
+    budget: Budget,
+) -> ServerRun:
+    run = ServerRun(server.name, label, server.notes, server.startup_s, server.idle_rss_mb)
+    _say(f"{label}: ready in {server.startup_s:.1f} s, idle RSS {server.idle_rss_mb:.0f} MB")
+    try:
+        runner(_drive(server, senders, cells, data, reference, threshold, budget, run))
+        run.peak_rss_mb = procs.peak_rss_mb(server.pid)
+    finally:
+        server.stop()
+    return run
+
+
+def _raise_on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop  # type: ignore[no-any-return]
+
+
+def _raw_phase(
+    args: argparse.Namespace, folder: Path, data: corpus.Corpus, result: RunResult
+) -> raw.Reference:
+    """Raw limits at both precisions (no server running) and the float32 reference vectors."""
+    _say("raw sentence-transformers (no server running):")
+    reference = None
+    for precision in ("float32", "bfloat16"):
+        measured, model = raw.measure(
+            folder,
+            data.texts,
+            data.text_tokens,
+            data.queries,
+            precision,
+            args.raw_batch_sizes,
+            args.raw_sweep_items,
+            log=_say,
+        )
+        result.raw[precision] = measured
+        if precision == "float32":
+            sample = [data.texts[i] for i in data.check_sample]
+            reference = raw.reference(model, sample, data.retrieval.queries, data.retrieval.passages)
+        del model
+        gc.collect()
+    assert reference is not None
+    return reference
+
+
+def _corpus_summary(data: corpus.Corpus) -> dict[str, Any]:
+    return {
+        "texts": len(data.texts),
+        "tokens": data.tokens_total,
+        "mean_tokens": data.tokens_total / len(data.texts),
+        "queries": len(data.queries),
+        "mean_query_tokens": sum(data.query_tokens) / len(data.query_tokens),
+        "retrieval_queries": len(data.retrieval.queries),
+        "retrieval_passages": len(data.retrieval.passages),
+    }
+
+
+def run(args: argparse.Namespace) -> RunResult:
+    folder = corpus.default_model_folder()
+    log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="sie-bench-"))
+    started = time.monotonic()
+    infinity_cli, infinity_how = None, ""
+    if args.infinity:  # install first: pip must not run while anything is measured
+        infinity_cli, infinity_how = infinity_env.ensure(REPO_ROOT)
+        _say(f"Infinity: {infinity_how}")
+
+    version = _server_version(args.server_src)
+    _say(f"our server's code: {version}")
+    _say(f"corpus: seed {args.seed}, {args.corpus_size} texts, vocab from {folder}")
+    data = corpus.build_corpus(folder, seed=args.seed, size=args.corpus_size, queries=args.query_count)
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    result = RunResult(config | {"server_version": version}, _machine(), _corpus_summary(data), raw={})
+    _say(f"  {data.tokens_total} tokens, mean {result.corpus['mean_tokens']:.1f} per text")
+    reference = _raw_phase(args, folder, data, result)
+
+    threshold = 0.99 if "int8" in args.model.lower() else 0.995
+    budget = Budget(args.warmup, args.seconds, args.max_requests, args.steady)
+    max_conn = max(args.concurrency) + 4
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        _say(f"\nour server: {args.model}, --precision {args.precision}")
+        ours = servers.start_sie(
+            REPO_ROOT, args.model, args.precision, dict(args.server_env), log_dir, args.server_src
+        )
+        senders: list[Sender] = []
+        if "sdk" in args.clients:
+            senders.append(SdkSender(ours.base_url, ours.model, max_conn))
+        if "json" in args.clients:
+            senders.append(JsonSender(ours.base_url, ours.json_route, ours.model, max_conn))
+        cells = _cells(args.clients, args.concurrency, args.request_items)
+        label = f"sie {args.precision}"
+        if ours.effective_precision not in (None, args.precision):
+            label += f" (ran as {ours.effective_precision})"
+        result.servers.append(
+            _benchmark_server(runner.run, ours, label, senders, cells, data, reference, threshold, budget)
+        )
+        if infinity_cli is not None:
+            batch = args.infinity_batch_size or result.raw["float32"].best_batch_size
+            _say(f"\nInfinity: {folder} (torch engine, always these weights)")
+            inf = servers.start_infinity(
+                infinity_cli, folder, DEFAULT_MODEL, batch, args.infinity_dtype, log_dir, args.infinity_arg
+            )
+            inf.notes.append(f"installed with: {infinity_how}")
+            sender = JsonSender(inf.base_url, inf.json_route, inf.model, max_conn)
+            cells = _cells(["json"], args.concurrency, args.request_items)
+            label = f"infinity {args.infinity_dtype}"
+            result.servers.append(
+                _benchmark_server(runner.run, inf, label, [sender], cells, data, reference, 0.995, budget)
+            )
+    result.ratios = compute_ratios(result, args.precision)
+    result.failures = [f for s in result.servers for g in s.gates for f in g.failures]
+    result.config["elapsed_s"] = time.monotonic() - started
+    result.config["log_dir"] = str(log_dir)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even where the shell started us ignoring it
+    try:
+        result = run(args)
+    except KeyboardInterrupt:
+        print("\ninterrupted; servers stopped", file=sys.stderr)
+        return 130
+    except RuntimeError as exc:
+        print(f"\nbenchmark aborted: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        procs.stop_all()
+    report.print_servers(result)
+    report.print_ratios(result)
+    print("\n== summary (markdown) ==\n")
+    print(report.summary_markdown(result))
+    if args.json:
+        report.write_json(result, args.json)
+        print(f"\nJSON written to {args.json}")
+    print(f"\nrun took {result.config['elapsed_s']:.0f} s; server logs in {result.config['log_dir']}")
+    if result.failures:
+        print("\nCORRECTNESS CHECKS FAILED:")
+        for failure in result.failures:
+            print(f"  - {failure}")
+        return 1
+    print("\nall correctness checks passed")
+    return 0

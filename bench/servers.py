@@ -1,0 +1,139 @@
+"""How each server under test is started: our ``sie-server`` and Infinity, both offline on loopback.
+
+A ``Server`` is ready when its model answers; its idle RSS is read right then, before any request.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from bench import procs
+
+SIE_JSON_ROUTE = "/v1/embeddings"
+INFINITY_JSON_ROUTE = "/embeddings"
+_LOADED = re.compile(r"loaded (\S+) from .* on (\S+) \((\w+)\)")
+
+
+@dataclass
+class Server:
+    name: str  # "sie" or "infinity"
+    process: procs.ManagedProcess
+    base_url: str
+    model: str  # the id requests name
+    json_route: str
+    startup_s: float = 0.0
+    idle_rss_mb: float = 0.0
+    effective_precision: str | None = None  # what the server's log says it loaded the model as
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+def _offline_env(extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIE_")}
+    env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    env.update(extra)
+    return env
+
+
+def _ready(server: Server, timeout_s: float, probe_path: str) -> Server:
+    def probe(client: httpx.Client) -> bool:
+        return client.get(server.base_url + probe_path).status_code == 200
+
+    server.startup_s = procs.wait_ready(server.process, probe, timeout_s)
+    server.idle_rss_mb = procs.rss_mb(server.pid)
+    return server
+
+
+def start_sie(
+    repo_root: Path,
+    model: str,
+    precision: str,
+    server_env: dict[str, str],
+    log_dir: Path,
+    server_src: Path | None = None,
+    timeout_s: float = 300.0,
+) -> Server:
+    """``sie-server serve --preload MODEL``: preload happens before the port opens, so ready means loaded."""
+    port = procs.free_port()
+    env = _offline_env({"SIE_DEFAULT_COMPUTE_PRECISION": precision, **server_env})
+    if server_src is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(server_src), env.get("PYTHONPATH")) if p)
+    argv = [
+        str(repo_root / ".venv" / "bin" / "sie-server"),
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--preload",
+        model,
+    ]
+    process = procs.ManagedProcess("sie-server", argv, env, log_dir / "sie-server.log")
+    server = Server("sie", process, f"http://127.0.0.1:{port}", model, SIE_JSON_ROUTE)
+    process.start()
+    _ready(server, timeout_s, f"/v1/models/{model}")
+    match = _LOADED.search(process.log_path.read_text(errors="replace"))
+    if match:
+        server.effective_precision = match.group(3)
+        server.notes.append(f"loaded on {match.group(2)} as {match.group(3)}")
+    given = " ".join(f"{k}={v}" for k, v in sorted({**server_env}.items()))
+    server.notes.append(f"SIE_DEFAULT_COMPUTE_PRECISION={precision} {given}".strip())
+    return server
+
+
+def start_infinity(
+    cli: Path,
+    folder: Path,
+    model: str,
+    batch_size: int,
+    dtype: str,
+    log_dir: Path,
+    extra_args: list[str],
+    timeout_s: float = 300.0,
+) -> Server:
+    """``infinity_emb v2`` on the torch engine, CPU, offline; its disk cache of results is off (a cache
+    would answer the round-robin corpus from SQLite instead of the model)."""
+    port = procs.free_port()
+    env = _offline_env({"DO_NOT_TRACK": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0", "NO_COLOR": "1"})
+    argv = [
+        str(cli),
+        "v2",
+        "--model-id",
+        str(folder),
+        "--served-model-name",
+        model,
+        "--engine",
+        "torch",
+        "--device",
+        "cpu",
+        "--dtype",
+        dtype,
+        "--batch-size",
+        str(batch_size),
+        "--no-vector-disk-cache",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *extra_args,
+    ]
+    process = procs.ManagedProcess("infinity", argv, env, log_dir / "infinity.log")
+    server = Server("infinity", process, f"http://127.0.0.1:{port}", model, INFINITY_JSON_ROUTE)
+    process.start()
+    _ready(server, timeout_s, "/models")
+    server.notes.append(
+        f"infinity_emb v2 --engine torch --device cpu --dtype {dtype} --batch-size {batch_size} "
+        f"--no-vector-disk-cache {' '.join(extra_args)}".strip()
+    )
+    return server
