@@ -51,9 +51,10 @@ class Engine:
         self._metrics = metrics
         self._slots = {name: ModelSlot(catalog.get(name)) for name in catalog.names()}  # type: ignore[arg-type]
         self._workers: dict[str, ModelWorker] = {}
-        self._loader = ModelLoader(load, self._start_worker)
         self._tokenize_pool = ThreadPoolExecutor(limits.preprocessor_workers, thread_name_prefix="sie-tok")
+        # Every load and forward runs on this one thread: see loader.load_and_warm_up for why.
         self._device_executor = ThreadPoolExecutor(1, thread_name_prefix="sie-device")
+        self._loader = ModelLoader(load, self._start_worker, self._device_executor)
         self._closed = False
 
     async def preload(self, names: list[str]) -> None:
@@ -200,6 +201,5 @@ class Engine:
             if slot.model is not None:
                 slot.model.encoder.close()
                 slot.model = None
-        self._loader.close()
         self._tokenize_pool.shutdown(wait=False, cancel_futures=True)
         self._device_executor.shutdown(wait=True, cancel_futures=True)
