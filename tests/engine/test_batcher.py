@@ -117,3 +117,13 @@ def test_padding_split_is_no_worse_than_one_chunk_or_singletons(costs, budget):
     assert work(chunks) <= work(singletons)
     if costs[-1] * len(costs) <= budget:
         assert work(chunks) <= work([range(len(costs))])
+
+
+def test_batch_is_the_oldest_plus_its_closest_lengths():
+    batcher: Batcher[int] = Batcher(BatchLimits(max_tokens=10_000, max_items=3, max_wait_s=0.0))
+    for cost in (50, 200, 10, 48, 199, 52, 11):
+        batcher.add(entry(cost))
+    assert [e.cost for e in batcher.next_batch(0.0) or []] == [48, 50, 52]
+    # Next oldest is 200: its closest neighbours in length are 199 and the short 11 or 10 (smaller spread: 11).
+    assert [e.cost for e in batcher.next_batch(0.0) or []] == [11, 199, 200]
+    assert [e.cost for e in batcher.next_batch(0.0) or []] == [10]
