@@ -6,8 +6,11 @@ with the public hint. Rerankers and extractors arrive with their adapters in lat
 
 from __future__ import annotations
 
+from typing import Final
+
 from fastapi import APIRouter, Request, Response
 
+from sie.engine.engine import Engine
 from sie.engine.errors import InvalidInput
 from sie.server.api.native import EngineDep, read_body
 from sie.server.openapi_docs import native_body
@@ -16,33 +19,39 @@ from sie.wire.requests import ExtractRequest, ScoreRequest
 router = APIRouter()
 
 
+_SCORE_HINT: Final = (
+    "does not support scoring. Use an encoder model with /v1/encode instead, or use a reranker model."
+)
+_EXTRACT_HINT: Final = (
+    "does not support extraction. Use an extraction model like GLiNER, GLiClass, or Florence-2."
+)
+
+
+async def _validated(
+    model: str,
+    request: Request,
+    engine: Engine,
+    into: type[ScoreRequest | ExtractRequest],
+    task: str,
+    hint: str,
+) -> Response:
+    """Validate exactly as the public server does, then refuse: no adapter here serves this task yet."""
+    entry = engine.entry(model)
+    body = await read_body(request, into)
+    if not body.items:
+        raise InvalidInput("Field 'items' must not be empty")
+    if getattr(entry.config.tasks, task) is None:
+        raise InvalidInput(f"Model '{model}' {hint}")
+    raise InvalidInput(f"Model '{model}' declares {task}, but no {task} adapter is available in this build")
+
+
 @router.post("/v1/score/{model:path}", tags=["score"], openapi_extra=native_body(ScoreRequest, None))
 async def score(model: str, request: Request, engine: EngineDep) -> Response:
     """Rerank ``items`` against ``query``."""
-    entry = engine.entry(model)
-    body = await read_body(request, ScoreRequest)
-    if not body.items:
-        raise InvalidInput("Field 'items' must not be empty")
-    if entry.config.tasks.score is None:
-        raise InvalidInput(
-            f"Model '{model}' does not support scoring. "
-            "Use an encoder model with /v1/encode instead, or use a reranker model."
-        )
-    raise InvalidInput(f"Model '{model}' declares scoring, but no scoring adapter is available in this build")
+    return await _validated(model, request, engine, ScoreRequest, "score", _SCORE_HINT)
 
 
 @router.post("/v1/extract/{model:path}", tags=["extract"], openapi_extra=native_body(ExtractRequest, None))
 async def extract(model: str, request: Request, engine: EngineDep) -> Response:
     """Entities, relations, classes or structured data from each item."""
-    entry = engine.entry(model)
-    body = await read_body(request, ExtractRequest)
-    if not body.items:
-        raise InvalidInput("Field 'items' must not be empty")
-    if entry.config.tasks.extract is None:
-        raise InvalidInput(
-            f"Model '{model}' does not support extraction. "
-            "Use an extraction model like GLiNER, GLiClass, or Florence-2."
-        )
-    raise InvalidInput(
-        f"Model '{model}' declares extraction, but no extraction adapter is available in this build"
-    )
+    return await _validated(model, request, engine, ExtractRequest, "extract", _EXTRACT_HINT)
