@@ -31,8 +31,8 @@ class SIEConnectionError(SIEError):
     """The request never produced an HTTP answer (refused, reset, timed out)."""
 
 
-class RequestError(SIEError):
-    """The server refused the request (4xx), or answered in a shape the SDK cannot read."""
+class _AnsweredError(SIEError):
+    """What a server's error answer carries; shared by ``RequestError`` and ``ServerError``."""
 
     def __init__(
         self,
@@ -50,7 +50,11 @@ class RequestError(SIEError):
         self.request = request
 
 
-class ServerError(SIEError):
+class RequestError(_AnsweredError):
+    """The server refused the request (4xx), or answered in a shape the SDK cannot read."""
+
+
+class ServerError(_AnsweredError):
     """The server failed (5xx). ``retry_after`` keeps the server's hint, if it sent one."""
 
     def __init__(
@@ -63,11 +67,7 @@ class ServerError(SIEError):
         request: Mapping[str, Any] | None = None,
         retry_after: float | None = None,
     ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.status_code = status_code
-        self.param = param
-        self.request = request
+        super().__init__(message, code, status_code, param=param, request=request)
         self.retry_after = retry_after
 
 
