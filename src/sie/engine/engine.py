@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from sie.engine.batcher import BatchLimits
 from sie.engine.catalog import Catalog, CatalogEntry
 from sie.engine.encode_plan import EncodePlan, plan_encode
-from sie.engine.errors import EngineClosed, InvalidInput, ModelLoadFailed, ModelLoading, ModelNotFound
+from sie.engine.errors import (
+    EngineClosed,
+    InvalidInput,
+    ModelLoadFailed,
+    ModelLoading,
+    ModelNotFound,
+    require_items,
+)
 from sie.engine.loader import LoadedModel, LoadSettings, ModelLoader, ModelSlot, ModelState
 from sie.engine.worker import BatchStats, DenseGroup, ItemResult, ModelWorker
 from sie.observability.metrics import Metrics
@@ -141,8 +148,7 @@ class Engine:
 
     async def encode(self, name: str, items: list[Item], params: EncodeParams | None) -> EncodeOutcome:
         started = time.perf_counter()
-        if not items:
-            raise InvalidInput("Field 'items' must not be empty")
+        require_items(items)
         name = self.resolve(name, params)
         plan = self.plan(name, params)
         model, worker = self.ready_model(name)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sized
+
 
 class EngineError(Exception):
     """Base of every error the engine reports to a caller."""
@@ -9,6 +11,12 @@ class EngineError(Exception):
 
 class InvalidInput(EngineError):
     """The request cannot be served as asked; retrying the same request will not help."""
+
+
+def require_items(items: Sized) -> None:
+    """Every operation needs at least one item; the message is the public server's."""
+    if not len(items):
+        raise InvalidInput("Field 'items' must not be empty")
 
 
 class ModelNotFound(EngineError):

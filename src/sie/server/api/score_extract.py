@@ -11,7 +11,7 @@ from typing import Final
 from fastapi import APIRouter, Request, Response
 
 from sie.engine.engine import Engine
-from sie.engine.errors import InvalidInput
+from sie.engine.errors import InvalidInput, require_items
 from sie.server.api.native import EngineDep, read_body
 from sie.server.openapi_docs import native_body
 from sie.wire.requests import ExtractRequest, ScoreRequest
@@ -38,8 +38,7 @@ async def _validated(
     """Validate exactly as the public server does, then refuse: no adapter here serves this task yet."""
     entry = engine.entry(model)
     body = await read_body(request, into)
-    if not body.items:
-        raise InvalidInput("Field 'items' must not be empty")
+    require_items(body.items)
     if getattr(entry.config.tasks, task) is None:
         raise InvalidInput(f"Model '{model}' {hint}")
     raise InvalidInput(f"Model '{model}' declares {task}, but no {task} adapter is available in this build")
