@@ -48,21 +48,35 @@ class Reference:
     retrieval_passages: np.ndarray
 
 
-def _load(folder: Path, precision: str) -> Any:
-    import torch
-    from sentence_transformers import SentenceTransformer
-
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[precision]
-    model = SentenceTransformer(str(folder), device="cpu", model_kwargs={"dtype": dtype})
-    model.eval()
-    return model
+PRECISIONS = ("float32", "bfloat16", "bfloat16-mixed")
 
 
-def _encode(model: Any, texts: Sequence[str], batch_size: int) -> np.ndarray:
-    vectors = model.encode(
-        list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
-    ).astype(np.float32)
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+class RawModel:
+    """A sentence-transformers model at one of ``PRECISIONS``. ``bfloat16`` casts the whole model;
+    ``bfloat16-mixed`` is what our server runs for bfloat16 on a CPU with bf16 hardware (linear
+    weights in bf16 under autocast, the rest float32), so the two are compared at the same precision."""
+
+    def __init__(self, folder: Path, precision: str) -> None:
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        from sie.adapters.dense_torch import linear_weights_to
+
+        dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
+        self.model = SentenceTransformer(str(folder), device="cpu", model_kwargs={"dtype": dtype})
+        self.model.eval()
+        self.autocast = precision == "bfloat16-mixed"
+        if self.autocast:
+            linear_weights_to(self.model, torch.bfloat16)
+
+    def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
+        import torch
+
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast):
+            vectors = self.model.encode(
+                list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
+            ).astype(np.float32)
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
 @dataclass(frozen=True)
@@ -72,25 +86,25 @@ class Timing:
     other_cores: float  # cores the rest of the machine used meanwhile (interference)
 
 
-def _throughput(model: Any, texts: list[str], tokens: int, batch_size: int) -> Timing:
+def _throughput(model: RawModel, texts: list[str], tokens: int, batch_size: int) -> Timing:
     from bench.procs import machine_busy_seconds, own_cpu_seconds
 
-    _encode(model, texts[: batch_size * 2], batch_size)  # warm-up: allocator, kernels, thread pool
+    model.encode(texts[: batch_size * 2], batch_size)  # warm-up: allocator, kernels, thread pool
     busy0, own0 = machine_busy_seconds(), own_cpu_seconds()
     start = time.perf_counter()
-    _encode(model, texts, batch_size)
+    model.encode(texts, batch_size)
     elapsed = time.perf_counter() - start
     other = max(0.0, (machine_busy_seconds() - busy0) - (own_cpu_seconds() - own0)) / elapsed
     return Timing(len(texts) / elapsed, tokens / elapsed, other)
 
 
-def _single_query_ms(model: Any, queries: list[str]) -> tuple[float, float]:
+def _single_query_ms(model: RawModel, queries: list[str]) -> tuple[float, float]:
     for query in queries[:5]:
-        _encode(model, [query], 1)
+        model.encode([query], 1)
     samples = []
     for i in range(LATENCY_SAMPLES):
         start = time.perf_counter()
-        _encode(model, [queries[i % len(queries)]], 1)
+        model.encode([queries[i % len(queries)]], 1)
         samples.append((time.perf_counter() - start) * 1000)
     samples.sort()
     return statistics.median(samples), samples[int(0.95 * (len(samples) - 1))]
@@ -105,13 +119,13 @@ def measure(
     batch_sizes: Sequence[int],
     sweep_items: int,
     log: Any = print,
-) -> tuple[RawResult, Any]:
+) -> tuple[RawResult, RawModel]:
     """Sweep the batch sizes on the first ``sweep_items`` texts, then time the best one over the whole
     corpus; then single-query latency. Returns the result and the loaded model."""
     import torch
 
     torch.set_num_threads(os.cpu_count() or 1)
-    model = _load(folder, precision)
+    model = RawModel(folder, precision)
     sweep = texts[:sweep_items]
     sweep_tokens = sum(text_tokens[:sweep_items])
     by_batch: dict[int, float] = {}
@@ -141,5 +155,5 @@ def measure(
     return result, model
 
 
-def reference(model: Any, sample: list[str], queries: list[str], passages: list[str]) -> Reference:
-    return Reference(_encode(model, sample, 32), _encode(model, queries, 32), _encode(model, passages, 32))
+def reference(model: RawModel, sample: list[str], queries: list[str], passages: list[str]) -> Reference:
+    return Reference(model.encode(sample, 32), model.encode(queries, 32), model.encode(passages, 32))

@@ -12,18 +12,8 @@ from bench.stats import CellResult
 
 CELL_HEADER = (
     f"{'server':9s} {'cell':24s} {'items/s':>9s} {'tokens/s':>9s} {'p50 ms':>8s} {'p95 ms':>8s} "
-    f"{'p99 ms':>8s} {'reqs':>6s} {'srv cpu s':>9s} {'cores':>5s} {'gen':>5s} {'other':>5s} {'errors':>6s}"
+    f"{'p99 ms':>8s} {'reqs':>6s} {'secs':>6s} {'srv cpu s':>9s} {'cores':>5s} {'gen':>5s} {'other':>5s} {'errors':>6s}"
 )
-
-
-def _few(cell: CellResult) -> str:
-    """``*`` when the answers formed fewer than two bursts, so the rate is items in window / window."""
-    return "*" if cell.rate_span_s == cell.window_s else " "
-
-
-def _unsteady(cell: CellResult) -> str:
-    """``~`` when the window opened before every worker had an answer: latency not steady-state."""
-    return " " if cell.steady else "~"
 
 
 def _errors(cell: CellResult) -> str:
@@ -32,10 +22,10 @@ def _errors(cell: CellResult) -> str:
 
 def cell_line(cell: CellResult) -> str:
     line = (
-        f"{cell.server:9s} {cell.spec.key:24s} {cell.items_per_s:8.1f}{_few(cell)} {cell.tokens_per_s:9.0f} "
-        f"{cell.p50_ms:8.2f}{_unsteady(cell)}{cell.p95_ms:8.2f} {cell.p99_ms:8.2f} {cell.requests:6d} "
-        f"{cell.server_cpu_s:9.2f} {cell.server_cores:5.2f} {cell.bench_cpu_s / cell.window_s:5.2f} "
-        f"{cell.other_cpu_s / cell.window_s:5.2f} "
+        f"{cell.server:9s} {cell.spec.key:24s} {cell.items_per_s:9.1f} {cell.tokens_per_s:9.0f} "
+        f"{cell.p50_ms:8.2f} {cell.p95_ms:8.2f} {cell.p99_ms:8.2f} {cell.requests:6d} {cell.elapsed_s:6.1f} "
+        f"{cell.server_cpu_s:9.2f} {cell.server_cores:5.2f} {cell.bench_cpu_s / cell.elapsed_s:5.2f} "
+        f"{cell.other_cpu_s / cell.elapsed_s:5.2f} "
         f"{cell.errors:6d}"
     )
     if cell.statuses:
@@ -64,8 +54,8 @@ def _server_rows(server: ServerRun) -> list[str]:
     for cell in server.cells:
         rows.append(
             f"| {server.label} | {cell.spec.client} | {cell.spec.concurrency} | {cell.spec.batch}"
-            f"{' (10-word)' if cell.spec.pool == 'queries' else ''} | {cell.items_per_s:.1f}{_few(cell).strip()} | "
-            f"{cell.tokens_per_s:.0f}{_few(cell).strip()} | {cell.p50_ms:.1f}{_unsteady(cell).strip()} | "
+            f"{' (10-word)' if cell.spec.pool == 'queries' else ''} | {cell.items_per_s:.1f} | "
+            f"{cell.tokens_per_s:.0f} | {cell.p50_ms:.1f} | "
             f"{cell.p95_ms:.1f} | {cell.p99_ms:.1f} | {cell.server_cores:.2f} | {_errors(cell)} |"
         )
     return rows
@@ -76,7 +66,8 @@ def summary_markdown(run: RunResult) -> str:
     lines = [
         f"Run: server `{cfg.get('server_version', '?')}`, model `{cfg['model']}`, precision `{cfg['precision']}`, corpus {run.corpus['texts']} texts "
         f"(seed {cfg['seed']}, {run.corpus['tokens']} tokens, mean {run.corpus['mean_tokens']:.1f}), "
-        f"{cfg['seconds']:g} s per cell after {cfg['warmup']:g} s warm-up, {run.machine['cores']} cores "
+        f"{cfg['items']} items per cell (single-item cells: {cfg['items'] // 4} requests), "
+        f"{run.machine['cores']} cores "
         f"({run.machine['cpu']}){', quick' if cfg['quick'] else ''}.",
         "",
         "| raw sentence-transformers | best batch | items/s | tokens/s | 1 query p50 ms |",
@@ -119,7 +110,7 @@ def print_servers(run: RunResult) -> None:
         total_cpu = sum(c.server_cpu_s for c in server.cells)
         print(
             f"{server.label}: startup {server.startup_s:.1f} s, idle RSS {server.idle_rss_mb:.0f} MB, "
-            f"peak RSS (VmHWM) {server.peak_rss_mb:.0f} MB, CPU in measured windows {total_cpu:.1f} s"
+            f"peak RSS (VmHWM) {server.peak_rss_mb:.0f} MB, CPU in timed cells {total_cpu:.1f} s"
         )
         for note in server.notes:
             print(f"  {note}")

@@ -26,31 +26,27 @@ class CellResult:
     server: str
     spec: CellSpec
     requests: int
-    items: int  # answered inside the window
+    items: int  # answered (failed requests carry none)
     tokens: int
-    window_s: float
-    rate_span_s: float  # what the rates divide by: first burst's end to last answer (see load.py)
-    rate_items: int
-    rate_tokens: int
+    elapsed_s: float  # first timed send to last answer (see load.py)
     p50_ms: float
     p95_ms: float
     p99_ms: float
     max_ms: float
     errors: int
-    server_cpu_s: float  # server process tree's user+system during the window
-    bench_cpu_s: float  # this process (the load generator) during the window
-    other_cpu_s: float  # the rest of the machine during the window (noise from other work)
-    steady: bool = True  # every worker had an answer before the window opened (latency is steady-state)
+    server_cpu_s: float  # server process tree's user+system while the cell ran
+    bench_cpu_s: float  # this process (the load generator) meanwhile
+    other_cpu_s: float  # the rest of the machine meanwhile (noise from other work)
     statuses: dict[int, int] = field(default_factory=dict)  # non-2xx answers seen in the cell
     error_sample: str = ""
 
     @property
     def items_per_s(self) -> float:
-        return self.rate_items / self.rate_span_s if self.rate_span_s else 0.0
+        return self.items / self.elapsed_s
 
     @property
     def tokens_per_s(self) -> float:
-        return self.rate_tokens / self.rate_span_s if self.rate_span_s else 0.0
+        return self.tokens / self.elapsed_s
 
     @property
     def non_2xx(self) -> int:
@@ -58,8 +54,8 @@ class CellResult:
 
     @property
     def server_cores(self) -> float:
-        """Average cores the server kept busy during the window."""
-        return self.server_cpu_s / self.window_s if self.window_s else 0.0
+        """Average cores the server kept busy while the cell ran."""
+        return self.server_cpu_s / self.elapsed_s
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

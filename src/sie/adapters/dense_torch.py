@@ -32,7 +32,8 @@ def _weights_and_autocast(precision: ComputePrecision, device: str) -> tuple[tor
     return _TORCH_DTYPES[precision], None
 
 
-def _linear_weights_to(model: torch.nn.Module, dtype: torch.dtype) -> None:
+def linear_weights_to(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """The weight half of CPU mixed bf16 (public so the benchmark's raw baseline runs the same path)."""
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
             module.to(dtype)
@@ -67,7 +68,7 @@ class TorchDenseEncoder:
         )
         model.eval().to(device)
         if autocast is not None:
-            _linear_weights_to(model, autocast)
+            linear_weights_to(model, autocast)
         dims = int(model.config.hidden_size)
         return cls(model, device, dims, read_default_pooling(spec.weights), autocast)
 
