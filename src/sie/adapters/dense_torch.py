@@ -11,6 +11,7 @@ from transformers import AutoModel
 from transformers.utils import logging as hf_logging
 
 from sie.adapters.base import LoadSpec, Pooling, TokenBatch
+from sie.adapters.packed_bert import PackedBert, pool_packed
 from sie.adapters.pooling import read_default_pooling
 from sie.engine.model_config import ComputePrecision
 
@@ -47,10 +48,12 @@ class TorchDenseEncoder:
         dims: int,
         default_pooling: Pooling,
         autocast: torch.dtype | None = None,
+        packed: PackedBert | None = None,
     ) -> None:
         self._model = model
         self._device = device
         self._autocast = autocast
+        self._packed = packed
         self.dims = dims
         self.default_pooling = default_pooling
 
@@ -70,17 +73,25 @@ class TorchDenseEncoder:
         if autocast is not None:
             linear_weights_to(model, autocast)
         dims = int(model.config.hidden_size)
-        return cls(model, device, dims, read_default_pooling(spec.weights), autocast)
+        packed = (
+            PackedBert(model) if spec.loadtime.get("packed", True) and PackedBert.supports(model) else None
+        )
+        return cls(model, device, dims, read_default_pooling(spec.weights), autocast, packed)
 
     @torch.inference_mode()
     def embed(self, batch: TokenBatch, pooling: Pooling) -> np.ndarray:
+        with torch.autocast(
+            self._device.type, dtype=self._autocast or torch.bfloat16, enabled=self._autocast is not None
+        ):
+            if self._packed is not None:
+                hidden, packing = self._packed.hidden_states(batch, self._device)
+                return pool_packed(hidden, packing, pooling).cpu().numpy()
+            return self._padded(batch, pooling)
+
+    def _padded(self, batch: TokenBatch, pooling: Pooling) -> np.ndarray:
         ids = torch.from_numpy(batch.input_ids).to(self._device, non_blocking=True)
         mask = torch.from_numpy(batch.attention_mask).to(self._device, non_blocking=True)
-        if self._autocast is None:
-            hidden = self._model(input_ids=ids, attention_mask=mask).last_hidden_state
-        else:
-            with torch.autocast(self._device.type, dtype=self._autocast):
-                hidden = self._model(input_ids=ids, attention_mask=mask).last_hidden_state
+        hidden = self._model(input_ids=ids, attention_mask=mask).last_hidden_state
         if pooling is Pooling.CLS:
             pooled = hidden[:, 0]
         elif pooling is Pooling.LAST:

@@ -1,0 +1,101 @@
+"""The packed BERT forward against the padded transformers forward on the same weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
+
+from sie.adapters.base import LoadSpec, Pooling, TokenBatch
+from sie.adapters.dense_torch import TorchDenseEncoder
+from sie.adapters.packed_bert import PackedBert, pool_packed
+from sie.adapters.tokenizer import TextTokenizer
+from sie.engine.model_config import ComputePrecision
+from tests.adapters.test_dense_equivalence import corpus, cosine
+
+
+def tiny_bert(**overrides: object) -> BertModel:
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=120,
+        hidden_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=96,
+        max_position_embeddings=64,
+        attn_implementation="sdpa",
+        **overrides,
+    )
+    return BertModel(config, add_pooling_layer=False).eval()
+
+
+def random_batch(rng: np.random.Generator, lengths: list[int]) -> TokenBatch:
+    return TokenBatch.pad([rng.integers(1, 120, size=n) for n in lengths], pad_id=0)
+
+
+def padded_reference(model: BertModel, batch: TokenBatch, pooling: Pooling) -> np.ndarray:
+    with torch.inference_mode():
+        mask = torch.from_numpy(batch.attention_mask)
+        hidden = model(input_ids=torch.from_numpy(batch.input_ids), attention_mask=mask).last_hidden_state
+    if pooling is Pooling.CLS:
+        return hidden[:, 0].numpy()
+    if pooling is Pooling.LAST:
+        return hidden[torch.arange(len(batch.lengths)), torch.from_numpy(batch.lengths) - 1].numpy()
+    weights = mask.unsqueeze(-1).float()
+    return ((hidden * weights).sum(1) / weights.sum(1)).numpy()
+
+
+@pytest.mark.parametrize("pooling", list(Pooling))
+@pytest.mark.parametrize(
+    "lengths", [[7, 1, 33, 12, 64, 2], [9, 9, 9], [5]], ids=["mixed", "uniform", "single"]
+)
+def test_packed_equals_padded_on_random_weights(pooling, lengths):
+    model = tiny_bert()
+    batch = random_batch(np.random.default_rng(len(lengths)), lengths)
+    expected = padded_reference(model, batch, pooling)
+    packed = PackedBert(model)
+    with torch.inference_mode():
+        hidden, packing = packed.hidden_states(batch, torch.device("cpu"))
+        got = pool_packed(hidden, packing, pooling).numpy()
+    assert hidden.shape == (sum(lengths), 48)  # only real tokens, no padding rows
+    np.testing.assert_allclose(got, expected, atol=2e-5, rtol=1e-4)
+
+
+def test_fused_projection_does_not_hold_the_weights_twice():
+    model = tiny_bert()
+    query = model.encoder.layer[0].attention.self.query.weight.detach().clone()
+    PackedBert(model)
+    attention = model.encoder.layer[0].attention.self
+    storages = {
+        p.weight.untyped_storage().data_ptr() for p in (attention.query, attention.key, attention.value)
+    }
+    assert len(storages) == 1
+    assert torch.equal(attention.query.weight, query)
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        tiny_bert(position_embedding_type="relative_key"),
+        tiny_bert(is_decoder=True),
+        RobertaModel(
+            RobertaConfig(vocab_size=120, hidden_size=48, num_hidden_layers=1, num_attention_heads=4)
+        ),
+    ],
+    ids=["relative-positions", "decoder", "roberta"],
+)
+def test_models_it_cannot_run_keep_the_padded_forward(model):
+    assert not PackedBert.supports(model)
+
+
+@pytest.mark.parametrize("precision", [ComputePrecision.FLOAT32, ComputePrecision.BFLOAT16])
+def test_minilm_runs_packed_unless_opted_out_and_matches_the_padded_forward(minilm_dir, precision):
+    tokenizer = TextTokenizer.from_folder(minilm_dir, 256)
+    packed = TorchDenseEncoder.load(LoadSpec(minilm_dir, "cpu", precision, 256))
+    padded = TorchDenseEncoder.load(LoadSpec(minilm_dir, "cpu", precision, 256, loadtime={"packed": False}))
+    assert packed._packed is not None and padded._packed is None
+    batch = TokenBatch.pad(tokenizer.encode(corpus(30)), tokenizer.pad_id)
+    floor = 0.99999 if precision is ComputePrecision.FLOAT32 else 0.9999
+    for pooling in Pooling:
+        assert cosine(packed.embed(batch, pooling), padded.embed(batch, pooling)).min() >= floor
