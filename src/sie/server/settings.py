@@ -41,7 +41,8 @@ class Settings(BaseSettings):
     max_concurrent_requests: int = Field(512, ge=1, description="Most items queued or running per model.")
     preprocessor_workers: int = Field(4, ge=1, description="Tokenization threads.")
     default_compute_precision: ComputePrecision = Field(
-        ComputePrecision.FLOAT16, description="Precision when the profile sets none (CPU always float32)."
+        ComputePrecision.FLOAT16,
+        description="Precision when the profile sets none (CPU: bf16 autocast with bf16 hardware, else float32).",
     )
     intra_op_threads: int | None = Field(
         None, ge=1, description="Threads for one forward pass (torch/ONNX Runtime); default: all cores."
