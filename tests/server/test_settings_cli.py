@@ -17,6 +17,15 @@ def test_defaults_match_the_public_server():
     assert settings.port == 8080 and settings.device == "auto" and settings.models_dir == PACKAGED_MODELS_DIR
 
 
+def test_tokenizer_threads_leave_the_cores_to_a_cpu_forward_unless_set(monkeypatch):
+    monkeypatch.delenv("SIE_PREPROCESSOR_WORKERS", raising=False)
+    settings = Settings()
+    assert settings.tokenizer_threads("cpu") == 1
+    assert settings.tokenizer_threads("cuda:0") == 4
+    monkeypatch.setenv("SIE_PREPROCESSOR_WORKERS", "3")
+    assert Settings().tokenizer_threads("cpu") == 3
+
+
 def test_cli_beats_env_beats_default(monkeypatch):
     monkeypatch.setenv("SIE_PORT", "9000")
     monkeypatch.setenv("SIE_DEVICE", "cpu")

@@ -35,8 +35,9 @@ class Lifecycle:
 
 
 def build_engine(settings: Settings, catalog: Catalog, metrics: Metrics) -> Engine:
+    device = detect_device(settings.device)
     load = LoadSettings(
-        device=detect_device(settings.device),
+        device=device,
         default_precision=settings.default_compute_precision,
         threads=settings.threads(),
         weights=WeightSources(settings.local_cache, settings.hf_fallback),
@@ -45,7 +46,7 @@ def build_engine(settings: Settings, catalog: Catalog, metrics: Metrics) -> Engi
         max_batch_items=settings.max_batch_requests,
         max_batch_wait_ms=settings.max_batch_wait_ms,
         max_pending_items=settings.max_concurrent_requests,
-        preprocessor_workers=settings.preprocessor_workers,
+        preprocessor_workers=settings.tokenizer_threads(device),
     )
     return Engine(catalog, load, limits, metrics)
 

@@ -39,7 +39,9 @@ class Settings(BaseSettings):
         10.0, ge=0, description="Most ms a queued item waits for its batch to fill while the model is busy."
     )
     max_concurrent_requests: int = Field(512, ge=1, description="Most items queued or running per model.")
-    preprocessor_workers: int = Field(4, ge=1, description="Tokenization threads.")
+    preprocessor_workers: int | None = Field(
+        None, ge=1, description="Tokenization threads (unset: 4, or 1 when models run on the CPU)."
+    )
     default_compute_precision: ComputePrecision = Field(
         ComputePrecision.FLOAT16,
         description="Precision when the profile sets none (CPU: bf16 autocast with bf16 hardware, else float32).",
@@ -64,3 +66,11 @@ class Settings(BaseSettings):
 
     def threads(self) -> int:
         return self.intra_op_threads or os.cpu_count() or 1
+
+    def tokenizer_threads(self, device: str) -> int:
+        """One on a CPU device: the forward pass already uses every core, and each extra tokenizer
+        thread that wakes up preempts one of its OpenMP threads, stalling the others at the next
+        barrier. Elsewhere tokenization has the host cores to itself."""
+        if self.preprocessor_workers is not None:
+            return self.preprocessor_workers
+        return 1 if device.startswith("cpu") else 4
