@@ -43,15 +43,14 @@ class Packing:
         positions = np.nonzero(mask)[1]
         lengths = batch.lengths
         starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-        to = lambda array: torch.from_numpy(np.ascontiguousarray(array)).to(device)  # noqa: E731
         packing = cls(
-            lengths=to(lengths),
-            starts=to(starts),
-            padded_index=None if uniform else to(np.flatnonzero(mask)),
-            key_mask=None if uniform else to(mask).view(rows, 1, 1, longest),
+            lengths=_tensor(lengths, device),
+            starts=_tensor(starts, device),
+            padded_index=None if uniform else _tensor(np.flatnonzero(mask), device),
+            key_mask=None if uniform else _tensor(mask, device).view(rows, 1, 1, longest),
             longest=longest,
         )
-        return packing, to(ids), to(positions)
+        return packing, _tensor(ids, device), _tensor(positions, device)
 
 
 class PackedBert:
@@ -104,6 +103,10 @@ class PackedBert:
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=packing.key_mask)
         context = context.transpose(1, 2).reshape(rows * packing.longest, self._hidden)
         return context if packing.padded_index is None else context[packing.padded_index]
+
+
+def _tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(array)).to(device)
 
 
 def pool_packed(hidden: torch.Tensor, packing: Packing, pooling: Pooling) -> torch.Tensor:
