@@ -24,7 +24,7 @@ from typing import Any
 from bench import corpus, correctness, infinity_env, procs, raw, report, servers
 from bench.clients import JsonSender, SdkSender, Sender
 from bench.load import Budget, run_cell
-from bench.results import RunResult, ServerRun, compute_ratios
+from bench.results import RunResult, ServerRun, compute_ratios, same_precision
 from bench.stats import CellSpec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -103,6 +103,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=512,
         help="texts per batch-size trial; the best size is then timed over the whole corpus",
+    )
+    p.add_argument(
+        "--no-raw-after",
+        action="store_true",
+        help="skip timing the raw limit again after the servers (drift check; ratios then use one timing)",
     )
     p.add_argument("--clients", default="sdk,json", help="our server's clients: sdk, json or both")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="write all results as JSON")
@@ -324,6 +329,10 @@ def run(args: argparse.Namespace) -> RunResult:
             result.servers.append(
                 _benchmark_server(runner.run, inf, label, [sender], cells, data, reference, 0.995, budget)
             )
+    if not args.no_raw_after:
+        _say("\nraw sentence-transformers again, after the servers (ratios use the mean of both timings):")
+        for key in dict.fromkeys((same_precision(result, args.precision), "float32")):
+            raw.measure_again(folder, data.texts, data.text_tokens, result.raw[key], log=_say)
     result.ratios = compute_ratios(result, args.precision)
     result.failures = [f for s in result.servers for g in s.gates for f in g.failures]
     result.config["elapsed_s"] = time.monotonic() - started

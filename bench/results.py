@@ -112,12 +112,12 @@ def compute_ratios(run: RunResult, precision: str) -> list[Ratio]:
     ratios = [
         _at_least(
             f"ours sdk c=16 b=32 / raw {same_key} (same precision)",
-            _div(ours_items, same.items_per_s if same else None),
+            _div(ours_items, same.limit if same else None),
             TARGET_VS_RAW_SAME,
         ),
         _at_least(
             "ours sdk c=16 b=32 / raw float32 (fastest-path target)",
-            _div(ours_items, fp32.items_per_s if fp32 else None),
+            _div(ours_items, fp32.limit if fp32 else None),
             TARGET_VS_RAW_FLOAT32,
         ),
     ]
@@ -125,7 +125,7 @@ def compute_ratios(run: RunResult, precision: str) -> list[Ratio]:
         ratios.append(
             _at_least(
                 "ours sdk c=16 b=32 / raw bfloat16 (whole model cast; less accurate)",
-                _div(ours_items, pure_bf16.items_per_s),
+                _div(ours_items, pure_bf16.limit),
                 None,
             )
         )
