@@ -17,7 +17,9 @@ from sie.wire.responses import Timing
 T = TypeVar("T")
 
 
-def get_engine(request: Request) -> Engine:
+async def get_engine(request: Request) -> Engine:
+    """Async on purpose: FastAPI runs a plain ``def`` dependency on its thread pool, a thread hop per
+    request that on a CPU server also wakes a thread beside the forward pass's OpenMP threads."""
     engine: Engine = request.state.engine
     return engine
 
