@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Final, TypeVar
 
 from fastapi import Depends, Request, Response
@@ -59,10 +60,16 @@ def timing_headers(timing: Timing) -> dict[str, str]:
 OFFLOAD_VALUES: Final = 16_384
 
 
+async def render_off_loop_if_big(
+    values: int, render: Callable[..., bytes], *args: Any, **kwargs: Any
+) -> bytes:
+    """``render(*args, **kwargs)``, on a worker thread when the answer holds more than ``OFFLOAD_VALUES``."""
+    if values > OFFLOAD_VALUES:
+        return await run_in_threadpool(render, *args, **kwargs)
+    return render(*args, **kwargs)
+
+
 async def negotiated(request: Request, value: Any, headers: dict[str, str], values: int) -> Response:
     as_json = codec.wants_json(request.headers.get("accept"))
-    if values > OFFLOAD_VALUES:
-        body = await run_in_threadpool(codec.encode, value, as_json=as_json)
-    else:
-        body = codec.encode(value, as_json=as_json)
+    body = await render_off_loop_if_big(values, codec.encode, value, as_json=as_json)
     return Response(body, media_type=codec.media_type(as_json=as_json), headers=headers)

@@ -14,7 +14,6 @@ import msgspec
 import numpy as np
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
 
 from sie.engine.engine import Engine
 from sie.engine.errors import (
@@ -25,7 +24,7 @@ from sie.engine.errors import (
     Overloaded,
 )
 from sie.postprocess.quantize import l2_normalize
-from sie.server.api.native import OFFLOAD_VALUES, EngineDep
+from sie.server.api.native import EngineDep, render_off_loop_if_big
 from sie.wire import codec
 from sie.wire.errors import openai_error_envelope
 from sie.wire.requests import EncodingFormat, Item, OpenAIEmbeddingsRequest
@@ -124,10 +123,7 @@ async def embeddings(request: Request, engine: EngineDep) -> Response:
         )
         return OpenAIError(status, str(exc), code, error_type).response()
     usage = OpenAIUsage(prompt_tokens=outcome.tokens, total_tokens=outcome.tokens)
-    if matrix.size > OFFLOAD_VALUES:
-        content = await run_in_threadpool(_render, matrix, body, usage)
-    else:
-        content = _render(matrix, body, usage)
+    content = await render_off_loop_if_big(matrix.size, _render, matrix, body, usage)
     return Response(content, media_type=codec.JSON, headers={"X-SIE-Served-By": "local"})
 
 
