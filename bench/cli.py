@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -169,20 +170,28 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
+@dataclass(frozen=True)
+class Workload:
+    """What every server is measured on, the same for all of them."""
+
+    data: corpus.Corpus
+    reference: raw.Reference
+    budget: Budget
+
+
 async def _drive(
     server: servers.Server,
     senders: list[Sender],
     cells: list[CellSpec],
-    data: corpus.Corpus,
-    reference: raw.Reference,
     threshold: float,
-    budget: Budget,
+    work: Workload,
     run: ServerRun,
 ) -> None:
+    data = work.data
     by_label = {s.label: s for s in senders}
     try:
         for sender in senders:
-            gate = await correctness.check(server.name, sender, data, reference, threshold)
+            gate = await correctness.check(server.name, sender, data, work.reference, threshold)
             run.gates.append(gate)
             _say(report.gate_line(gate))
         _say(report.CELL_HEADER)
@@ -192,7 +201,9 @@ async def _drive(
                 if spec.pool == "queries"
                 else (data.texts, data.text_tokens)
             )
-            cell = await run_cell(server.name, server.pid, by_label[spec.client], spec, texts, tokens, budget)
+            cell = await run_cell(
+                server.name, server.pid, by_label[spec.client], spec, texts, tokens, work.budget
+            )
             run.cells.append(cell)
             _say(report.cell_line(cell))
             if server.process.exit_code() is not None:
@@ -208,15 +219,13 @@ def _benchmark_server(
     label: str,
     senders: list[Sender],
     cells: list[CellSpec],
-    data: corpus.Corpus,
-    reference: raw.Reference,
     threshold: float,
-    budget: Budget,
+    work: Workload,
 ) -> ServerRun:
     run = ServerRun(server.name, label, server.notes, server.startup_s, server.idle_rss_mb)
     _say(f"{label}: ready in {server.startup_s:.1f} s, idle RSS {server.idle_rss_mb:.0f} MB")
     try:
-        runner(_drive(server, senders, cells, data, reference, threshold, budget, run))
+        runner(_drive(server, senders, cells, threshold, work, run))
         run.peak_rss_mb = procs.peak_rss_mb(server.pid)
     finally:
         server.stop()
@@ -297,7 +306,7 @@ def run(args: argparse.Namespace) -> RunResult:
     reference = _raw_phase(args, folder, data, result)
 
     threshold = 0.99 if "int8" in args.model.lower() else 0.995
-    budget = Budget(args.items, args.max_seconds)
+    work = Workload(data, reference, Budget(args.items, args.max_seconds))
     max_conn = max(args.concurrency) + 4
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         _say(f"\nour server: {args.model}, --precision {args.precision}")
@@ -313,9 +322,7 @@ def run(args: argparse.Namespace) -> RunResult:
         label = f"sie {args.precision}"
         if ours.effective_precision not in (None, args.precision):
             label += f" (ran as {ours.effective_precision})"
-        result.servers.append(
-            _benchmark_server(runner.run, ours, label, senders, cells, data, reference, threshold, budget)
-        )
+        result.servers.append(_benchmark_server(runner.run, ours, label, senders, cells, threshold, work))
         if infinity_cli is not None:
             batch = args.infinity_batch_size or result.raw["float32"].best_batch_size
             _say(f"\nInfinity: {folder} (torch engine, always these weights)")
@@ -326,9 +333,7 @@ def run(args: argparse.Namespace) -> RunResult:
             sender = JsonSender(inf.base_url, inf.json_route, inf.model, max_conn)
             cells = _cells(["json"], args.concurrency, args.request_items)
             label = f"infinity {args.infinity_dtype}"
-            result.servers.append(
-                _benchmark_server(runner.run, inf, label, [sender], cells, data, reference, 0.995, budget)
-            )
+            result.servers.append(_benchmark_server(runner.run, inf, label, [sender], cells, 0.995, work))
     if not args.no_raw_after:
         _say("\nraw sentence-transformers again, after the servers (ratios use the mean of both timings):")
         for key in dict.fromkeys((same_precision(result, args.precision), "float32")):
