@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -9,7 +11,7 @@ from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
 
 from sie.adapters.base import LoadSpec, Pooling, TokenBatch
 from sie.adapters.dense_torch import TorchDenseEncoder
-from sie.adapters.packed_bert import PackedBert, pool_packed
+from sie.adapters.packed_bert import ATTENTION_CALL_COST, PackedBert, attention_buckets, pool_packed
 from sie.adapters.tokenizer import TextTokenizer
 from sie.engine.model_config import ComputePrecision
 from tests.adapters.test_dense_equivalence import corpus, cosine
@@ -60,6 +62,47 @@ def test_packed_equals_padded_on_random_weights(pooling, lengths):
         got = pool_packed(hidden, packing, pooling).numpy()
     assert hidden.shape == (sum(lengths), 48)  # only real tokens, no padding rows
     np.testing.assert_allclose(got, expected, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("pooling", list(Pooling))
+def test_attention_buckets_keep_vectors_equal_to_the_padded_forward(pooling):
+    # Many short sequences and two long ones, long first: the short ones must get their own bucket
+    # (and so a different row order in the attention layout than in the batch).
+    lengths = [60, *[3 + i % 4 for i in range(30)], 57]
+    model = tiny_bert()
+    batch = random_batch(np.random.default_rng(7), lengths)
+    expected = padded_reference(model, batch, pooling)
+    with torch.inference_mode():
+        hidden, packing = PackedBert(model).hidden_states(batch, torch.device("cpu"))
+        got = pool_packed(hidden, packing, pooling).numpy()
+    assert [(b.rows, b.longest) for b in packing.buckets] == [(30, 6), (2, 60)]
+    assert packing.padded_rows == 30 * 6 + 2 * 60
+    np.testing.assert_allclose(got, expected, atol=2e-5, rtol=1e-4)
+
+
+def _bucket_cost(lengths: list[int], spans: list[tuple[int, int]], call_cost: int) -> int:
+    return sum((end - start) * lengths[end - 1] ** 2 + call_cost for start, end in spans)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_attention_buckets_are_the_cheapest_cut(seed):
+    rng = np.random.default_rng(seed)
+    lengths = sorted(int(n) for n in rng.integers(1, 256, size=8))
+    call_cost = int(rng.choice([1, 2000, ATTENTION_CALL_COST, 10**6]))
+    spans = attention_buckets(np.array(lengths), call_cost)
+    assert spans[0][0] == 0 and spans[-1][1] == len(lengths)
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
+    cheapest = min(
+        _bucket_cost(lengths, list(itertools.pairwise((0, *cuts, len(lengths)))), call_cost)
+        for size in range(len(lengths))
+        for cuts in itertools.combinations(range(1, len(lengths)), size)
+    )
+    assert _bucket_cost(lengths, spans, call_cost) == cheapest
+
+
+def test_equal_lengths_share_one_attention_call():
+    assert attention_buckets(np.array([40] * 64)) == [(0, 64)]
+    assert attention_buckets(np.array([7])) == [(0, 1)]
 
 
 def test_fused_projection_does_not_hold_the_weights_twice():

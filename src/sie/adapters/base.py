@@ -70,6 +70,9 @@ class DenseEncoder(Protocol):
 
     dims: int
     default_pooling: Pooling
+    # True when padding costs the encoder (almost) nothing because it packs real tokens itself: the
+    # engine then sends a whole batch in one call instead of cutting it into length chunks.
+    packs_tokens: bool
 
     def embed(self, batch: TokenBatch, pooling: Pooling) -> np.ndarray:
         """Pooled float32 vectors, shape ``[len(batch), dims]``; normalisation is the engine's job."""

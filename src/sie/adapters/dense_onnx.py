@@ -28,6 +28,8 @@ def _model_file(weights: Path, name: str | None) -> Path:
 
 
 class OnnxDenseEncoder:
+    packs_tokens = False  # the exported graph takes a padded batch
+
     def __init__(self, session: ort.InferenceSession, default_pooling: Pooling) -> None:
         self._session = session
         self._inputs = {i.name for i in session.get_inputs()}

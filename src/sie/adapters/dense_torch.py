@@ -54,6 +54,7 @@ class TorchDenseEncoder:
         self._device = device
         self._autocast = autocast
         self._packed = packed
+        self.packs_tokens = packed is not None
         self.dims = dims
         self.default_pooling = default_pooling
 

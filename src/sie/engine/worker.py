@@ -184,9 +184,13 @@ class ModelWorker:
     def _compute(
         self, sequences: list[np.ndarray], group: DenseGroup
     ) -> tuple[list[np.ndarray], float, float]:
-        """Runs on the device executor: padded forward per length chunk, then normalise and quantise."""
+        """Runs on the device executor: the forward (per length chunk unless the encoder packs tokens),
+        then normalise and quantise."""
         start = time.perf_counter()
-        chunks = split_by_padded_cost([len(s) for s in sequences], self._batcher.limits.max_tokens)
+        if self._encoder.packs_tokens:
+            chunks = [range(len(sequences))]
+        else:
+            chunks = split_by_padded_cost([len(s) for s in sequences], self._batcher.limits.max_tokens)
         pooled = [
             self._encoder.embed(TokenBatch.pad([sequences[i] for i in chunk], self._pad_id), group.pooling)
             for chunk in chunks
