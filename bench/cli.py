@@ -1,8 +1,9 @@
-"""Flags, and the order of one run: corpus, raw limit, our server, Infinity, report.
+"""Flags, and the order of one run: corpus, raw limit, our server, Infinity, paired rounds, report.
 
 Everything runs on this machine's cores, one thing at a time: the raw limit runs before any server
-starts, and each server is stopped before the next starts. Servers are stopped on every exit path
-(``finally``, SIGTERM, Ctrl-C and ``atexit``).
+starts; each server runs its cells while the ones started before it sit idle; the paired rounds
+then alternate the raw limits and every server's saturated cell (bench/paired.py). Servers are
+stopped on every exit path (``finally``, SIGTERM, Ctrl-C and ``atexit``).
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import corpus, correctness, infinity_env, procs, raw, report, servers
+from bench import corpus, correctness, infinity_env, paired, procs, raw, report, servers
 from bench.clients import JsonSender, SdkSender, Sender
 from bench.load import Budget, run_cell
-from bench.results import RunResult, ServerRun, compute_ratios, same_precision
+from bench.results import SATURATED, SATURATED_JSON, RunResult, ServerRun, compute_ratios, same_precision
 from bench.stats import CellSpec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -106,9 +107,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="texts per batch-size trial; the best size is then timed over the whole corpus",
     )
     p.add_argument(
-        "--no-raw-after",
-        action="store_true",
-        help="skip timing the raw limit again after the servers (drift check; ratios then use one timing)",
+        "--pairs",
+        type=int,
+        default=3,
+        help="paired rounds at the end (raw limits and each server's saturated cell back to back); the "
+        "target ratios are their medians. 0 skips them: ratios then divide timings minutes apart",
     )
     p.add_argument("--clients", default="sdk,json", help="our server's clients: sdk, json or both")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="write all results as JSON")
@@ -222,14 +225,47 @@ def _benchmark_server(
     threshold: float,
     work: Workload,
 ) -> ServerRun:
+    """Its gates and cells; the server keeps running (idle) for the paired rounds."""
     run = ServerRun(server.name, label, server.notes, server.startup_s, server.idle_rss_mb)
     _say(f"{label}: ready in {server.startup_s:.1f} s, idle RSS {server.idle_rss_mb:.0f} MB")
-    try:
-        runner(_drive(server, senders, cells, threshold, work, run))
-        run.peak_rss_mb = procs.peak_rss_mb(server.pid)
-    finally:
-        server.stop()
+    runner(_drive(server, senders, cells, threshold, work, run))
     return run
+
+
+def _paired_phase(
+    runner: Callable[[Coroutine[Any, Any, list[paired.Round]]], list[paired.Round]],
+    args: argparse.Namespace,
+    folder: Path,
+    work: Workload,
+    result: RunResult,
+    running: list[servers.Server],
+) -> list[paired.Round]:
+    _say(f"\npaired rounds ({args.pairs}): raw limits and each saturated cell, back to back")
+    limits = []
+    for precision in dict.fromkeys((same_precision(result, args.precision), "float32")):
+        batch = result.raw[precision].best_batch_size
+        model = raw.RawModel(folder, precision)
+        model.encode(work.data.texts[: 2 * batch], batch)  # warm-up
+        limits.append(paired.RawLimit(precision, model, batch))
+    max_conn = SATURATED.concurrency + 4
+    contenders = [
+        paired.Contender(s.name, s.pid, sender, spec)
+        for s in running
+        for sender, spec in [
+            (SdkSender(s.base_url, s.model, max_conn), SATURATED)
+            if s.name == "sie"
+            else (JsonSender(s.base_url, s.json_route, s.model, max_conn), SATURATED_JSON)
+        ]
+    ]
+
+    async def rounds() -> list[paired.Round]:
+        try:
+            return await paired.run_rounds(args.pairs, limits, contenders, work.data, work.budget, _say)
+        finally:
+            for contender in contenders:
+                await contender.sender.aclose()
+
+    return runner(rounds())
 
 
 def _raise_on_sigterm(signum: int, frame: object) -> None:
@@ -308,36 +344,49 @@ def run(args: argparse.Namespace) -> RunResult:
     threshold = 0.99 if "int8" in args.model.lower() else 0.995
     work = Workload(data, reference, Budget(args.items, args.max_seconds))
     max_conn = max(args.concurrency) + 4
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        _say(f"\nour server: {args.model}, --precision {args.precision}")
-        ours = servers.start_sie(
-            REPO_ROOT, args.model, args.precision, dict(args.server_env), log_dir, args.server_src
-        )
-        senders: list[Sender] = []
-        if "sdk" in args.clients:
-            senders.append(SdkSender(ours.base_url, ours.model, max_conn))
-        if "json" in args.clients:
-            senders.append(JsonSender(ours.base_url, ours.json_route, ours.model, max_conn))
-        cells = _cells(args.clients, args.concurrency, args.request_items)
-        label = f"sie {args.precision}"
-        if ours.effective_precision not in (None, args.precision):
-            label += f" (ran as {ours.effective_precision})"
-        result.servers.append(_benchmark_server(runner.run, ours, label, senders, cells, threshold, work))
-        if infinity_cli is not None:
-            batch = args.infinity_batch_size or result.raw["float32"].best_batch_size
-            _say(f"\nInfinity: {folder} (torch engine, always these weights)")
-            inf = servers.start_infinity(
-                infinity_cli, folder, DEFAULT_MODEL, batch, args.infinity_dtype, log_dir, args.infinity_arg
+    running: list[servers.Server] = []
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            _say(f"\nour server: {args.model}, --precision {args.precision}")
+            ours = servers.start_sie(
+                REPO_ROOT, args.model, args.precision, dict(args.server_env), log_dir, args.server_src
             )
-            inf.notes.append(f"installed with: {infinity_how}")
-            sender = JsonSender(inf.base_url, inf.json_route, inf.model, max_conn)
-            cells = _cells(["json"], args.concurrency, args.request_items)
-            label = f"infinity {args.infinity_dtype}"
-            result.servers.append(_benchmark_server(runner.run, inf, label, [sender], cells, 0.995, work))
-    if not args.no_raw_after:
-        _say("\nraw sentence-transformers again, after the servers (ratios use the mean of both timings):")
-        for key in dict.fromkeys((same_precision(result, args.precision), "float32")):
-            raw.measure_again(folder, data.texts, data.text_tokens, result.raw[key], log=_say)
+            running.append(ours)
+            senders: list[Sender] = []
+            if "sdk" in args.clients:
+                senders.append(SdkSender(ours.base_url, ours.model, max_conn))
+            if "json" in args.clients:
+                senders.append(JsonSender(ours.base_url, ours.json_route, ours.model, max_conn))
+            cells = _cells(args.clients, args.concurrency, args.request_items)
+            label = f"sie {args.precision}"
+            if ours.effective_precision not in (None, args.precision):
+                label += f" (ran as {ours.effective_precision})"
+            result.servers.append(_benchmark_server(runner.run, ours, label, senders, cells, threshold, work))
+            if infinity_cli is not None:
+                batch = args.infinity_batch_size or result.raw["float32"].best_batch_size
+                _say(f"\nInfinity: {folder} (torch engine, always these weights)")
+                inf = servers.start_infinity(
+                    infinity_cli,
+                    folder,
+                    DEFAULT_MODEL,
+                    batch,
+                    args.infinity_dtype,
+                    log_dir,
+                    args.infinity_arg,
+                )
+                running.append(inf)
+                inf.notes.append(f"installed with: {infinity_how}")
+                sender = JsonSender(inf.base_url, inf.json_route, inf.model, max_conn)
+                cells = _cells(["json"], args.concurrency, args.request_items)
+                label = f"infinity {args.infinity_dtype}"
+                result.servers.append(_benchmark_server(runner.run, inf, label, [sender], cells, 0.995, work))
+            if args.pairs > 0 and "sdk" in args.clients:
+                result.rounds = _paired_phase(runner.run, args, folder, work, result, running)
+        for server, run_result in zip(running, result.servers, strict=True):
+            run_result.peak_rss_mb = procs.peak_rss_mb(server.pid)
+    finally:
+        for server in running:
+            server.stop()
     result.ratios = compute_ratios(result, args.precision)
     result.failures = [f for s in result.servers for g in s.gates for f in g.failures]
     result.config["elapsed_s"] = time.monotonic() - started

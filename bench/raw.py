@@ -37,15 +37,6 @@ class RawResult:
     single_query_p50_ms: float = 0.0
     single_query_p95_ms: float = 0.0
     other_cores: float = 0.0  # the rest of the machine during the full-corpus timing
-    items_per_s_after: float | None = None  # the same timing again after the servers ran
-
-    @property
-    def limit(self) -> float:
-        """What ratios divide by: the mean of the timings before and after the servers, when both
-        exist, so a machine whose speed drifts during the run does not favour either side."""
-        if self.items_per_s_after is None:
-            return self.items_per_s
-        return (self.items_per_s + self.items_per_s_after) / 2
 
 
 @dataclass
@@ -166,19 +157,3 @@ def measure(
 
 def reference(model: RawModel, sample: list[str], queries: list[str], passages: list[str]) -> Reference:
     return Reference(model.encode(sample, 32), model.encode(queries, 32), model.encode(passages, 32))
-
-
-def measure_again(
-    folder: Path, texts: list[str], text_tokens: list[int], result: RawResult, log: Any = print
-) -> None:
-    """Time the whole corpus once more at the best batch size (after the servers ran)."""
-    import torch
-
-    torch.set_num_threads(os.cpu_count() or 1)
-    model = RawModel(folder, result.precision)
-    timing = _throughput(model, texts, sum(text_tokens), result.best_batch_size)
-    result.items_per_s_after = timing.items_per_s
-    log(
-        f"  raw {result.precision:8s} batch {result.best_batch_size:4d} ({len(texts)} texts), after the servers: "
-        f"{timing.items_per_s:8.1f} items/s (before: {result.items_per_s:.1f}){_disturbed(timing)}"
-    )

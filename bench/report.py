@@ -70,13 +70,13 @@ def summary_markdown(run: RunResult) -> str:
         f"{run.machine['cores']} cores "
         f"({run.machine['cpu']}){', quick' if cfg['quick'] else ''}.",
         "",
-        "| raw sentence-transformers | best batch | items/s | tokens/s | 1 query p50 ms | items/s after the servers |",
-        "|---|---|---|---|---|---|",
+        "| raw sentence-transformers | best batch | items/s | tokens/s | 1 query p50 ms |",
+        "|---|---|---|---|---|",
     ]
     for precision, raw in run.raw.items():
         lines.append(
             f"| {precision} | {raw.best_batch_size} | {raw.items_per_s:.1f} | {raw.tokens_per_s:.0f} | "
-            f"{raw.single_query_p50_ms:.2f} | {_fmt(raw.items_per_s_after, 1)} |"
+            f"{raw.single_query_p50_ms:.2f} |"
         )
     lines += [
         "",
@@ -97,6 +97,13 @@ def summary_markdown(run: RunResult) -> str:
             f"| {server.label} | {server.startup_s:.1f} | {server.idle_rss_mb:.0f} | "
             f"{server.peak_rss_mb:.0f} | {gates} |"
         )
+    if run.rounds:
+        names = [*run.rounds[0].raw, *run.rounds[0].servers]
+        lines += ["", "| paired round | " + " | ".join(f"{n} items/s" for n in names) + " |"]
+        lines.append("|---" * (len(names) + 1) + "|")
+        for index, measured in enumerate(run.rounds, 1):
+            values = [*measured.raw.values(), *measured.servers.values()]
+            lines.append(f"| {index} | " + " | ".join(f"{v:.1f}" for v in values) + " |")
     lines += ["", "| ratio | value | target | met |", "|---|---|---|---|"]
     for ratio in run.ratios:
         met = "" if ratio.met is None else ("yes" if ratio.met else "**no**")
