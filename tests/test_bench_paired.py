@@ -1,0 +1,24 @@
+"""The paired-round arithmetic the benchmark's target ratios rest on."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.paired import Round, median_ratio
+
+
+def test_median_of_the_ratios_within_rounds_not_the_ratio_of_medians():
+    rounds = [
+        Round(raw={"float32": 50.0}, servers={"sie": 100.0, "infinity": 40.0}),
+        Round(raw={"float32": 40.0}, servers={"sie": 60.0, "infinity": 30.0}),
+        Round(raw={"float32": 45.0}, servers={"sie": 99.0, "infinity": 45.0}),
+    ]
+    assert median_ratio(rounds, "sie", "float32") == pytest.approx(2.0)  # 2.0, 1.5, 2.2
+    assert median_ratio(rounds, "sie", "infinity") == pytest.approx(2.2)  # 2.5, 2.0, 2.2
+
+
+def test_a_missing_side_gives_no_ratio():
+    rounds = [Round(raw={"float32": 50.0}, servers={"sie": 100.0})]
+    assert median_ratio(rounds, "sie", "infinity") is None
+    assert median_ratio(rounds, "sie", "bfloat16-mixed") is None
+    assert median_ratio([], "sie", "float32") is None
