@@ -244,9 +244,7 @@ def _paired_phase(
     limits = []
     for precision in dict.fromkeys((same_precision(result, args.precision), "float32")):
         batch = result.raw[precision].best_batch_size
-        model = raw.RawModel(folder, precision)
-        model.encode(work.data.texts[: 2 * batch], batch)  # warm-up
-        limits.append(paired.RawLimit(precision, model, batch))
+        limits.append(paired.RawLimit(precision, raw.RawModel(folder, precision), batch))
     max_conn = SATURATED.concurrency + 4
     contenders = [
         paired.Contender(s.name, s.pid, sender, spec)

@@ -10,14 +10,13 @@ run; a target ratio is the median over rounds of the ratio within each round.
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench.clients import Sender
 from bench.corpus import Corpus
 from bench.load import Budget, run_cell
-from bench.raw import RawModel
+from bench.raw import RawModel, throughput
 from bench.stats import CellSpec
 
 
@@ -32,11 +31,6 @@ class RawLimit:
     precision: str
     model: RawModel
     batch_size: int
-
-    def items_per_s(self, texts: list[str]) -> float:
-        start = time.perf_counter()
-        self.model.encode(texts, self.batch_size)
-        return len(texts) / (time.perf_counter() - start)
 
 
 @dataclass(frozen=True)
@@ -59,7 +53,8 @@ async def run_rounds(
     for index in range(count):
         measured = Round({}, {})
         for limit in limits:
-            measured.raw[limit.precision] = limit.items_per_s(data.texts)
+            timing = throughput(limit.model, data.texts, data.tokens_total, limit.batch_size)
+            measured.raw[limit.precision] = timing.items_per_s
         for contender in contenders:
             cell = await run_cell(
                 contender.name,

@@ -86,7 +86,7 @@ class Timing:
     other_cores: float  # cores the rest of the machine used meanwhile (interference)
 
 
-def _throughput(model: RawModel, texts: list[str], tokens: int, batch_size: int) -> Timing:
+def throughput(model: RawModel, texts: list[str], tokens: int, batch_size: int) -> Timing:
     from bench.procs import machine_busy_seconds, own_cpu_seconds
 
     model.encode(texts[: batch_size * 2], batch_size)  # warm-up: allocator, kernels, thread pool
@@ -130,19 +130,19 @@ def measure(
     sweep_tokens = sum(text_tokens[:sweep_items])
     by_batch: dict[int, float] = {}
     for batch_size in batch_sizes:
-        timing = _throughput(model, sweep, sweep_tokens, batch_size)
+        timing = throughput(model, sweep, sweep_tokens, batch_size)
         by_batch[batch_size] = timing.items_per_s
         log(
             f"  raw {precision:8s} batch {batch_size:4d} ({len(sweep)} texts): "
             f"{timing.items_per_s:8.1f} items/s{_disturbed(timing)}"
         )
     best = max(by_batch, key=by_batch.__getitem__)
-    timing = _throughput(model, texts, sum(text_tokens), best)
+    timing = throughput(model, texts, sum(text_tokens), best)
     for _ in range(RETRIES_IF_DISTURBED):
         if timing.other_cores <= DISTURBED_CORES:
             break
         log(f"  raw {precision:8s} full corpus disturbed{_disturbed(timing)}; measuring again")
-        again = _throughput(model, texts, sum(text_tokens), best)
+        again = throughput(model, texts, sum(text_tokens), best)
         timing = again if again.items_per_s > timing.items_per_s else timing
     log(
         f"  raw {precision:8s} batch {best:4d} ({len(texts)} texts): {timing.items_per_s:8.1f} items/s, "
