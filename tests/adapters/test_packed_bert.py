@@ -80,8 +80,8 @@ def test_attention_buckets_keep_vectors_equal_to_the_padded_forward(pooling):
     np.testing.assert_allclose(got, expected, atol=2e-5, rtol=1e-4)
 
 
-def _bucket_cost(lengths: list[int], spans: list[tuple[int, int]], call_cost: int) -> int:
-    return sum((end - start) * lengths[end - 1] ** 2 + call_cost for start, end in spans)
+def _bucket_cost(lengths: list[int], spans: list[range], call_cost: int) -> int:
+    return sum(len(span) * lengths[span.stop - 1] ** 2 + call_cost for span in spans)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -90,10 +90,12 @@ def test_attention_buckets_are_the_cheapest_cut(seed):
     lengths = sorted(int(n) for n in rng.integers(1, 256, size=8))
     call_cost = int(rng.choice([1, 2000, ATTENTION_CALL_COST, 10**6]))
     spans = attention_buckets(np.array(lengths), call_cost)
-    assert spans[0][0] == 0 and spans[-1][1] == len(lengths)
-    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
+    assert spans[0].start == 0 and spans[-1].stop == len(lengths)
+    assert all(a.stop == b.start for a, b in itertools.pairwise(spans))
     cheapest = min(
-        _bucket_cost(lengths, list(itertools.pairwise((0, *cuts, len(lengths)))), call_cost)
+        _bucket_cost(
+            lengths, [range(a, b) for a, b in itertools.pairwise((0, *cuts, len(lengths)))], call_cost
+        )
         for size in range(len(lengths))
         for cuts in itertools.combinations(range(1, len(lengths)), size)
     )
@@ -101,8 +103,8 @@ def test_attention_buckets_are_the_cheapest_cut(seed):
 
 
 def test_equal_lengths_share_one_attention_call():
-    assert attention_buckets(np.array([40] * 64)) == [(0, 64)]
-    assert attention_buckets(np.array([7])) == [(0, 1)]
+    assert attention_buckets(np.array([40] * 64)) == [range(0, 64)]
+    assert attention_buckets(np.array([7])) == [range(0, 1)]
 
 
 def test_fused_projection_does_not_hold_the_weights_twice():

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from sie.adapters.base import Pooling, TokenBatch
+from sie.engine.cuts import cheapest_cuts
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,8 @@ class Packing:
         base = np.empty_like(lengths)  # each sequence's first row in the padded layout
         buckets: list[Bucket] = []
         offset = 0
-        for first, end in attention_buckets(sorted_lengths):
+        for span in attention_buckets(sorted_lengths):
+            first, end = span.start, span.stop
             members = order[first:end]
             longest = int(sorted_lengths[end - 1])
             base[members] = offset + np.arange(end - first) * longest
@@ -89,30 +91,16 @@ class Packing:
 ATTENTION_CALL_COST: Final = 64 * 64
 
 
-def attention_buckets(
-    sorted_lengths: np.ndarray, call_cost: int = ATTENTION_CALL_COST
-) -> list[tuple[int, int]]:
+def attention_buckets(sorted_lengths: np.ndarray, call_cost: int = ATTENTION_CALL_COST) -> list[range]:
     """Cut ascending lengths into consecutive buckets minimising ``sum(rows x longest^2 + call_cost)``.
 
     Attention work grows with the square of the padded length, so one 200-token passage must not pad
-    sixty 20-token queries to 200; but each bucket is one more call. Dynamic programming over the
-    sorted lengths, vectorised over the bucket start (batches are a few hundred sequences at most).
+    sixty 20-token queries to 200; but each bucket is one more call.
     """
-    n = len(sorted_lengths)
     square = sorted_lengths.astype(np.float64) ** 2
-    best = np.zeros(n + 1)
-    cut = np.zeros(n + 1, dtype=np.int64)
-    for end in range(1, n + 1):
-        starts = np.arange(end)
-        totals = best[:end] + (end - starts) * square[end - 1] + call_cost
-        cut[end] = int(np.argmin(totals))
-        best[end] = totals[cut[end]]
-    spans: list[tuple[int, int]] = []
-    end = n
-    while end > 0:
-        spans.append((int(cut[end]), end))
-        end = int(cut[end])
-    return spans[::-1]
+    return cheapest_cuts(
+        len(sorted_lengths), lambda starts, end: (end - starts) * square[end - 1] + call_cost
+    )
 
 
 class PackedBert:

@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 from itertools import accumulate, islice
 from typing import Final, Generic, TypeVar
 
+import numpy as np
+
+from sie.engine.cuts import cheapest_cuts
+
 P = TypeVar("P")
 
 
@@ -108,26 +112,15 @@ def split_by_padded_cost(costs: list[int], max_tokens: int, call_overhead: int =
 
     Each chunk pads to its own longest member, so one long text must not drag short ones up to its
     length; but every forward call also has a fixed cost, so splitting is not free either. The split
-    minimises ``sum(longest x count + call_overhead)`` over chunks (dynamic programming over the sorted
-    costs; ``call_overhead`` is in token-equivalents) with every chunk's padded size within
-    ``max_tokens`` (a single over-budget item still forms its own chunk).
+    minimises ``sum(longest x count + call_overhead)`` over chunks (``call_overhead`` is in
+    token-equivalents) with every chunk's padded size within ``max_tokens`` (a single over-budget
+    item still forms its own chunk).
     """
-    n = len(costs)
-    best = [0] + [0] * n  # best[i]: cheapest split of costs[:i]
-    cut = [0] * (n + 1)
-    for end in range(1, n + 1):
-        longest = costs[end - 1]
-        best[end] = best[end - 1] + longest + call_overhead
-        cut[end] = end - 1
-        for start in range(end - 2, -1, -1):
-            if longest * (end - start) > max_tokens:
-                break
-            total = best[start] + longest * (end - start) + call_overhead
-            if total < best[end]:
-                best[end], cut[end] = total, start
-    chunks: list[range] = []
-    end = n
-    while end > 0:
-        chunks.append(range(cut[end], end))
-        end = cut[end]
-    return chunks[::-1]
+    sorted_costs = np.asarray(costs, dtype=np.float64)
+
+    def padded(starts: np.ndarray, end: int) -> np.ndarray:
+        size = sorted_costs[end - 1] * (end - starts)
+        fits = (size <= max_tokens) | (starts == end - 1)
+        return np.where(fits, size + call_overhead, np.inf)
+
+    return cheapest_cuts(len(costs), padded)
