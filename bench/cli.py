@@ -232,6 +232,17 @@ def _benchmark_server(
     return run
 
 
+def _saturated_contender(server: servers.Server) -> paired.Contender:
+    """Our server is measured through the SDK, Infinity (no msgpack SDK) through JSON."""
+    max_conn = SATURATED.concurrency + 4
+    if server.name == "sie":
+        return paired.Contender(
+            server.name, server.pid, SdkSender(server.base_url, server.model, max_conn), SATURATED
+        )
+    sender = JsonSender(server.base_url, server.json_route, server.model, max_conn)
+    return paired.Contender(server.name, server.pid, sender, SATURATED_JSON)
+
+
 def _paired_phase(
     runner: Callable[[Coroutine[Any, Any, list[paired.Round]]], list[paired.Round]],
     args: argparse.Namespace,
@@ -245,16 +256,7 @@ def _paired_phase(
     for precision in dict.fromkeys((same_precision(result, args.precision), "float32")):
         batch = result.raw[precision].best_batch_size
         limits.append(paired.RawLimit(precision, raw.RawModel(folder, precision), batch))
-    max_conn = SATURATED.concurrency + 4
-    contenders = [
-        paired.Contender(s.name, s.pid, sender, spec)
-        for s in running
-        for sender, spec in [
-            (SdkSender(s.base_url, s.model, max_conn), SATURATED)
-            if s.name == "sie"
-            else (JsonSender(s.base_url, s.json_route, s.model, max_conn), SATURATED_JSON)
-        ]
-    ]
+    contenders = [_saturated_contender(server) for server in running]
 
     async def rounds() -> list[paired.Round]:
         try:
