@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 from typing import Any, Self
 
 import numpy as np
@@ -13,6 +12,7 @@ from transformers.utils import logging as hf_logging
 from sie.adapters.base import LoadSpec, Pooling, TokenBatch
 from sie.adapters.packed_bert import PackedBert, pool_packed
 from sie.adapters.pooling import read_default_pooling
+from sie.engine.heap import collect_unloaded
 from sie.engine.model_config import ComputePrecision
 
 _TORCH_DTYPES = {
@@ -105,7 +105,7 @@ class TorchDenseEncoder:
         return pooled.float().cpu().numpy()
 
     def close(self) -> None:
-        del self._model
-        gc.collect()
+        del self._model, self._packed
+        collect_unloaded()
         if self._device.type == "cuda":
             torch.cuda.empty_cache()

@@ -13,6 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from sie.engine import heap
 from sie.engine.batcher import BatchLimits
 from sie.engine.catalog import Catalog, CatalogEntry
 from sie.engine.encode_plan import EncodePlan, plan_encode
@@ -98,6 +99,7 @@ class Engine:
             self._device_executor,
             self._limits.max_pending_items,
             on_batch=lambda stats: self._record_batch(name, stats),
+            on_idle=heap.return_free_memory,
         )
         worker.start()
         self._workers[name] = worker

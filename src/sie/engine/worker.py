@@ -4,6 +4,8 @@ Two tasks cooperate. The *former* turns queued items into batches (flushing at o
 is idle, otherwise waiting until a batch is full or its oldest item has waited ``max_wait_s``) and
 hands them over a capacity-1 queue, so exactly one prepared batch waits while the model runs. The
 *runner* executes each batch on the device's single-thread executor and resolves every item's future.
+Once the device has sat idle for ``idle_after_s``, the runner calls ``on_idle`` on that executor
+(the engine returns freed memory to the OS there), never between batches of a busy device.
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ class ModelWorker:
         max_pending_items: int,
         on_batch: Callable[[BatchStats], None] = lambda stats: None,
         clock: Callable[[], float] = time.perf_counter,
+        on_idle: Callable[[], object] | None = None,
+        idle_after_s: float = 1.0,
     ) -> None:
         self.name = name
         self._encoder = encoder
@@ -78,6 +82,9 @@ class ModelWorker:
         self._max_pending = max_pending_items
         self._on_batch = on_batch
         self._clock = clock
+        self._on_idle = on_idle
+        self._idle_after_s = idle_after_s
+        self._idle_timer: asyncio.TimerHandle | None = None
         self._ready: asyncio.Queue[list[Entry[Work]]] = asyncio.Queue(maxsize=1)
         self._wakeup = asyncio.Event()
         self._device_idle = True
@@ -149,6 +156,9 @@ class ModelWorker:
         loop = asyncio.get_running_loop()
         while True:
             batch = await self._ready.get()
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
+                self._idle_timer = None
             self._wakeup.set()  # the slot is free again: the former may prepare the next batch
             live = [e for e in batch if not e.payload.future.done()]
             if live:
@@ -156,6 +166,14 @@ class ModelWorker:
             if self._ready.empty():
                 self._device_idle = True
                 self._wakeup.set()
+                if self._on_idle is not None:
+                    self._idle_timer = loop.call_later(self._idle_after_s, self._idle_housekeeping, loop)
+
+    def _idle_housekeeping(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Queued on the device executor, so a batch formed meanwhile simply runs after it."""
+        self._idle_timer = None
+        if self._on_idle is not None and self._device_idle and not self._closed:
+            loop.run_in_executor(self._executor, self._on_idle)
 
     async def _run(self, loop: asyncio.AbstractEventLoop, batch: list[Entry[Work]]) -> None:
         started = self._clock()
@@ -222,6 +240,8 @@ class ModelWorker:
     async def close(self) -> None:
         """Stop intake, cancel the loops, and fail whatever is still queued."""
         self._closed = True
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

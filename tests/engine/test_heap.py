@@ -1,0 +1,88 @@
+"""The heap housekeeping around loads and idle devices: what the collector skips, what goes back to the OS."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import platform
+import weakref
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from sie.adapters.base import Pooling
+from sie.engine import heap
+from sie.engine.batcher import BatchLimits
+from sie.engine.worker import DenseGroup, ModelWorker
+from sie.wire.requests import OutputDType
+from tests.engine.test_engine import INT8, make_engine
+
+
+class Node:
+    def __init__(self) -> None:
+        self.me = self  # a reference cycle: only the collector frees it
+
+
+@pytest.fixture(autouse=True)
+def thawed() -> Iterator[None]:
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+
+
+def test_frozen_objects_are_skipped_until_unloaded():
+    node = Node()
+    ref = weakref.ref(node)
+    heap.freeze_loaded()
+    assert gc.get_freeze_count() > 0
+    del node
+    gc.collect()
+    assert ref() is not None, "a full collection walked the frozen generation"
+    heap.collect_unloaded()
+    assert ref() is None
+
+
+def _rss_bytes() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * 4096
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
+def test_return_free_memory_gives_freed_heap_pages_back():
+    blocks = [bytearray(65536) for _ in range(3200)]  # 200 MiB of blocks below malloc's mmap threshold
+    kept = blocks[1::2]  # every other block stays, so freeing the rest cannot shrink the heap's top
+    del blocks
+    before = _rss_bytes()
+    assert heap.return_free_memory()
+    assert before - _rss_bytes() > 50 * 2**20
+    assert len(kept) == 1600
+
+
+async def test_worker_runs_idle_housekeeping_only_once_the_device_is_idle(tmp_path):
+    engine = make_engine(tmp_path)
+    await engine.preload([INT8])
+    model, _ = engine.ready_model(INT8)
+    calls: list[int] = []
+    executor = ThreadPoolExecutor(1)
+    worker = ModelWorker(
+        "t",
+        model.encoder,
+        model.tokenizer.pad_id,
+        BatchLimits(max_tokens=64, max_items=4, max_wait_s=0.0),
+        executor,
+        64,
+        on_idle=lambda: calls.append(worker.pending_items),
+        idle_after_s=0.2,
+    )
+    worker.start()
+    group = DenseGroup(Pooling.MEAN, True, OutputDType.FLOAT32)
+    for _ in range(3):  # back-to-back requests, 0.05 s apart: the device never idles for 0.2 s
+        await asyncio.gather(*worker.submit(model.tokenizer.encode(["a b c"] * 10), group))
+        await asyncio.sleep(0.05)
+    assert calls == []
+    await asyncio.sleep(0.5)
+    assert calls == [0]
+    await worker.close()
+    executor.shutdown()
+    await engine.close()
