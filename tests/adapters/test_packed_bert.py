@@ -10,8 +10,14 @@ import torch
 from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
 
 from sie.adapters.base import LoadSpec, Pooling, TokenBatch
-from sie.adapters.dense_torch import TorchDenseEncoder
-from sie.adapters.packed_bert import ATTENTION_CALL_COST, PackedBert, attention_buckets, pool_packed
+from sie.adapters.dense_torch import TorchDenseEncoder, linear_weights_to
+from sie.adapters.packed_bert import (
+    ATTENTION_CALL_COST,
+    PackedBert,
+    _onednn_linear,
+    attention_buckets,
+    pool_packed,
+)
 from sie.adapters.tokenizer import TextTokenizer
 from sie.engine.model_config import ComputePrecision
 from tests.adapters.test_dense_equivalence import corpus, cosine
@@ -144,3 +150,27 @@ def test_minilm_runs_packed_unless_opted_out_and_matches_the_padded_forward(mini
     floor = 0.99999 if precision is ComputePrecision.FLOAT32 else 0.9999
     for pooling in Pooling:
         assert cosine(packed.embed(batch, pooling), padded.embed(batch, pooling)).min() >= floor
+
+
+@pytest.mark.skipif(_onednn_linear() is None, reason="no oneDNN bf16 matmul on this CPU")
+@pytest.mark.parametrize(
+    ("hidden_act", "fused"), [("gelu", True), ("gelu_new", True), ("relu", True), ("silu", False)]
+)
+def test_bf16_cpu_layers_run_on_onednn_with_the_activation_fused_where_it_can_be(hidden_act, fused):
+    model = tiny_bert(hidden_act=hidden_act)
+    x = torch.randn(37, 48)
+    intermediate = model.encoder.layer[0].intermediate
+    expected = intermediate(x)
+    linear_weights_to(model, torch.bfloat16)
+    layer = PackedBert(model)._layers[0]
+    assert layer.intermediate.onednn_post_op is not None and layer.qkv.onednn_post_op == ("none", "")
+    assert (layer.intermediate.activation is None) is fused
+    with torch.inference_mode():
+        got = layer.intermediate(x)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), expected, atol=0.03, rtol=0.02)
+
+
+def test_float32_layers_keep_torch_linear():
+    layer = PackedBert(tiny_bert())._layers[0]
+    assert layer.intermediate.onednn_post_op is None and layer.intermediate.activation is not None

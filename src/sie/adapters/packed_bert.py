@@ -14,7 +14,9 @@ a whole batch, whatever its spread of lengths.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Final
 
 import numpy as np
@@ -103,6 +105,100 @@ def attention_buckets(sorted_lengths: np.ndarray, call_cost: int = ATTENTION_CAL
     )
 
 
+# Activations oneDNN applies inside its matmul, by their transformers ``hidden_act`` names: the
+# intermediate layer's GELU then costs nothing (alone it was 4% of a bf16 MiniLM forward on a CPU).
+_ONEDNN_ACTIVATIONS: Final = {
+    "gelu": ("gelu", "none"),
+    "gelu_new": ("gelu", "tanh"),
+    "gelu_pytorch_tanh": ("gelu", "tanh"),
+    "relu": ("relu", ""),
+}
+
+
+@cache
+def _onednn_linear() -> Callable[..., torch.Tensor] | None:
+    """oneDNN's fused linear (the kernel torch.compile emits for CPU linears), if this build has it
+    and this CPU runs oneDNN's bf16 matmuls (AVX-512 and up)."""
+    if not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            return None
+        return torch.ops.mkldnn._linear_pointwise.default
+    except (AttributeError, RuntimeError):
+        return None
+
+
+@dataclass(frozen=True)
+class Dense:
+    """A linear layer and the activation after it, run as one oneDNN kernel for bf16 weights on a CPU.
+
+    On bf16 CPUs ``F.linear`` goes through ``addmm``, which adds the bias in a pass of its own; the
+    oneDNN kernel adds it (and the activation) to the accumulator: 10% less time in the matmuls of
+    MiniLM, 9% less per forward. Elsewhere (CUDA, float32) it is ``F.linear`` then the activation.
+    """
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    activation: Callable[[torch.Tensor], torch.Tensor] | None = None
+    onednn_post_op: tuple[str, str] | None = None  # (attr, algorithm) when oneDNN runs this layer
+
+    @classmethod
+    def of(
+        cls,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        activation: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        activation_name: object = None,
+    ) -> Dense:
+        if weight.device.type != "cpu" or weight.dtype != torch.bfloat16 or _onednn_linear() is None:
+            return cls(weight, bias, activation)
+        if activation is None:
+            return cls(weight, bias, None, ("none", ""))
+        fused = _ONEDNN_ACTIVATIONS.get(activation_name) if isinstance(activation_name, str) else None
+        return cls(weight, bias, None, fused) if fused else cls(weight, bias, activation, ("none", ""))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.onednn_post_op is not None:
+            attr, algorithm = self.onednn_post_op
+            linear = _onednn_linear()
+            assert linear is not None
+            y = linear(x.to(self.weight.dtype), self.weight, self.bias, attr, [], algorithm)
+        else:
+            y = F.linear(x, self.weight, self.bias)
+        return y if self.activation is None else self.activation(y)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One post-norm BERT layer's weights; dropout is left out, this is inference only."""
+
+    qkv: Dense
+    attention_out: Dense
+    attention_norm: torch.nn.Module
+    intermediate: Dense
+    out: Dense
+    out_norm: torch.nn.Module
+
+    @classmethod
+    def of(cls, layer: Any, activation_name: object) -> Layer:
+        qkv_weight, qkv_bias = _fuse_qkv(layer.attention.self)
+        attention_out, intermediate, out = layer.attention.output, layer.intermediate, layer.output
+        return cls(
+            qkv=Dense.of(qkv_weight, qkv_bias),
+            attention_out=Dense.of(attention_out.dense.weight, attention_out.dense.bias),
+            attention_norm=attention_out.LayerNorm,
+            intermediate=Dense.of(
+                intermediate.dense.weight,
+                intermediate.dense.bias,
+                intermediate.intermediate_act_fn,
+                activation_name,
+            ),
+            out=Dense.of(out.dense.weight, out.dense.bias),
+            out_norm=out.LayerNorm,
+        )
+
+
 class PackedBert:
     """Wraps a loaded ``transformers`` ``BertModel``; ``supports`` says whether a model qualifies."""
 
@@ -111,7 +207,7 @@ class PackedBert:
         config = model.config
         self._heads = int(config.num_attention_heads)
         self._hidden = int(config.hidden_size)
-        self._qkv = [_fuse_qkv(layer.attention.self) for layer in model.encoder.layer]
+        self._layers = [Layer.of(layer, config.hidden_act) for layer in model.encoder.layer]
 
     @staticmethod
     def supports(model: Any) -> bool:
@@ -134,10 +230,10 @@ class PackedBert:
             position_ids=positions.unsqueeze(0),
             token_type_ids=token_types.unsqueeze(0),
         ).squeeze(0)
-        for layer, (weight, bias) in zip(self._model.encoder.layer, self._qkv, strict=True):
-            context = self._attention(F.linear(hidden, weight, bias), packing)
-            hidden = layer.attention.output(context, hidden)
-            hidden = layer.output(layer.intermediate(hidden), hidden)
+        for layer in self._layers:
+            context = self._attention(layer.qkv(hidden), packing)
+            hidden = layer.attention_norm(layer.attention_out(context) + hidden)
+            hidden = layer.out_norm(layer.out(layer.intermediate(hidden)) + hidden)
         return hidden, packing
 
     def _attention(self, qkv: torch.Tensor, packing: Packing) -> torch.Tensor:
