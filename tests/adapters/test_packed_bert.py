@@ -12,8 +12,10 @@ from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
 from sie.adapters.base import LoadSpec, Pooling, TokenBatch
 from sie.adapters.dense_torch import TorchDenseEncoder, linear_weights_to
 from sie.adapters.packed_bert import (
+    ALONE_FROM_TOKENS,
     ATTENTION_CALL_COST,
     PackedBert,
+    Packing,
     _onednn_linear,
     attention_buckets,
     pool_packed,
@@ -56,7 +58,9 @@ def padded_reference(model: BertModel, batch: TokenBatch, pooling: Pooling) -> n
 
 @pytest.mark.parametrize("pooling", list(Pooling))
 @pytest.mark.parametrize(
-    "lengths", [[7, 1, 33, 12, 64, 2], [9, 9, 9], [5]], ids=["mixed", "uniform", "single"]
+    "lengths",
+    [[7, 1, 33, 12, 64, 2], [9, 9, 9], [5], [64, 64]],
+    ids=["mixed", "uniform", "single", "all-alone"],
 )
 def test_packed_equals_padded_on_random_weights(pooling, lengths):
     model = tiny_bert()
@@ -67,7 +71,21 @@ def test_packed_equals_padded_on_random_weights(pooling, lengths):
         hidden, packing = packed.hidden_states(batch, torch.device("cpu"))
         got = pool_packed(hidden, packing, pooling).numpy()
     assert hidden.shape == (sum(lengths), 48)  # only real tokens, no padding rows
+    assert [length for _, length in packing.alone] == [n for n in lengths if n >= ALONE_FROM_TOKENS]
     np.testing.assert_allclose(got, expected, atol=2e-5, rtol=1e-4)
+
+
+def test_long_sequences_attend_alone_and_the_rest_are_gathered_into_buckets():
+    batch = random_batch(np.random.default_rng(0), [70, 5, 100, 8, 8])
+    packing, ids, _ = Packing.of(batch, torch.device("cpu"), alone_from=64)
+    assert packing.alone == ((0, 70), (75, 100))
+    assert packing.gather is not None
+    assert packing.gather.tolist() == [*range(70, 75), *range(175, 191)]
+    assert [(b.rows, b.longest) for b in packing.buckets] == [(3, 8)]
+    assert packing.padded_index is not None and len(packing.padded_index) == 21
+    assert len(ids) == 191
+    everything, _, _ = Packing.of(batch, torch.device("cpu"))
+    assert everything.alone == () and everything.gather is None
 
 
 @pytest.mark.parametrize("pooling", list(Pooling))
