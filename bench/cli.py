@@ -31,6 +31,7 @@ from bench.stats import CellSpec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+SETTLE_S = 2.0  # quiet time before reading each server's RSS after the run
 
 
 def _ints(text: str) -> list[int]:
@@ -382,8 +383,10 @@ def run(args: argparse.Namespace) -> RunResult:
                 result.servers.append(_benchmark_server(runner.run, inf, label, [sender], cells, 0.995, work))
             if args.pairs > 0 and "sdk" in args.clients:
                 result.rounds = _paired_phase(runner.run, args, folder, work, result, running)
+        time.sleep(SETTLE_S)  # our server trims freed memory after 1 s without work
         for server, run_result in zip(running, result.servers, strict=True):
             run_result.peak_rss_mb = procs.peak_rss_mb(server.pid)
+            run_result.settled_rss_mb = procs.rss_mb(server.pid)
     finally:
         for server in running:
             server.stop()

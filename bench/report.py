@@ -86,7 +86,11 @@ def summary_markdown(run: RunResult) -> str:
     ]
     for server in run.servers:
         lines += _server_rows(server)
-    lines += ["", "| server | startup s | idle RSS MB | peak RSS MB | correctness |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| server | startup s | idle RSS MB | peak RSS MB | RSS after run MB | correctness |",
+        "|---|---|---|---|---|---|",
+    ]
     for server in run.servers:
         gates = "; ".join(
             f"{g.client}: {'pass' if g.passed else 'FAIL'} (min cos {g.min_cosine:.4f}, "
@@ -95,7 +99,7 @@ def summary_markdown(run: RunResult) -> str:
         )
         lines.append(
             f"| {server.label} | {server.startup_s:.1f} | {server.idle_rss_mb:.0f} | "
-            f"{server.peak_rss_mb:.0f} | {gates} |"
+            f"{server.peak_rss_mb:.0f} | {server.settled_rss_mb:.0f} | {gates} |"
         )
     if run.rounds:
         names = [*run.rounds[0].raw, *run.rounds[0].servers]
@@ -117,7 +121,8 @@ def print_servers(run: RunResult) -> None:
         total_cpu = sum(c.server_cpu_s for c in server.cells)
         print(
             f"{server.label}: startup {server.startup_s:.1f} s, idle RSS {server.idle_rss_mb:.0f} MB, "
-            f"peak RSS (VmHWM) {server.peak_rss_mb:.0f} MB, CPU in timed cells {total_cpu:.1f} s"
+            f"peak RSS (VmHWM) {server.peak_rss_mb:.0f} MB, RSS after the run {server.settled_rss_mb:.0f} MB, "
+            f"CPU in timed cells {total_cpu:.1f} s"
         )
         for note in server.notes:
             print(f"  {note}")

@@ -30,6 +30,7 @@ class ServerRun:
     startup_s: float
     idle_rss_mb: float
     peak_rss_mb: float = 0.0
+    settled_rss_mb: float = 0.0  # after the whole run and SETTLE_S without requests
     cells: list[CellResult] = field(default_factory=list)
     gates: list[GateResult] = field(default_factory=list)
 
@@ -44,6 +45,7 @@ class ServerRun:
             "startup_s": self.startup_s,
             "idle_rss_mb": self.idle_rss_mb,
             "peak_rss_mb": self.peak_rss_mb,
+            "settled_rss_mb": self.settled_rss_mb,
             "cells": [c.to_json() for c in self.cells],
             "gates": [asdict(g) | {"passed": g.passed} for g in self.gates],
         }

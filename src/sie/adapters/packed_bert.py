@@ -3,13 +3,14 @@
 A padded batch of mixed lengths spends most of its FLOPs on pad tokens (a 20-token query batched
 with a 200-token passage costs ten times its share). Every BERT layer except self-attention works
 token by token, so this runs them over the batch's real tokens only, concatenated into one
-``[tokens, hidden]`` matrix, and pads just around attention: sequences are sorted into length
-buckets, each scattered to ``[rows, its longest]`` for one SDPA call with a key mask and gathered
-back, so attention (a quarter of a MiniLM layer on a CPU) pays for little padding either. It is
-the CPU and GPU counterpart of the public SIE's ``bert_flash`` adapter (flash-attn varlen): the same
-weights and the same modules of the loaded ``transformers`` model, called in a different order, so
-vectors match the padded forward (tests/adapters/test_packed_bert.py) and one forward call can take
-a whole batch, whatever its spread of lengths.
+``[tokens, hidden]`` matrix. Attention needs sequences apart: on a CPU a long sequence attends on
+its own, straight from the packed matrix; the others are sorted into length buckets, each
+scattered to ``[rows, its longest]`` for one SDPA call with a key mask and gathered back, so
+attention (a quarter of a MiniLM layer on a CPU) pays for little padding either. It is the CPU and
+GPU counterpart of the public SIE's ``bert_flash`` adapter (flash-attn varlen): the same weights of
+the loaded ``transformers`` model (layer norms called as they are, linear layers through ``Dense``),
+so vectors match the padded forward (tests/adapters/test_packed_bert.py) and one forward call can
+take a whole batch, whatever its spread of lengths.
 """
 
 from __future__ import annotations
