@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+from collections.abc import Callable
 from functools import cache
 
 
@@ -31,7 +32,7 @@ def collect_unloaded() -> None:
 
 
 @cache
-def _malloc_trim() -> ctypes._CFuncPtr | None:
+def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's ``malloc_trim``, or None on a C library without it (musl, macOS)."""
     name = ctypes.util.find_library("c")
     if name is None:
