@@ -6,8 +6,8 @@ import asyncio
 import gc
 import platform
 import weakref
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -15,6 +15,7 @@ import pytest
 from sie.adapters.base import Pooling
 from sie.engine import heap
 from sie.engine.batcher import BatchLimits
+from sie.engine.loader import LoadedModel
 from sie.engine.worker import DenseGroup, ModelWorker
 from sie.wire.requests import OutputDType
 from tests.engine.test_engine import INT8, make_engine
@@ -59,23 +60,31 @@ def test_return_free_memory_gives_freed_heap_pages_back():
     assert len(kept) == 1600
 
 
+def _worker(
+    model: LoadedModel, executor: Executor, on_idle: Callable[[], object], idle_after_s: float
+) -> ModelWorker:
+    limits = BatchLimits(max_tokens=64, max_items=4, max_wait_s=0.0)
+    worker = ModelWorker(
+        "t",
+        model.encoder,
+        model.tokenizer.pad_id,
+        limits,
+        executor,
+        64,
+        on_idle=on_idle,
+        idle_after_s=idle_after_s,
+    )
+    worker.start()
+    return worker
+
+
 async def test_worker_runs_idle_housekeeping_only_once_the_device_is_idle(tmp_path):
     engine = make_engine(tmp_path)
     await engine.preload([INT8])
     model, _ = engine.ready_model(INT8)
     calls: list[int] = []
     executor = ThreadPoolExecutor(1)
-    worker = ModelWorker(
-        "t",
-        model.encoder,
-        model.tokenizer.pad_id,
-        BatchLimits(max_tokens=64, max_items=4, max_wait_s=0.0),
-        executor,
-        64,
-        on_idle=lambda: calls.append(worker.pending_items),
-        idle_after_s=0.2,
-    )
-    worker.start()
+    worker = _worker(model, executor, lambda: calls.append(worker.pending_items), idle_after_s=0.2)
     group = DenseGroup(Pooling.MEAN, True, OutputDType.FLOAT32)
     for _ in range(3):  # back-to-back requests, 0.05 s apart: the device never idles for 0.2 s
         await asyncio.gather(*worker.submit(model.tokenizer.encode(["a b c"] * 10), group))
@@ -83,6 +92,27 @@ async def test_worker_runs_idle_housekeeping_only_once_the_device_is_idle(tmp_pa
     assert calls == []
     await asyncio.sleep(0.5)
     assert calls == [0]
+    await worker.close()
+    executor.shutdown()
+    await engine.close()
+
+
+async def test_a_failing_idle_hook_is_logged_and_the_worker_keeps_serving(tmp_path, caplog):
+    engine = make_engine(tmp_path)
+    await engine.preload([INT8])
+    model, _ = engine.ready_model(INT8)
+    executor = ThreadPoolExecutor(1)
+
+    def broken() -> None:
+        raise OSError("no trim today")
+
+    worker = _worker(model, executor, broken, idle_after_s=0.05)
+    group = DenseGroup(Pooling.MEAN, True, OutputDType.FLOAT32)
+    await asyncio.gather(*worker.submit(model.tokenizer.encode(["a b c"]), group))
+    await asyncio.sleep(0.3)
+    assert "idle housekeeping for model t failed: OSError('no trim today')" in caplog.text
+    results = await asyncio.gather(*worker.submit(model.tokenizer.encode(["d e f"]), group))
+    assert results[0].vector.shape == (384,)
     await worker.close()
     executor.shutdown()
     await engine.close()

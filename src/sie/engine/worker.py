@@ -173,7 +173,12 @@ class ModelWorker:
         """Queued on the device executor, so a batch formed meanwhile simply runs after it."""
         self._idle_timer = None
         if self._on_idle is not None and self._device_idle and not self._closed:
-            loop.run_in_executor(self._executor, self._on_idle)
+            loop.run_in_executor(self._executor, self._on_idle).add_done_callback(self._log_idle_failure)
+
+    def _log_idle_failure(self, done: asyncio.Future[object]) -> None:
+        error = None if done.cancelled() else done.exception()
+        if error is not None:
+            log.warning("idle housekeeping for model %s failed: %r", self.name, error)
 
     async def _run(self, loop: asyncio.AbstractEventLoop, batch: list[Entry[Work]]) -> None:
         started = self._clock()
