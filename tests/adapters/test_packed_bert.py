@@ -9,19 +9,24 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
 
+from sie.adapters.attention import (
+    CPU_ALONE_FROM_TOKENS,
+    CPU_BUCKET_CALL_COST,
+    AttentionPlan,
+    plan_attention,
+)
 from sie.adapters.base import LoadSpec, Pooling, TokenBatch
 from sie.adapters.dense_torch import TorchDenseEncoder, linear_weights_to
 from sie.adapters.packed_bert import (
-    ALONE_FROM_TOKENS,
-    ATTENTION_CALL_COST,
+    BucketLayout,
     PackedBert,
-    Packing,
+    PackedTokens,
     _onednn_linear,
     attention_buckets,
     pool_packed,
 )
 from sie.adapters.tokenizer import TextTokenizer
-from sie.engine.model_config import ComputePrecision
+from sie.engine.model_config import AttentionBackend, ComputePrecision
 from tests.adapters.test_dense_equivalence import corpus, cosine
 
 
@@ -38,6 +43,13 @@ def tiny_bert(**overrides: object) -> BertModel:
         **overrides,
     )
     return BertModel(config, add_pooling_layer=False).eval()
+
+
+CPU_PLAN: AttentionPlan = plan_attention(AttentionBackend.AUTO, torch.device("cpu"), torch.float32, 12)
+
+
+def packed_bert(model: BertModel, plan: AttentionPlan = CPU_PLAN) -> PackedBert:
+    return PackedBert(model, plan)
 
 
 def random_batch(rng: np.random.Generator, lengths: list[int]) -> TokenBatch:
@@ -66,25 +78,38 @@ def test_packed_equals_padded_on_random_weights(pooling, lengths):
     model = tiny_bert()
     batch = random_batch(np.random.default_rng(len(lengths)), lengths)
     expected = padded_reference(model, batch, pooling)
-    packed = PackedBert(model)
     with torch.inference_mode():
-        hidden, packing = packed.hidden_states(batch, torch.device("cpu"))
-        got = pool_packed(hidden, packing, pooling).numpy()
+        hidden, tokens = packed_bert(model).hidden_states(batch, torch.device("cpu"))
+        got = pool_packed(hidden, tokens, pooling).numpy()
     assert hidden.shape == (sum(lengths), 48)  # only real tokens, no padding rows
-    assert [length for _, length in packing.alone] == [n for n in lengths if n >= ALONE_FROM_TOKENS]
+    layout = BucketLayout.of(tokens.host_lengths, torch.device("cpu"), CPU_ALONE_FROM_TOKENS)
+    assert [length for _, length in layout.alone] == [n for n in lengths if n >= CPU_ALONE_FROM_TOKENS]
     np.testing.assert_allclose(got, expected, atol=2e-5, rtol=1e-4)
+
+
+def test_packed_tokens_index_every_sequence_from_one_host_buffer():
+    batch = random_batch(np.random.default_rng(3), [3, 1, 4])
+    tokens = PackedTokens.of(batch, torch.device("cpu"))
+    assert tokens.ids.tolist() == batch.input_ids[batch.attention_mask.astype(bool)].tolist()
+    assert tokens.positions.tolist() == [0, 1, 2, 0, 0, 1, 2, 3]
+    assert tokens.segments.tolist() == [0, 0, 0, 1, 2, 2, 2, 2]
+    assert tokens.cu_seqlens.tolist() == [0, 3, 4, 8]
+    assert tokens.starts.tolist() == [0, 3, 4] and tokens.lasts.tolist() == [2, 3, 7]
+    assert tokens.lengths.tolist() == [3, 1, 4] and tokens.longest == 4
+    every = (tokens.ids, tokens.positions, tokens.segments, tokens.cu_seqlens, tokens.lasts, tokens.lengths)
+    assert {t.dtype for t in every} == {torch.int32}  # what flash varlen takes for cu_seqlens
+    assert len({t.untyped_storage().data_ptr() for t in every}) == 1  # one buffer: one copy to a GPU
 
 
 def test_long_sequences_attend_alone_and_the_rest_are_gathered_into_buckets():
     batch = random_batch(np.random.default_rng(0), [70, 5, 100, 8, 8])
-    packing, ids, _ = Packing.of(batch, torch.device("cpu"), alone_from=64)
-    assert packing.alone == ((0, 70), (75, 100))
-    assert packing.gather is not None
-    assert packing.gather.tolist() == [*range(70, 75), *range(175, 191)]
-    assert [(b.rows, b.longest) for b in packing.buckets] == [(3, 8)]
-    assert packing.padded_index is not None and len(packing.padded_index) == 21
-    assert len(ids) == 191
-    everything, _, _ = Packing.of(batch, torch.device("cpu"))
+    layout = BucketLayout.of(batch.lengths, torch.device("cpu"), alone_from=64)
+    assert layout.alone == ((0, 70), (75, 100))
+    assert layout.gather is not None
+    assert layout.gather.tolist() == [*range(70, 75), *range(175, 191)]
+    assert [(b.rows, b.longest) for b in layout.buckets] == [(3, 8)]
+    assert layout.padded_index is not None and len(layout.padded_index) == 21
+    everything = BucketLayout.of(batch.lengths, torch.device("cpu"))
     assert everything.alone == () and everything.gather is None
 
 
@@ -97,10 +122,11 @@ def test_attention_buckets_keep_vectors_equal_to_the_padded_forward(pooling):
     batch = random_batch(np.random.default_rng(7), lengths)
     expected = padded_reference(model, batch, pooling)
     with torch.inference_mode():
-        hidden, packing = PackedBert(model).hidden_states(batch, torch.device("cpu"))
-        got = pool_packed(hidden, packing, pooling).numpy()
-    assert [(b.rows, b.longest) for b in packing.buckets] == [(30, 6), (2, 60)]
-    assert packing.padded_rows == 30 * 6 + 2 * 60
+        hidden, tokens = packed_bert(model).hidden_states(batch, torch.device("cpu"))
+        got = pool_packed(hidden, tokens, pooling).numpy()
+    layout = BucketLayout.of(tokens.host_lengths, torch.device("cpu"), CPU_ALONE_FROM_TOKENS)
+    assert [(b.rows, b.longest) for b in layout.buckets] == [(30, 6), (2, 60)]
+    assert layout.padded_rows == 30 * 6 + 2 * 60
     np.testing.assert_allclose(got, expected, atol=2e-5, rtol=1e-4)
 
 
@@ -112,7 +138,7 @@ def _bucket_cost(lengths: list[int], spans: list[range], call_cost: int) -> int:
 def test_attention_buckets_are_the_cheapest_cut(seed):
     rng = np.random.default_rng(seed)
     lengths = sorted(int(n) for n in rng.integers(1, 256, size=8))
-    call_cost = int(rng.choice([1, 2000, ATTENTION_CALL_COST, 10**6]))
+    call_cost = int(rng.choice([1, 2000, CPU_BUCKET_CALL_COST, 10**6]))
     spans = attention_buckets(np.array(lengths), call_cost)
     assert spans[0].start == 0 and spans[-1].stop == len(lengths)
     assert all(a.stop == b.start for a, b in itertools.pairwise(spans))
@@ -134,7 +160,7 @@ def test_equal_lengths_share_one_attention_call():
 def test_fused_projection_does_not_hold_the_weights_twice():
     model = tiny_bert()
     query = model.encoder.layer[0].attention.self.query.weight.detach().clone()
-    PackedBert(model)
+    packed_bert(model)
     attention = model.encoder.layer[0].attention.self
     storages = {
         p.weight.untyped_storage().data_ptr() for p in (attention.query, attention.key, attention.value)
@@ -156,6 +182,7 @@ def test_fused_projection_does_not_hold_the_weights_twice():
 )
 def test_models_it_cannot_run_keep_the_padded_forward(model):
     assert not PackedBert.supports(model)
+    assert not PackedBert.supports_config(model.config) or type(model).__name__ != "BertModel"
 
 
 @pytest.mark.parametrize("precision", [ComputePrecision.FLOAT32, ComputePrecision.BFLOAT16])
@@ -180,7 +207,7 @@ def test_bf16_cpu_layers_run_on_onednn_with_the_activation_fused_where_it_can_be
     intermediate = model.encoder.layer[0].intermediate
     expected = intermediate(x)
     linear_weights_to(model, torch.bfloat16)
-    layer = PackedBert(model)._layers[0]
+    layer = packed_bert(model)._layers[0]
     assert layer.intermediate.onednn_post_op is not None and layer.qkv.onednn_post_op == ("none", "")
     assert (layer.intermediate.activation is None) is fused
     with torch.inference_mode():
@@ -190,5 +217,5 @@ def test_bf16_cpu_layers_run_on_onednn_with_the_activation_fused_where_it_can_be
 
 
 def test_float32_layers_keep_torch_linear():
-    layer = PackedBert(tiny_bert())._layers[0]
+    layer = packed_bert(tiny_bert())._layers[0]
     assert layer.intermediate.onednn_post_op is None and layer.intermediate.activation is not None

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from sie.engine.model_config import ComputePrecision
+from sie.engine.model_config import AttentionBackend, ComputePrecision
 
 
 class Pooling(StrEnum):
@@ -63,6 +63,7 @@ class LoadSpec:
     loadtime: dict[str, Any] = field(default_factory=dict)
     threads: int | None = None
     tokenizer_weights: Path | None = None
+    attention: AttentionBackend = AttentionBackend.AUTO
 
 
 class DenseEncoder(Protocol):

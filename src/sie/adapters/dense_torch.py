@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Self
 
 import numpy as np
 import torch
-from transformers import AutoModel
+from transformers import AutoConfig, AutoModel
 from transformers.utils import logging as hf_logging
 
+from sie.adapters.attention import AttentionPlan, plan_attention
 from sie.adapters.base import LoadSpec, Pooling, TokenBatch
-from sie.adapters.packed_bert import PackedBert, pool_packed
+from sie.adapters.packed_bert import PackedBert, host_to_device, pool_packed
 from sie.adapters.pooling import read_default_pooling
 from sie.engine.heap import collect_unloaded
 from sie.engine.model_config import ComputePrecision
+
+log = logging.getLogger(__name__)
 
 _TORCH_DTYPES = {
     ComputePrecision.FLOAT32: torch.float32,
@@ -47,11 +51,13 @@ class TorchDenseEncoder:
         device: torch.device,
         dims: int,
         default_pooling: Pooling,
+        attention: AttentionPlan,
         autocast: torch.dtype | None = None,
         packed: PackedBert | None = None,
     ) -> None:
         self._model = model
         self._device = device
+        self._attention = attention
         self._autocast = autocast
         self._packed = packed
         self.packs_tokens = packed is not None
@@ -65,24 +71,40 @@ class TorchDenseEncoder:
             torch.set_num_threads(spec.threads)
         device = torch.device(spec.device)
         weights_dtype, autocast = _weights_and_autocast(spec.precision, spec.device)
+        config = AutoConfig.from_pretrained(str(spec.weights))
+        packable = spec.loadtime.get("packed", True) and PackedBert.supports_config(config)
+        attention = plan_attention(
+            spec.attention,
+            device,
+            autocast or weights_dtype,
+            PackedBert.head_dim(config) if packable else None,
+        )
         model = AutoModel.from_pretrained(
             str(spec.weights),
             dtype=weights_dtype,
-            attn_implementation=spec.loadtime.get("attn_implementation", "sdpa"),
+            attn_implementation=spec.loadtime.get("attn_implementation", attention.transformers_impl),
         )
         model.eval().to(device)
         if autocast is not None:
             linear_weights_to(model, autocast)
         dims = int(model.config.hidden_size)
-        packed = (
-            PackedBert(model) if spec.loadtime.get("packed", True) and PackedBert.supports(model) else None
+        packed = PackedBert(model, attention) if packable and PackedBert.supports(model) else None
+        log.info(
+            "%s attention: %s%s, SDPA backends %s",
+            spec.weights.name,
+            attention.packed.value if packed else "padded",
+            "" if packed else f" ({model.config._attn_implementation})",
+            ", ".join(b.name for b in attention.sdpa),
         )
-        return cls(model, device, dims, read_default_pooling(spec.weights), autocast, packed)
+        return cls(model, device, dims, read_default_pooling(spec.weights), attention, autocast, packed)
 
     @torch.inference_mode()
     def embed(self, batch: TokenBatch, pooling: Pooling) -> np.ndarray:
-        with torch.autocast(
-            self._device.type, dtype=self._autocast or torch.bfloat16, enabled=self._autocast is not None
+        with (
+            torch.autocast(
+                self._device.type, dtype=self._autocast or torch.bfloat16, enabled=self._autocast is not None
+            ),
+            self._attention.sdpa_backends(),
         ):
             if self._packed is not None:
                 hidden, packing = self._packed.hidden_states(batch, self._device)
@@ -90,13 +112,13 @@ class TorchDenseEncoder:
             return self._padded(batch, pooling)
 
     def _padded(self, batch: TokenBatch, pooling: Pooling) -> np.ndarray:
-        ids = torch.from_numpy(batch.input_ids).to(self._device, non_blocking=True)
-        mask = torch.from_numpy(batch.attention_mask).to(self._device, non_blocking=True)
+        ids = host_to_device(batch.input_ids, self._device)
+        mask = host_to_device(batch.attention_mask, self._device)
         hidden = self._model(input_ids=ids, attention_mask=mask).last_hidden_state
         if pooling is Pooling.CLS:
             pooled = hidden[:, 0]
         elif pooling is Pooling.LAST:
-            lengths = torch.from_numpy(batch.lengths).to(self._device)
+            lengths = host_to_device(batch.lengths, self._device)
             pooled = hidden[torch.arange(hidden.shape[0], device=self._device), lengths - 1]
         else:
             # Summed in float32: half-precision sums over long sequences lose digits (and can overflow).

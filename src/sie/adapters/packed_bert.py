@@ -17,15 +17,65 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from typing import Any, Final
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from sie.adapters.attention import CPU_BUCKET_CALL_COST, AttentionPlan, PackedAttention
 from sie.adapters.base import Pooling, TokenBatch
 from sie.engine.cuts import cheapest_cuts
+
+
+@dataclass(frozen=True)
+class PackedTokens:
+    """A batch's real tokens, concatenated, and where each sequence sits in that ``[tokens]`` order.
+
+    Every index tensor comes out of one int32 host buffer moved to the device in one copy (pinned and
+    asynchronous on CUDA): on a GPU each small transfer is a synchronising call of its own, and the
+    forward of a small model is launch-bound already. Pooling and varlen attention read these on the
+    device, so nothing in the forward waits for the GPU until the pooled vectors come back.
+    """
+
+    ids: torch.Tensor  # [tokens]
+    positions: torch.Tensor  # [tokens], position of each token in its sequence
+    segments: torch.Tensor  # [tokens], the sequence each token belongs to (mean pooling)
+    cu_seqlens: torch.Tensor  # [batch + 1], first token of each sequence, then the total (varlen)
+    lasts: torch.Tensor  # [batch], last token of each sequence (last-token pooling)
+    lengths: torch.Tensor  # [batch]
+    host_lengths: np.ndarray  # [batch], the same on the host (bucket layout, the longest)
+
+    @property
+    def starts(self) -> torch.Tensor:
+        return self.cu_seqlens[:-1]
+
+    @property
+    def longest(self) -> int:
+        return int(self.host_lengths.max(initial=0))
+
+    @classmethod
+    def of(cls, batch: TokenBatch, device: torch.device) -> PackedTokens:
+        """From a right-padded batch."""
+        mask = batch.attention_mask.astype(bool, copy=False)
+        lengths = batch.lengths.astype(np.int64, copy=False)
+        count, tokens = len(lengths), int(lengths.sum())
+        host = np.empty(3 * tokens + 3 * count + 1, dtype=np.int32)
+        ids, positions, segments, cu_seqlens, lasts, lengths_out = np.split(
+            host, np.cumsum([tokens, tokens, tokens, count + 1, count])
+        )
+        ids[:] = batch.input_ids[mask]
+        positions[:] = np.nonzero(mask)[1]
+        segments[:] = np.repeat(np.arange(count), lengths)
+        cu_seqlens[0] = 0
+        np.cumsum(lengths, out=cu_seqlens[1:])
+        lasts[:] = cu_seqlens[1:] - 1
+        lengths_out[:] = lengths
+        on_device = torch.split(
+            host_to_device(host, device), [tokens, tokens, tokens, count + 1, count, count]
+        )
+        return cls(*on_device, host_lengths=lengths)
 
 
 @dataclass(frozen=True)
@@ -39,8 +89,8 @@ class Bucket:
 
 
 @dataclass(frozen=True)
-class Packing:
-    """Where each sequence's tokens sit in the packed matrix and how each one attends.
+class BucketLayout:
+    """How each sequence attends when attention runs per length bucket (CPUs, GPUs without varlen).
 
     Sequences of at least ``alone_from`` tokens attend on their own, straight from the packed matrix
     (``alone``). The others are gathered (``gather``) into the padded layout, one bucket after
@@ -48,8 +98,6 @@ class Packing:
     attention only up to its bucket's longest.
     """
 
-    lengths: torch.Tensor  # [batch]
-    starts: torch.Tensor  # [batch], first token of each sequence in the packed matrix
     alone: tuple[tuple[int, int], ...]  # (first token, length) of each sequence that attends alone
     gather: torch.Tensor | None  # packed rows of the bucketed sequences' tokens; None if that is all
     padded_index: torch.Tensor | None  # row in the padded layout of each gathered token; None if same
@@ -58,13 +106,13 @@ class Packing:
 
     @classmethod
     def of(
-        cls, batch: TokenBatch, device: torch.device, alone_from: int | None = None
-    ) -> tuple[Packing, torch.Tensor, torch.Tensor]:
-        """The packing, the packed token ids and their positions, from a right-padded batch."""
-        mask = batch.attention_mask.astype(bool, copy=False)
-        ids = batch.input_ids[mask]
-        positions = np.nonzero(mask)[1]
-        lengths = batch.lengths.astype(np.int64, copy=False)
+        cls,
+        lengths: np.ndarray,
+        device: torch.device,
+        alone_from: int | None = None,
+        call_cost: int = CPU_BUCKET_CALL_COST,
+    ) -> BucketLayout:
+        lengths = lengths.astype(np.int64, copy=False)
         starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
         alone = lengths >= alone_from if alone_from is not None else np.zeros(len(lengths), dtype=bool)
         bucketed = np.flatnonzero(~alone)
@@ -73,7 +121,7 @@ class Packing:
         base = np.zeros_like(lengths)  # each bucketed sequence's first row in the padded layout
         buckets: list[Bucket] = []
         offset = 0
-        for span in attention_buckets(sorted_lengths):
+        for span in attention_buckets(sorted_lengths, call_cost):
             first, end = span.start, span.stop
             members = order[first:end]
             longest = int(sorted_lengths[end - 1])
@@ -81,40 +129,25 @@ class Packing:
             key_mask = None
             if sorted_lengths[first] != longest:
                 real = np.arange(longest) < sorted_lengths[first:end, None]
-                key_mask = _tensor(real, device).view(end - first, 1, 1, longest)
+                key_mask = host_to_device(real, device).view(end - first, 1, 1, longest)
             buckets.append(Bucket(offset, end - first, longest, key_mask))
             offset += (end - first) * longest
         counts = lengths[bucketed]
         within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
         token_rows = np.repeat(base[bucketed], counts) + within  # padded-layout row of each gathered token
         identity = offset == len(token_rows) and bool((token_rows == np.arange(offset)).all())
-        packing = cls(
-            lengths=_tensor(lengths, device),
-            starts=_tensor(starts, device),
+        return cls(
             alone=tuple((int(starts[i]), int(lengths[i])) for i in np.flatnonzero(alone)),
             gather=None
             if len(bucketed) == len(lengths)
-            else _tensor(np.repeat(starts[bucketed], counts) + within, device),
-            padded_index=None if identity else _tensor(token_rows, device),
+            else host_to_device(np.repeat(starts[bucketed], counts) + within, device),
+            padded_index=None if identity else host_to_device(token_rows, device),
             buckets=tuple(buckets),
             padded_rows=offset,
         )
-        return packing, _tensor(ids, device), _tensor(positions, device)
 
 
-# On a CPU, sequences this long attend on their own (``PackedBert._attend_alone``) rather than in a
-# bucket through flash attention. Batches of 64 corpus texts, bf16 MiniLM, 9 interleaved rounds:
-# 1.07x the items/s of buckets only (median of per-round ratios); 96 did as well, 32 worse. GPUs keep
-# every sequence in buckets, where flash attention kernels are the fast path.
-ALONE_FROM_TOKENS: Final = 64
-
-# One attention call's fixed cost, in units of (query token x key token) work: SDPA's dispatch plus the
-# bucket's own slice. On MiniLM (CPU flash attention, head_dim 32) anything from 2000 to 18000 gave the
-# same throughput within noise on batches of 64 mixed-length texts; this sits inside that range.
-ATTENTION_CALL_COST: Final = 64 * 64
-
-
-def attention_buckets(sorted_lengths: np.ndarray, call_cost: int = ATTENTION_CALL_COST) -> list[range]:
+def attention_buckets(sorted_lengths: np.ndarray, call_cost: int = CPU_BUCKET_CALL_COST) -> list[range]:
     """Cut ascending lengths into consecutive buckets minimising ``sum(rows x longest^2 + call_cost)``.
 
     Attention work grows with the square of the padded length, so one 200-token passage must not pad
@@ -223,8 +256,9 @@ class Layer:
 class PackedBert:
     """Wraps a loaded ``transformers`` ``BertModel``; ``supports`` says whether a model qualifies."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, attention: AttentionPlan) -> None:
         self._model = model
+        self._plan = attention
         config = model.config
         self._heads = int(config.num_attention_heads)
         self._hidden = int(config.hidden_size)
@@ -233,52 +267,82 @@ class PackedBert:
 
     @staticmethod
     def supports(model: Any) -> bool:
-        config = model.config
+        return type(model).__name__ == "BertModel" and PackedBert.supports_config(model.config)
+
+    @staticmethod
+    def supports_config(config: Any) -> bool:
+        """Whether ``AutoModel`` builds a model of this config that the packed forward runs."""
         return (
-            type(model).__name__ == "BertModel"
-            and config.model_type == "bert"
+            config.model_type == "bert"
             and getattr(config, "position_embedding_type", "absolute") == "absolute"
             and not getattr(config, "is_decoder", False)
             and config.hidden_size % config.num_attention_heads == 0
         )
 
-    def hidden_states(self, batch: TokenBatch, device: torch.device) -> tuple[torch.Tensor, Packing]:
-        """Last hidden states of the real tokens, ``[tokens, hidden]``, in batch order."""
-        alone_from = ALONE_FROM_TOKENS if device.type == "cpu" else None
-        packing, ids, positions = Packing.of(batch, device, alone_from)
-        embeddings = self._model.embeddings
-        token_types = torch.zeros_like(ids)
-        hidden = embeddings(
-            input_ids=ids.unsqueeze(0),
-            position_ids=positions.unsqueeze(0),
-            token_type_ids=token_types.unsqueeze(0),
-        ).squeeze(0)
-        padded: torch.Tensor | None = None
+    @staticmethod
+    def head_dim(config: Any) -> int:
+        return int(config.hidden_size) // int(config.num_attention_heads)
+
+    def hidden_states(self, batch: TokenBatch, device: torch.device) -> tuple[torch.Tensor, PackedTokens]:
+        """Last hidden states of the real tokens, ``[tokens, hidden]``, in batch order. SDPA calls run on
+        whatever backends the caller allows (``AttentionPlan.sdpa_backends``)."""
+        tokens = PackedTokens.of(batch, device)
+        if self._plan.packed is PackedAttention.VARLEN:
+            attend = partial(self._attend_varlen, tokens)
+        else:
+            layout = BucketLayout.of(
+                tokens.host_lengths, device, self._plan.alone_from, self._plan.bucket_call_cost
+            )
+            # Zeroed once per forward: pad rows are never written, so they stay zero for every layer.
+            padded = self._new_scratch(layout, tokens.ids.shape[0])
+            attend = partial(self._attend_by_layout, layout, padded)
+        hidden = self._embed(tokens)
         for layer in self._layers:
-            qkv = layer.qkv(hidden)
-            if padded is None and packing.padded_index is not None:
-                # Zeroed once per forward: pad rows are never written, so they stay zero for every layer.
-                padded = qkv.new_zeros(packing.padded_rows, qkv.shape[1])
-            context = self._attention(qkv, packing, padded)
+            context = attend(layer.qkv(hidden))
             hidden = layer.attention_norm(layer.attention_out(context) + hidden)
             hidden = layer.out_norm(layer.out(layer.intermediate(hidden)) + hidden)
-        return hidden, packing
+        return hidden, tokens
 
-    def _attention(self, qkv: torch.Tensor, packing: Packing, padded: torch.Tensor | None) -> torch.Tensor:
+    def _embed(self, tokens: PackedTokens) -> torch.Tensor:
+        ids = tokens.ids.unsqueeze(0)
+        hidden: torch.Tensor = self._model.embeddings(
+            input_ids=ids, position_ids=tokens.positions.unsqueeze(0), token_type_ids=torch.zeros_like(ids)
+        )
+        return hidden.squeeze(0)
+
+    def _new_scratch(self, layout: BucketLayout, tokens: int) -> torch.Tensor | None:
+        if layout.padded_index is None:
+            return None
+        qkv = self._layers[0].qkv
+        dtype = torch.get_autocast_dtype(qkv.weight.device.type) if torch.is_autocast_enabled() else None
+        return qkv.weight.new_zeros(layout.padded_rows, qkv.weight.shape[0], dtype=dtype)
+
+    def _attend_varlen(self, tokens: PackedTokens, qkv: torch.Tensor) -> torch.Tensor:
+        """One flash-attention call over every sequence of the batch: no padding, no mask."""
+        assert self._plan.varlen is not None
+        count = qkv.shape[0]
+        q, k, v = qkv.view(count, 3, self._heads, self._head_dim).unbind(1)
+        longest = tokens.longest
+        out = self._plan.varlen(q, k, v, tokens.cu_seqlens, tokens.cu_seqlens, longest, longest)
+        return out.reshape(count, self._hidden)
+
+    def _attend_by_layout(
+        self, layout: BucketLayout, padded: torch.Tensor | None, qkv: torch.Tensor
+    ) -> torch.Tensor:
         """``[tokens, hidden]`` contexts from ``[tokens, 3 x hidden]`` projections; ``padded`` is the zeroed
         scratch of the padded layout (None when the gathered rows already are that layout)."""
-        context = qkv.new_empty(qkv.shape[0], self._hidden) if packing.alone else None
-        for start, length in packing.alone:
+        context = qkv.new_empty(qkv.shape[0], self._hidden) if layout.alone else None
+        for start, length in layout.alone:
             self._attend_alone(qkv[start : start + length], context[start : start + length])
-        if not packing.buckets:
+        if not layout.buckets:
             assert context is not None
             return context
-        rows = qkv if packing.gather is None else qkv.index_select(0, packing.gather)
-        bucketed = self._attend_in_buckets(rows, packing, padded)
+        rows = qkv if layout.gather is None else qkv.index_select(0, layout.gather)
+        bucketed = self._attend_in_buckets(rows, layout, padded)
         if context is None:
             return bucketed
-        assert packing.gather is not None
-        return context.index_copy_(0, packing.gather, bucketed)
+        assert layout.gather is not None
+        return context.index_copy_(0, layout.gather, bucketed)
 
     def _attend_alone(self, qkv: torch.Tensor, out: torch.Tensor) -> None:
         """One sequence, no padding and no mask: two batched matmuls over the heads and a softmax.
@@ -296,40 +360,44 @@ class PackedBert:
         out.view(length, self._heads, head_dim).copy_(torch.bmm(torch.softmax(scores, -1), v).transpose(0, 1))
 
     def _attend_in_buckets(
-        self, rows: torch.Tensor, packing: Packing, padded: torch.Tensor | None
+        self, rows: torch.Tensor, layout: BucketLayout, padded: torch.Tensor | None
     ) -> torch.Tensor:
-        if packing.padded_index is None:
+        if layout.padded_index is None:
             padded = rows
         else:
             assert padded is not None
             # index_copy_ / index_select rather than advanced indexing: 1.5x and 7x faster on CPU.
-            padded.index_copy_(0, packing.padded_index, rows)
-        context = rows.new_empty(packing.padded_rows, self._hidden)
-        for bucket in packing.buckets:
+            padded.index_copy_(0, layout.padded_index, rows)
+        context = rows.new_empty(layout.padded_rows, self._hidden)
+        for bucket in layout.buckets:
             span = slice(bucket.offset, bucket.offset + bucket.rows * bucket.longest)
             shape = (bucket.rows, bucket.longest, self._heads, self._head_dim)
             q, k, v = padded[span].view(*shape[:2], 3, *shape[2:]).permute(2, 0, 3, 1, 4)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bucket.key_mask)
             context[span].view(shape).copy_(out.transpose(1, 2))
-        return context if packing.padded_index is None else context.index_select(0, packing.padded_index)
+        return context if layout.padded_index is None else context.index_select(0, layout.padded_index)
 
 
-def _tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(array)).to(device)
+def host_to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """One host-to-device copy; from pinned memory and without waiting on CUDA (the caching host
+    allocator keeps the pinned block until the copy has run)."""
+    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    if device.type == "cpu":
+        return tensor
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
 
 
-def pool_packed(hidden: torch.Tensor, packing: Packing, pooling: Pooling) -> torch.Tensor:
+def pool_packed(hidden: torch.Tensor, tokens: PackedTokens, pooling: Pooling) -> torch.Tensor:
     """One float32 vector per sequence; mean pooling sums in float32 (half sums lose digits)."""
     if pooling is Pooling.CLS:
-        return hidden[packing.starts].float()
+        return hidden.index_select(0, tokens.starts).float()
     if pooling is Pooling.LAST:
-        return hidden[packing.starts + packing.lengths - 1].float()
-    segments = torch.repeat_interleave(
-        torch.arange(packing.lengths.shape[0], device=hidden.device), packing.lengths
-    )
-    sums = torch.zeros(packing.lengths.shape[0], hidden.shape[1], device=hidden.device, dtype=torch.float32)
-    sums.index_add_(0, segments, hidden.float())
-    return sums / packing.lengths.unsqueeze(1).to(torch.float32)
+        return hidden.index_select(0, tokens.lasts).float()
+    sums = hidden.new_zeros(tokens.lengths.shape[0], hidden.shape[1], dtype=torch.float32)
+    sums.index_add_(0, tokens.segments, hidden.float())
+    return sums / tokens.lengths.unsqueeze(1).to(torch.float32)
 
 
 def _fuse_qkv(attention: Any) -> tuple[torch.Tensor, torch.Tensor]:

@@ -23,7 +23,7 @@ from sie.adapters.registry import UnknownAdapter, adapter_class
 from sie.adapters.tokenizer import TextTokenizer
 from sie.engine import heap
 from sie.engine.catalog import CatalogEntry
-from sie.engine.model_config import ComputePrecision
+from sie.engine.model_config import AttentionBackend, ComputePrecision
 from sie.engine.weights import WeightsNotFound, WeightSources
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,7 @@ class LoadSettings:
     default_precision: ComputePrecision
     threads: int | None
     weights: WeightSources
+    attention: AttentionBackend = AttentionBackend.AUTO
 
 
 @dataclass
@@ -88,6 +89,7 @@ def load_model(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel:
         loadtime=loadtime,
         threads=settings.threads,
         tokenizer_weights=tokenizer_folder,
+        attention=settings.attention,
     )
     cls = adapter_class(profile.adapter_path)
     encoder = cls.load(spec)

@@ -20,6 +20,15 @@ class ComputePrecision(StrEnum):
     FLOAT32 = "float32"
 
 
+class AttentionBackend(StrEnum):
+    """``SIE_ATTENTION_BACKEND``: the attention kernels a model may use (see sie.adapters.attention)."""
+
+    AUTO = "auto"
+    FLASH_ATTENTION_2 = "flash_attention_2"
+    SDPA = "sdpa"
+    EAGER = "eager"
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -41,6 +41,7 @@ def build_engine(settings: Settings, catalog: Catalog, metrics: Metrics) -> Engi
         default_precision=settings.default_compute_precision,
         threads=settings.threads(),
         weights=WeightSources(settings.local_cache, settings.hf_fallback),
+        attention=settings.attention_backend,
     )
     limits = EngineLimits(
         max_batch_items=settings.max_batch_requests,

@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from sie.engine.model_config import ComputePrecision
+from sie.engine.model_config import AttentionBackend, ComputePrecision
 
 PACKAGED_MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 
@@ -45,6 +45,11 @@ class Settings(BaseSettings):
     default_compute_precision: ComputePrecision = Field(
         ComputePrecision.FLOAT16,
         description="Precision when the profile sets none (CPU: bf16 autocast with bf16 hardware, else float32).",
+    )
+    attention_backend: AttentionBackend = Field(
+        AttentionBackend.AUTO,
+        description="Attention kernels: auto and flash_attention_2 (flash where it runs: CUDA, float16/"
+        "bfloat16), sdpa (fused SDPA kernels, no varlen), eager (reference math). Never cuDNN.",
     )
     intra_op_threads: int | None = Field(
         None, ge=1, description="Threads for one forward pass (torch/ONNX Runtime); default: all cores."
