@@ -12,6 +12,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Final
 
 from sie.engine import heap
 from sie.engine.batcher import BatchLimits
@@ -33,6 +34,11 @@ from sie.wire.requests import EncodeParams, Item, OutputDType, OutputType
 from sie.wire.responses import DenseVector, EncodeResult, Timing
 
 log = logging.getLogger(__name__)
+
+# Requests with at most this many characters of text are tokenized on the event loop: a 10-word text
+# takes 33 us there, while handing it to the pool costs the loop 55 us and the request ~120 us (two
+# thread wake-ups). Longer texts go to the pool so the loop keeps admitting requests meanwhile.
+INLINE_TOKENIZE_CHARS: Final = 160
 
 
 @dataclass(frozen=True)
@@ -158,8 +164,11 @@ class Engine:
             raise InvalidInput(f"Model '{name}' cannot produce {[t.value for t in plan.output_types]}")
         texts = [plan.text_for(item, "SentenceTransformer") for item in items]
         tok_start = time.perf_counter()
-        loop = asyncio.get_running_loop()
-        sequences = await loop.run_in_executor(self._tokenize_pool, model.tokenizer.encode, texts)
+        if sum(map(len, texts)) <= INLINE_TOKENIZE_CHARS:
+            sequences = model.tokenizer.encode(texts)
+        else:
+            loop = asyncio.get_running_loop()
+            sequences = await loop.run_in_executor(self._tokenize_pool, model.tokenizer.encode, texts)
         tokenization_ms = (time.perf_counter() - tok_start) * 1000
         group = DenseGroup(plan.pooling or model.encoder.default_pooling, plan.normalize, plan.output_dtype)
         futures = worker.submit(sequences, group)

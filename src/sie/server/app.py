@@ -85,7 +85,9 @@ def create_app(settings: Settings) -> FastAPI:
         version=__version__,
         lifespan=lifespan,
     )
-    for router in (health.router, encode.router, score_extract.router, models.router, openai_compat.router):
+    inference = (*encode.ROUTES, *score_extract.ROUTES, *openai_compat.ROUTES)
+    app.router.routes.extend(route.route() for route in inference)
+    for router in (health.router, models.router):
         app.include_router(router)
     for exc_type in HANDLED:
         app.add_exception_handler(exc_type, handle_native_error)
@@ -95,5 +97,5 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(BodyLimit, limit=settings.max_request_body_bytes)
     app.add_middleware(RequestMetrics, metrics=metrics)
     app.add_middleware(IdentityHeaders)
-    openapi_docs.install(app, __version__)
+    openapi_docs.install(app, __version__, inference)
     return app

@@ -45,6 +45,10 @@ def serve(
         Path | None, typer.Option(help="Weight cache folder [env SIE_LOCAL_CACHE].")
     ] = None,
     json_logs: Annotated[bool | None, typer.Option("--json-logs", help="JSON log lines.")] = None,
+    access_log: Annotated[
+        bool | None,
+        typer.Option("--access-log/--no-access-log", help="Log every request [env SIE_ACCESS_LOG, off]."),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Start the HTTP server."""
@@ -62,6 +66,7 @@ def serve(
         preload_models=preload,
         local_cache=local_cache,
         log_json=json_logs,
+        access_log=access_log,
         log_level="DEBUG" if verbose else None,
     )
     configure_logging(settings.log_level, json_lines=settings.log_json)
@@ -77,6 +82,7 @@ def serve(
         log_config=None,
         timeout_keep_alive=120,
         timeout_graceful_shutdown=25,
+        access_log=settings.access_log,
     )
 
 

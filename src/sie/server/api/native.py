@@ -1,12 +1,15 @@
-"""What every native route shares: the engine dependency, body decoding and response encoding."""
+"""What every native route shares: how a hot route is declared, the engine, body decoding and
+response encoding."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, Final, TypeVar
 
 from fastapi import Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import Route
 
 from sie import __version__
 from sie.engine.engine import Engine
@@ -18,11 +21,42 @@ from sie.wire.responses import Timing
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class PostRoute:
+    """A POST route that Starlette serves directly, documented in ``/openapi.json`` from this record.
+
+    The inference routes skip FastAPI's per-request machinery (dependency solving, parameter
+    validation, its request wrapper): their bodies are msgspec structs decoded by the handler anyway,
+    and that machinery was a third of the event loop's time per small request (server CPU per
+    single-item request 605-804 us -> 466-506 us, docs/benchmarks.md). The handler takes the
+    ``Request``; ``path_params`` holds ``{model}``.
+    """
+
+    path: str
+    endpoint: Callable[[Request], Awaitable[Response]]
+    tags: tuple[str, ...]
+    request: type
+    response: type | None
+    json_only: bool = False  # the OpenAI route speaks JSON alone
+
+    def route(self) -> Route:
+        return Route(self.path, self.endpoint, methods=["POST"])
+
+
+def engine_of(request: Request) -> Engine:
+    engine: Engine = request.state.engine
+    return engine
+
+
+def model_of(request: Request) -> str:
+    model: str = request.path_params["model"]
+    return model
+
+
 async def get_engine(request: Request) -> Engine:
     """Async on purpose: FastAPI runs a plain ``def`` dependency on its thread pool, a thread hop per
     request that on a CPU server also wakes a thread beside the forward pass's OpenMP threads."""
-    engine: Engine = request.state.engine
-    return engine
+    return engine_of(request)
 
 
 EngineDep = Annotated[Engine, Depends(get_engine)]

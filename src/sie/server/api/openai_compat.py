@@ -2,7 +2,8 @@
 
 Beyond the public SIE: token-id inputs are accepted (decoded with the model's tokenizer), usage counts
 real tokens, and ``dimensions`` truncates and re-normalises (Matryoshka-style) instead of being refused.
-Errors use OpenAI's ``{"error": {...}}`` envelope; a body that is not JSON gets FastAPI's 422.
+Errors use OpenAI's ``{"error": {...}}`` envelope; a body that is not JSON gets
+FastAPI's 422 body, as the public server (a FastAPI route) answers.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Final
 
 import msgspec
 import numpy as np
-from fastapi import APIRouter, Request, Response
+from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 
 from sie.engine.engine import Engine
@@ -24,13 +25,11 @@ from sie.engine.errors import (
     Overloaded,
 )
 from sie.postprocess.quantize import l2_normalize
-from sie.server.api.native import EngineDep, render_off_loop_if_big
+from sie.server.api.native import PostRoute, engine_of, render_off_loop_if_big
 from sie.wire import codec
 from sie.wire.errors import openai_error_envelope
 from sie.wire.requests import EncodingFormat, Item, OpenAIEmbeddingsRequest
 from sie.wire.responses import OpenAIEmbedding, OpenAIEmbeddingsResponse, OpenAIUsage
-
-router = APIRouter(tags=["openai"])
 
 _ERRORS: Final[dict[type[EngineError], tuple[int, str, str]]] = {
     ModelNotFound: (404, "model_not_found", "invalid_request_error"),
@@ -100,9 +99,9 @@ def _vectors(matrix: np.ndarray, dimensions: int | None, model: str) -> np.ndarr
     return l2_normalize(matrix[:, :dimensions])
 
 
-@router.post("/v1/embeddings")
-async def embeddings(request: Request, engine: EngineDep) -> Response:
+async def embeddings(request: Request) -> Response:
     """Dense embeddings in OpenAI's shape: ``float`` lists or ``base64`` little-endian float32."""
+    engine = engine_of(request)
     try:
         body = msgspec.json.decode(await request.body(), type=OpenAIEmbeddingsRequest)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -125,6 +124,18 @@ async def embeddings(request: Request, engine: EngineDep) -> Response:
     usage = OpenAIUsage(prompt_tokens=outcome.tokens, total_tokens=outcome.tokens)
     content = await render_off_loop_if_big(matrix.size, _render, matrix, body, usage)
     return Response(content, media_type=codec.JSON, headers={"X-SIE-Served-By": "local"})
+
+
+ROUTES = (
+    PostRoute(
+        "/v1/embeddings",
+        embeddings,
+        ("openai",),
+        OpenAIEmbeddingsRequest,
+        OpenAIEmbeddingsResponse,
+        json_only=True,
+    ),
+)
 
 
 def _render(matrix: np.ndarray, body: OpenAIEmbeddingsRequest, usage: OpenAIUsage) -> bytes:
