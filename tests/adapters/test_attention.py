@@ -23,9 +23,10 @@ from sie.adapters.attention import (
     reference_varlen,
     varlen_kernel,
 )
-from sie.adapters.base import LoadSpec, Pooling
+from sie.adapters.base import LoadSpec, Pooling, TokenBatch
 from sie.adapters.dense_torch import TorchDenseEncoder
 from sie.adapters.packed_bert import PackedBert, pool_packed
+from sie.adapters.tokenizer import TextTokenizer
 from sie.engine.model_config import AttentionBackend, ComputePrecision
 from sie.server.settings import Settings
 from tests.adapters.test_packed_bert import padded_reference, random_batch, tiny_bert
@@ -165,3 +166,17 @@ def test_eager_backend_reaches_the_padded_transformers_forward(minilm_dir):
         LoadSpec(minilm_dir, "cpu", ComputePrecision.FLOAT32, 256, {"packed": False})
     )
     assert default._model.config._attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "padded"])
+def test_every_forward_runs_with_cudnn_attention_off(minilm_dir, packed):
+    encoder = TorchDenseEncoder.load(
+        LoadSpec(minilm_dir, "cpu", ComputePrecision.FLOAT32, 256, {"packed": packed})
+    )
+    seen: list[bool] = []
+    norm = encoder._model.encoder.layer[0].attention.output.LayerNorm  # both forwards call it
+    norm.register_forward_pre_hook(lambda *_: seen.append(torch.backends.cuda.cudnn_sdp_enabled()))
+    tokenizer = TextTokenizer.from_folder(minilm_dir, 256)
+    encoder.embed(TokenBatch.pad(tokenizer.encode(["a short one", "and a longer text"]), 0), Pooling.MEAN)
+    assert seen == [False]
+    assert torch.backends.cuda.cudnn_sdp_enabled()
