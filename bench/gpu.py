@@ -18,45 +18,24 @@ import gc
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench import corpus, gpu_memory, gpu_options, procs, random_models, raw, servers
-from bench.clients import SdkSender
+from bench import corpus, gpu_memory, gpu_options, random_models, raw, servers
 from bench.flops import EncoderDims, flops_per_token, peak_tflops, token_weighted_mean_length
+from bench.gpu_cells import Pool, agreement, run_cells
 from bench.gpu_options import DeviceOptions
-from bench.gpu_results import (
-    BATCHED,
-    MANY_SINGLE,
-    QUERY_HTTP,
-    QUERY_SDK,
-    SINGLE,
-    Agreement,
-    DeviceRun,
-    ServerResult,
-    ShapeResult,
-    compute_targets,
-    correctness_failures,
-)
-from bench.load import Budget, run_cell
-from bench.loadgen import TextBodies, Wire, run_load
-from bench.stats import CellResult, CellSpec, percentiles_ms
+from bench.gpu_results import DeviceRun, ServerResult, ShapeResult, compute_targets, correctness_failures
 
 CHECK_TEXTS = 128  # corpus texts whose vectors are compared with raw float32
-CHECK_BATCH = 64  # items per request in the "batched" half of the comparison
 
 
 def _say(text: str) -> None:
     print(text, flush=True)
-
-
-@dataclass(frozen=True)
-class Pool:
-    texts: list[str]
-    tokens: list[int]
 
 
 def _machine(device: str) -> dict[str, Any]:
@@ -130,101 +109,6 @@ def _raw_phase(
     return reference
 
 
-def _normalised(vectors: np.ndarray) -> np.ndarray:
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-
-
-async def _agreement(server: servers.Server, sample: list[str], reference: np.ndarray) -> Agreement:
-    sender = SdkSender(server.base_url, server.model, 4)
-    try:
-        alone = _normalised(np.concatenate([await sender.vectors([text]) for text in sample]))
-        parts = [
-            await sender.vectors(sample[i : i + CHECK_BATCH]) for i in range(0, len(sample), CHECK_BATCH)
-        ]
-        batched = _normalised(np.concatenate(parts))
-    finally:
-        await sender.aclose()
-    return Agreement(
-        texts=len(sample),
-        min_cos_alone=float(np.min(np.sum(alone * reference, axis=1))),
-        min_cos_batched=float(np.min(np.sum(batched * reference, axis=1))),
-        min_cos_alone_vs_batched=float(np.min(np.sum(alone * batched, axis=1))),
-        identical=int(np.sum(np.all(alone == batched, axis=1))),
-    )
-
-
-async def _sdk_cell(
-    server: servers.Server, spec: CellSpec, pool: Pool, requests: int, opts: DeviceOptions
-) -> CellResult:
-    sender = SdkSender(server.base_url, server.model, spec.concurrency + 4)
-    try:
-        budget = Budget(items=4 * requests, max_seconds=opts.max_seconds)  # single-item: items / 4 requests
-        return await run_cell("sie", server.pid, sender, spec, pool.texts, pool.tokens, budget)
-    finally:
-        await sender.aclose()
-
-
-def http_cell(
-    server: servers.Server, spec: CellSpec, pool: Pool, requests: int, processes: int, max_seconds: float
-) -> CellResult:
-    """One cell through the multi-process generator, as a CellResult like bench/load.py's."""
-    bodies = TextBodies(tuple(pool.texts), spec.batch, Wire.MSGPACK)
-    cpu0, busy0 = procs.cpu_seconds(server.pid), procs.machine_busy_seconds()
-    report = run_load(
-        server.base_url,
-        f"/v1/encode/{server.model}",
-        bodies,
-        spec.concurrency,
-        processes,
-        requests,
-        max_seconds=max_seconds,
-    )
-    server_cpu = procs.cpu_seconds(server.pid) - cpu0
-    busy = procs.machine_busy_seconds() - busy0
-    text_indices = [j for i in report.answered for j in bodies.text_indices(i)]
-    p50, p95, p99, worst = percentiles_ms(report.latencies_s)
-    return CellResult(
-        server="sie",
-        spec=spec,
-        requests=len(report.answered),
-        items=len(text_indices),
-        tokens=sum(pool.tokens[j] for j in text_indices),
-        elapsed_s=report.elapsed_s,
-        p50_ms=p50,
-        p95_ms=p95,
-        p99_ms=p99,
-        max_ms=worst,
-        errors=report.failed,
-        server_cpu_s=server_cpu,
-        bench_cpu_s=report.generator_cpu_s,
-        other_cpu_s=max(0.0, busy - server_cpu - report.generator_cpu_s),
-        statuses={code: n for code, n in report.statuses.items() if not 200 <= code < 300},
-        error_sample=report.error_sample,
-    )
-
-
-def _cells(
-    runner: asyncio.Runner, server: servers.Server, corpus_pool: Pool, queries: Pool, opts: DeviceOptions
-) -> list[CellResult]:
-    from bench.report import CELL_HEADER, cell_line
-
-    _say(CELL_HEADER)
-    cells = [runner.run(_sdk_cell(server, QUERY_SDK, queries, opts.single_requests, opts))]
-    _say(cell_line(cells[-1]))
-    plan = [
-        (QUERY_HTTP, queries, opts.single_requests, 1),
-        (SINGLE, corpus_pool, opts.single_requests, 1),
-        (BATCHED, corpus_pool, max(1, opts.items // BATCHED.batch), opts.loadgen_processes),
-        (MANY_SINGLE, corpus_pool, max(1, opts.items // 2), opts.loadgen_processes),
-    ]
-    for spec, pool, requests, processes in plan:
-        cells.append(http_cell(server, spec, pool, requests, processes, opts.max_seconds))
-        _say(cell_line(cells[-1]))
-        if server.process.exit_code() is not None:
-            raise RuntimeError(f"server died under load:\n{server.process.log_tail()}")
-    return cells
-
-
 def _server_phase(
     built: random_models.BuiltModel,
     precision: str,
@@ -255,15 +139,10 @@ def _server_phase(
             result.gpu_memory_idle_mb, result.gpu_memory_how = idle.mb, idle.how
         _say(f"  ready in {server.startup_s:.1f} s; {'; '.join(server.notes)}")
         with gpu_memory.PeakSampler(server.pid, baseline) as sampler, asyncio.Runner() as runner:
-            result.agreement = runner.run(_agreement(server, sample, reference))
+            result.agreement = runner.run(agreement(server, sample, reference))
             _say(f"  vectors: {result.agreement}")
-            result.cells = _cells(
-                runner,
-                server,
-                Pool(data.texts, data.text_tokens),
-                Pool(data.queries, data.query_tokens),
-                opts,
-            )
+            corpus_pool, queries = Pool(data.texts, data.text_tokens), Pool(data.queries, data.query_tokens)
+            result.cells = run_cells(runner, server, corpus_pool, queries, opts, _say)
         peaks = [r.mb for r in (sampler.peak, idle) if r is not None]
         result.gpu_memory_peak_mb = max(peaks) if peaks else None
     except Exception as exc:  # one server's failure must not cost the other shapes' numbers
@@ -287,8 +166,21 @@ def _corpus_summary(data: corpus.Corpus) -> dict[str, Any]:
     }
 
 
-def run(opts: DeviceOptions, config: dict[str, Any]) -> DeviceRun:
+def _quiet_transformers() -> None:
+    """Per-load progress bars and load reports from transformers would bury the numbers."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def run(
+    opts: DeviceOptions, config: dict[str, Any], checkpoint: Callable[[DeviceRun], None] | None = None
+) -> DeviceRun:
+    """The whole run; ``checkpoint`` gets the partial result after each server, so a run cut short
+    (a device lease ends) still leaves every number measured so far."""
     started = time.monotonic()
+    _quiet_transformers()
     machine = _machine(opts.device)
     peak = opts.peak_tflops or peak_tflops(str(machine.get("gpu", "")))
     _say(
@@ -314,10 +206,17 @@ def run(opts: DeviceOptions, config: dict[str, Any]) -> DeviceRun:
         reference = _raw_phase(model, data, sample, opts, shape)
         for precision in opts.precisions:
             shape.servers.append(_server_phase(model, precision, data, sample, reference, opts))
+            _conclude(run_result, started)
+            if checkpoint is not None:
+                checkpoint(run_result)
+    _conclude(run_result, started)
+    return run_result
+
+
+def _conclude(run_result: DeviceRun, started: float) -> None:
     run_result.targets = compute_targets(run_result)
     run_result.failures = correctness_failures(run_result)
     run_result.config["elapsed_s"] = time.monotonic() - started
-    return run_result
 
 
 def _config(opts: DeviceOptions, version: str) -> dict[str, Any]:
@@ -330,7 +229,13 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser, version: str
     from bench import gpu_report
 
     opts = gpu_options.resolve(args, parser)
-    result = run(opts, _config(opts, version))
+    json_path = args.json
+
+    def checkpoint(partial: DeviceRun) -> None:
+        if json_path is not None:
+            gpu_report.write_json(partial, json_path)
+
+    result = run(opts, _config(opts, version), checkpoint)
     print("\n== summary (markdown) ==\n")
     print(gpu_report.summary_markdown(result))
     gpu_report.print_targets(result)

@@ -119,7 +119,9 @@ def build_folder(shape: Shape, tokenizer_folder: Path, folder: Path, seed: int =
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = BertModel(config, add_pooling_layer=False)
+        # AutoModel builds BERT's pooler either way; saving it keeps every load quiet (no "missing
+        # weights" report) and seeded. Neither mean pooling nor our server reads it.
+        model = BertModel(config, add_pooling_layer=True)
     hf_logging.disable_progress_bar()
     model.save_pretrained(str(folder))
     for name in TOKENIZER_FILES:
