@@ -27,7 +27,7 @@ import numpy as np
 
 from bench import corpus, gpu_memory, gpu_options, random_models, raw, servers
 from bench.flops import EncoderDims, flops_per_token, peak_tflops, token_weighted_mean_length
-from bench.gpu_cells import Pool, agreement, run_cells
+from bench.gpu_cells import Pool, agreement, run_cells, vectors_line
 from bench.gpu_options import DeviceOptions
 from bench.gpu_results import DeviceRun, ServerResult, ShapeResult, compute_targets, correctness_failures
 
@@ -140,7 +140,7 @@ def _server_phase(
         _say(f"  ready in {server.startup_s:.1f} s; {'; '.join(server.notes)}")
         with gpu_memory.PeakSampler(server.pid, baseline) as sampler, asyncio.Runner() as runner:
             result.agreement = runner.run(agreement(server, sample, reference))
-            _say(f"  vectors: {result.agreement}")
+            _say(f"  vectors: {vectors_line(result.agreement)}")
             corpus_pool, queries = Pool(data.texts, data.text_tokens), Pool(data.queries, data.query_tokens)
             result.cells = run_cells(runner, server, corpus_pool, queries, opts, _say)
         peaks = [r.mb for r in (sampler.peak, idle) if r is not None]
@@ -187,6 +187,7 @@ def run(
         f"device {opts.device}: {machine['gpu']}; peak {peak or 'unknown'} TFLOP/s; sie from {machine['sie_imported_from']}"
     )
     tokenizer = opts.tokenizer_folder or corpus.default_model_folder()
+    config["tokenizer_folder"] = str(tokenizer)
     built = random_models.build(list(opts.shapes), tokenizer, opts.model_root)
     _say(f"models: {', '.join(b.model_id for b in built)} in {opts.model_root} (tokenizer {tokenizer})")
     data = corpus.build_corpus(tokenizer, seed=opts.seed, size=opts.corpus_size, queries=opts.query_count)

@@ -52,6 +52,14 @@ async def agreement(server: servers.Server, sample: list[str], reference: np.nda
     )
 
 
+def vectors_line(found: Agreement) -> str:
+    return (
+        f"min cosine to raw float32 {found.min_cos_alone:.6f} alone, {found.min_cos_batched:.6f} in "
+        f"requests of {CHECK_BATCH}; alone vs batched {found.min_cos_alone_vs_batched:.6f}, "
+        f"{found.identical}/{found.texts} bit-identical"
+    )
+
+
 async def _sdk_cell(
     server: servers.Server, spec: CellSpec, pool: Pool, requests: int, opts: DeviceOptions
 ) -> CellResult:
@@ -68,7 +76,11 @@ def http_cell(
 ) -> CellResult:
     """One cell through the multi-process generator, as a CellResult like bench/load.py's."""
     bodies = TextBodies(tuple(pool.texts), spec.batch, Wire.MSGPACK)
-    cpu0, busy0 = procs.cpu_seconds(server.pid), procs.machine_busy_seconds()
+    before: list[float] = []
+
+    def released() -> None:  # after the warm-up: its CPU is not the cell's
+        before.extend((procs.cpu_seconds(server.pid), procs.machine_busy_seconds()))
+
     report = run_load(
         server.base_url,
         f"/v1/encode/{server.model}",
@@ -77,9 +89,10 @@ def http_cell(
         processes,
         requests,
         max_seconds=max_seconds,
+        on_release=released,
     )
-    server_cpu = procs.cpu_seconds(server.pid) - cpu0
-    busy = procs.machine_busy_seconds() - busy0
+    server_cpu = procs.cpu_seconds(server.pid) - before[0]
+    busy = procs.machine_busy_seconds() - before[1]
     text_indices = [j for i in report.answered for j in bodies.text_indices(i)]
     p50, p95, p99, worst = percentiles_ms(report.latencies_s)
     return CellResult(

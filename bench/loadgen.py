@@ -273,9 +273,12 @@ def run_load(
     *,
     warm_up: bool = True,
     max_seconds: float = 60.0,
+    on_release: Callable[[], None] | None = None,
 ) -> LoadReport:
     """Sends ``requests`` POSTs to ``base_url + route`` over ``concurrency`` connections spread over
-    ``processes`` processes (at most one per connection); blocks until every answer is in."""
+    ``processes`` processes (at most one per connection); blocks until every answer is in.
+    ``on_release`` runs after the warm-up, right before the timed part starts (to read counters that
+    must not include the warm-up, such as the server's CPU time)."""
     ctx = multiprocessing.get_context("spawn")
     ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     jobs = _jobs(base_url, route, bodies, concurrency, processes, requests, warm_up, max_seconds)
@@ -284,6 +287,8 @@ def run_load(
         proc.start()
     try:
         _wait_all(procs, ready, results, READY_TIMEOUT_S, "became ready")
+        if on_release is not None:
+            on_release()
         released = time.monotonic()
         go.set()
         reports: list[ChildReport] = _wait_all(

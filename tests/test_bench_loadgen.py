@@ -86,7 +86,17 @@ def test_every_request_sent_once_and_counted_once_with_its_status(server):
 def test_warm_up_sends_one_untimed_request_per_connection(server):
     base_url, seen = server
     bodies = TextBodies(TEXTS, per_request=5, wire=Wire.JSON, model="m")
-    report = run_load(base_url, "/v1/embeddings", bodies, concurrency=4, processes=2, requests=10)
+    at_release: list[int] = []
+    report = run_load(
+        base_url,
+        "/v1/embeddings",
+        bodies,
+        concurrency=4,
+        processes=2,
+        requests=10,
+        on_release=lambda: at_release.append(len(seen)),
+    )
+    assert at_release == [4 * 5]  # the hook ran once, after every warm-up was answered
     assert report.requests == 10
     assert report.statuses == {503: 10}  # five consecutive texts always hold one "busy" text ...
     assert len(seen) == (10 + 4) * 5  # ... and each of the 4 connections sent one warm-up first
