@@ -142,7 +142,8 @@ def _server_phase(
             result.agreement = runner.run(agreement(server, sample, reference))
             _say(f"  vectors: {vectors_line(result.agreement)}")
             corpus_pool, queries = Pool(data.texts, data.text_tokens), Pool(data.queries, data.query_tokens)
-            result.cells = run_cells(runner, server, corpus_pool, queries, opts, _say)
+            result.cells, problems = run_cells(runner, server, corpus_pool, queries, opts, _say)
+            result.error = "; ".join(problems)[:2000]
         peaks = [r.mb for r in (sampler.peak, idle) if r is not None]
         result.gpu_memory_peak_mb = max(peaks) if peaks else None
     except Exception as exc:  # one server's failure must not cost the other shapes' numbers
@@ -245,7 +246,7 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser, version: str
         print(f"\nJSON written to {args.json}")
     print(f"\nrun took {result.config['elapsed_s']:.0f} s; server logs in {opts.log_dir}")
     if result.failures:
-        print("\nFAILED (servers that did not run, vector targets not met):")
+        print("\nFAILED (servers or cells that did not run, vector targets not met):")
         for failure in result.failures:
             print(f"  - {failure}")
         return 1

@@ -16,7 +16,7 @@ from bench.clients import SdkSender
 from bench.gpu_options import DeviceOptions
 from bench.gpu_results import BATCHED, MANY_SINGLE, QUERY_HTTP, QUERY_SDK, SINGLE, Agreement
 from bench.load import Budget, run_cell
-from bench.loadgen import TextBodies, Wire, run_load
+from bench.loadgen import LoadGenError, TextBodies, Wire, run_load
 from bench.report import CELL_HEADER, cell_line
 from bench.stats import CellResult, CellSpec, percentiles_ms
 
@@ -122,12 +122,14 @@ def run_cells(
     queries: Pool,
     opts: DeviceOptions,
     say: Callable[[str], None],
-) -> list[CellResult]:
+) -> tuple[list[CellResult], list[str]]:
     """The latency cell through our SDK, then the rest through the multi-process generator; each
-    line is printed as its cell ends."""
+    line is printed as its cell ends. A generator failure costs its cell only (returned as a
+    problem; the cell's targets then read as not met), a dead server the rest."""
     say(CELL_HEADER)
     cells = [runner.run(_sdk_cell(server, QUERY_SDK, queries, opts.single_requests, opts))]
     say(cell_line(cells[-1]))
+    problems: list[str] = []
     plan = [
         (QUERY_HTTP, queries, opts.single_requests, 1),
         (SINGLE, corpus_pool, opts.single_requests, 1),
@@ -135,8 +137,12 @@ def run_cells(
         (MANY_SINGLE, corpus_pool, max(1, opts.items // 2), opts.loadgen_processes),
     ]
     for spec, pool, requests, processes in plan:
-        cells.append(http_cell(server, spec, pool, requests, processes, opts.max_seconds))
-        say(cell_line(cells[-1]))
+        try:
+            cells.append(http_cell(server, spec, pool, requests, processes, opts.max_seconds))
+            say(cell_line(cells[-1]))
+        except LoadGenError as exc:
+            problems.append(f"{spec.key}: {exc}")
+            say(f"  cell {spec.key} failed: {exc}")
         if server.process.exit_code() is not None:
             raise RuntimeError(f"server died under load:\n{server.process.log_tail()}")
-    return cells
+    return cells, problems

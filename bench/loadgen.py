@@ -32,8 +32,9 @@ from typing import Any, Final, Protocol
 
 from bench.http1 import Connection, ProtocolError, host_port
 
-READY_TIMEOUT_S: Final = 120.0
-REQUEST_TIMEOUT_S: Final = 180.0
+START_TIMEOUT_S: Final = 60.0  # a process spawned, imported and connected
+REQUEST_TIMEOUT_S: Final = 180.0  # one request, the warm-up included (a CPU server's 32 x 32 wave is slow)
+READY_TIMEOUT_S: Final = START_TIMEOUT_S + REQUEST_TIMEOUT_S
 DRAIN_TIMEOUT_S: Final = 300.0
 FAILURE_PAUSE_S: Final = 0.1
 MSGPACK: Final = "application/msgpack"
@@ -175,6 +176,11 @@ async def _connection_loop(
             await asyncio.sleep(_retry_after_s(answer.headers))
 
 
+async def _warm_up(conn: Connection, route: str, body: bytes, bodies: BodyBuilder) -> None:
+    async with asyncio.timeout(REQUEST_TIMEOUT_S):
+        await conn.post(route, body, bodies.content_type, bodies.accept)
+
+
 async def _child_main(job: _Job, ready: Any, go: Any) -> ChildReport:
     tally = ChildReport(job.index)
     bodies = {index: job.bodies(index) for index in job.requests}
@@ -183,7 +189,7 @@ async def _child_main(job: _Job, ready: Any, go: Any) -> ChildReport:
     try:
         if job.warm_up and job.requests:
             first = bodies[job.requests[0]]
-            warm = [c.post(job.route, first, job.bodies.content_type, job.bodies.accept) for c in conns]
+            warm = [_warm_up(c, job.route, first, job.bodies) for c in conns]
             for result in await asyncio.gather(*warm, return_exceptions=True):
                 if isinstance(result, BaseException):
                     tally.error_sample = tally.error_sample or f"warm-up: {type(result).__name__}: {result}"
