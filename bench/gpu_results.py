@@ -203,8 +203,7 @@ def compute_targets(run: DeviceRun) -> list[Ratio]:
 
 def correctness_failures(run: DeviceRun) -> list[str]:
     """Servers or cells that did not run, and vector targets not met: these make the exit status
-    non-zero.
-    Speed targets are reported, not gated (they are what the run is for)."""
+    non-zero. Speed targets are reported, not gated (they are what the run is for)."""
     failures = [
         f"{shape.shape} {server.precision}: {server.error}"
         for shape in run.shapes
