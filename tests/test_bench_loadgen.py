@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import msgpack
 import pytest
 
+from bench.gpu_cells import Pool, http_cell
 from bench.http1 import Connection
 from bench.loadgen import TextBodies, Wire, run_load, split
+from bench.stats import CellSpec
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -31,7 +36,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
             self.wfile.write(b"0\r\n\r\n")
             return
-        texts = json.loads(body)["input"]
+        if self.headers["Content-Type"] == "application/msgpack":
+            texts = [item["text"] for item in msgpack.unpackb(body)["items"]]
+        else:
+            texts = json.loads(body)["input"]
         with self.lock:
             self.seen.extend(texts)
         busy = any(text.startswith("busy") for text in texts)
@@ -127,3 +135,29 @@ def test_chunked_answers_are_read_whole_on_a_kept_connection(server):
         return [first.body, second.body]
 
     assert asyncio.run(two_posts()) == [b"hello world", b'{"items": 1}']
+
+
+@dataclass
+class _Running:
+    """What ``http_cell`` reads of a started server (this process stands in for its CPU time)."""
+
+    base_url: str
+    model: str = "bench/tiny"
+    pid: int = field(default_factory=os.getpid)
+
+
+def test_a_generator_cell_counts_items_and_tokens_of_answered_requests(server):
+    base_url, _ = server
+    pool = Pool(list(TEXTS), tokens=list(range(40)))
+    cell = http_cell(
+        _Running(base_url), CellSpec("http", 4, 5), pool, requests=6, processes=2, max_seconds=30
+    )
+    assert (cell.requests, cell.items, cell.errors) == (0, 0, 6)  # every 5-text window holds a busy one
+    assert cell.statuses == {503: 6}
+    single = http_cell(
+        _Running(base_url), CellSpec("http", 3, 1), pool, requests=10, processes=1, max_seconds=30
+    )
+    answered = [i for i in range(10) if i % 5]
+    assert (single.requests, single.items, single.errors) == (8, 8, 2)
+    assert single.tokens == sum(answered)  # text i has i tokens here
+    assert single.items_per_s > 0 and single.p50_ms > 0
