@@ -232,12 +232,21 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser, version: str
 
     opts = gpu_options.resolve(args, parser)
     json_path = args.json
+    latest: list[DeviceRun] = []
 
     def checkpoint(partial: DeviceRun) -> None:
+        latest[:] = [partial]
         if json_path is not None:
             gpu_report.write_json(partial, json_path)
 
-    result = run(opts, _config(opts, version), checkpoint)
+    try:
+        result = run(opts, _config(opts, version), checkpoint)
+    except KeyboardInterrupt:  # a timeout's SIGTERM: show what was measured, then stop as asked
+        if latest:
+            print("\n== partial summary (interrupted after the last server that finished) ==\n")
+            print(gpu_report.summary_markdown(latest[0]))
+            gpu_report.print_targets(latest[0])
+        raise
     print("\n== summary (markdown) ==\n")
     print(gpu_report.summary_markdown(result))
     gpu_report.print_targets(result)
