@@ -10,4 +10,12 @@ Run it with ``scripts/bench`` (see docs/benchmarks.md). Modules, one job each:
 - ``load``: the closed-loop asyncio load generator; ``stats`` its numbers.
 - ``correctness``: the cosine and retrieval gates; ``report``: tables, ratios, summary, JSON.
 - ``cli``: flags and the order of the run.
+
+With ``--device cuda`` (``cpu`` for a dry run) the GPU benchmark runs instead:
+
+- ``gpu_options``: its flags; ``gpu``: the order of its run; ``gpu_cells``: what a server is measured
+  with; ``gpu_results``: its numbers and targets; ``gpu_report``: its summary and JSON.
+- ``random_models``: seeded random-weight BERT shapes and their model YAMLs.
+- ``loadgen`` (over ``http1``): many small requests from several processes.
+- ``flops``: tokens/s as a fraction of the GPU's peak; ``gpu_memory``: what the server holds on the GPU.
 """

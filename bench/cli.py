@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import corpus, correctness, infinity_env, paired, procs, raw, report, servers
+from bench import corpus, correctness, gpu_options, infinity_env, paired, procs, raw, report, servers
 from bench.clients import JsonSender, SdkSender, Sender
 from bench.load import Budget, run_cell
 from bench.results import SATURATED, SATURATED_JSON, RunResult, ServerRun, compute_ratios, same_precision
@@ -45,11 +45,12 @@ def _key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="scripts/bench",
         description="Raw sentence-transformers limit vs our server (SDK msgpack and /v1/embeddings JSON) "
-        "vs Infinity (--infinity), on one seeded corpus; correctness gate; see docs/benchmarks.md.",
+        "vs Infinity (--infinity), on one seeded corpus; correctness gate; with --device, the GPU "
+        "benchmark on random-weight models; see docs/benchmarks.md.",
     )
     p.add_argument("--model", default=DEFAULT_MODEL, help="model id our server preloads and serves")
     p.add_argument(
@@ -87,9 +88,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--items",
         type=int,
-        default=2048,
+        default=None,
         help="items each multi-item cell sends (single-item cells send a quarter as many requests); "
-        "at least two requests per worker",
+        "at least two requests per worker (default 2048; --device: 8192, see docs)",
     )
     p.add_argument(
         "--max-seconds",
@@ -98,14 +99,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="stop sending in a cell after this long (what was sent is still awaited and counted)",
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--corpus-size", type=int, default=2048)
+    p.add_argument("--corpus-size", type=int, default=None, help="texts (default 2048; --device: 4096)")
     p.add_argument("--query-count", type=int, default=64, help="size of the 10-word query set")
-    p.add_argument("--raw-batch-sizes", type=_ints, default=[16, 32, 64, 128])
+    p.add_argument(
+        "--raw-batch-sizes", type=_ints, default=None, help="default 16,32,64,128; --device: 64,128,256,512"
+    )
     p.add_argument(
         "--raw-sweep-items",
         type=int,
-        default=512,
-        help="texts per batch-size trial; the best size is then timed over the whole corpus",
+        default=None,
+        help="texts per batch-size trial (default 512; --device: 1024); the best size is then timed "
+        "over the whole corpus",
     )
     p.add_argument(
         "--pairs",
@@ -117,7 +121,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--clients", default="sdk,json", help="our server's clients: sdk, json or both")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="write all results as JSON")
     p.add_argument("--log-dir", type=Path, default=None, help="server logs (default: a temporary folder)")
-    args = p.parse_args(argv)
+    gpu_options.add_arguments(p)
+    return p
+
+
+def cpu_defaults(args: argparse.Namespace, p: argparse.ArgumentParser) -> argparse.Namespace:
+    """The CPU run's defaults for the flags a device run fills in its own way (bench/gpu_options.py)."""
+    args.corpus_size = args.corpus_size or 2048
+    args.items = args.items or 2048
+    args.raw_batch_sizes = args.raw_batch_sizes or [16, 32, 64, 128]
+    args.raw_sweep_items = args.raw_sweep_items or 512
     if args.concurrency is None:
         args.concurrency = [1, 16] if args.quick else [1, 4, 16, 64]
     if args.request_items is None:
@@ -350,7 +363,7 @@ def run(args: argparse.Namespace) -> RunResult:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             _say(f"\nour server: {args.model}, --precision {args.precision}")
             ours = servers.start_sie(
-                REPO_ROOT, args.model, args.precision, dict(args.server_env), log_dir, args.server_src
+                args.model, args.precision, dict(args.server_env), log_dir, args.server_src
             )
             running.append(ours)
             senders: list[Sender] = []
@@ -397,12 +410,23 @@ def run(args: argparse.Namespace) -> RunResult:
     return result
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The CPU run's arguments, defaults filled in."""
+    p = build_parser()
+    return cpu_defaults(p.parse_args(argv), p)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even where the shell started us ignoring it
     try:
-        result = run(args)
+        if args.device is not None:
+            from bench import gpu
+
+            return gpu.main(args, parser, _server_version(None))
+        result = run(cpu_defaults(args, parser))
     except KeyboardInterrupt:
         print("\ninterrupted; servers stopped", file=sys.stderr)
         return 130

@@ -1,9 +1,10 @@
-"""The raw limit: sentence-transformers on the same cores, with no server in between.
+"""The raw limit: sentence-transformers on the same cores (or GPU), with no server in between.
 
 For each precision: ``SentenceTransformer.encode`` at each candidate batch size over the first texts
 of the corpus (the sweep), then at the best batch size over the whole corpus (the limit), and the latency of one 10-word query through ``encode`` (median of 50).
 The float32 model also produces the reference vectors for the correctness gate. CPU used by other
 processes meanwhile is measured; a disturbed full-corpus timing is repeated (the best one is kept).
+On a GPU (``--device cuda``, bench/gpu.py) every timing is bracketed by ``torch.cuda.synchronize()``.
 """
 
 from __future__ import annotations
@@ -48,26 +49,37 @@ class Reference:
     retrieval_passages: np.ndarray
 
 
-PRECISIONS = ("float32", "bfloat16", "bfloat16-mixed")
+PRECISIONS = ("float32", "bfloat16", "bfloat16-mixed")  # the CPU run's variants
+DEVICE_PRECISIONS = ("float32", "float16", "bfloat16")  # whole-model casts, for --device runs
 
 
 class RawModel:
-    """A sentence-transformers model at one of ``PRECISIONS``. ``bfloat16`` casts the whole model;
-    ``bfloat16-mixed`` is what our server runs for bfloat16 on a CPU with bf16 hardware (linear
-    weights in bf16 under autocast, the rest float32), so the two are compared at the same precision."""
+    """A sentence-transformers model on ``device`` at one of ``PRECISIONS`` or ``DEVICE_PRECISIONS``.
+    ``bfloat16`` and ``float16`` cast the whole model; ``bfloat16-mixed`` is what our server runs
+    for bfloat16 on a CPU with bf16 hardware (linear weights in bf16 under autocast, the rest
+    float32), so the two are compared at the same precision."""
 
-    def __init__(self, folder: Path, precision: str) -> None:
+    def __init__(self, folder: Path, precision: str, device: str = "cpu") -> None:
         import torch
         from sentence_transformers import SentenceTransformer
 
         from sie.adapters.dense_torch import linear_weights_to
 
-        dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
-        self.model = SentenceTransformer(str(folder), device="cpu", model_kwargs={"dtype": dtype})
+        dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+        dtype = dtypes.get(precision, torch.float32)
+        self.device = device
+        self.model = SentenceTransformer(str(folder), device=device, model_kwargs={"dtype": dtype})
         self.model.eval()
         self.autocast = precision == "bfloat16-mixed"
         if self.autocast:
             linear_weights_to(self.model, torch.bfloat16)
+
+    def synchronize(self) -> None:
+        """Waits for the GPU's queued work, so a timing ends when the work does, not when it was queued."""
+        import torch
+
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize(self.device)
 
     def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
         import torch
@@ -90,9 +102,11 @@ def throughput(model: RawModel, texts: list[str], tokens: int, batch_size: int) 
     from bench.procs import machine_busy_seconds, own_cpu_seconds
 
     model.encode(texts[: batch_size * 2], batch_size)  # warm-up: allocator, kernels, thread pool
+    model.synchronize()
     busy0, own0 = machine_busy_seconds(), own_cpu_seconds()
     start = time.perf_counter()
     model.encode(texts, batch_size)
+    model.synchronize()
     elapsed = time.perf_counter() - start
     other = max(0.0, (machine_busy_seconds() - busy0) - (own_cpu_seconds() - own0)) / elapsed
     return Timing(len(texts) / elapsed, tokens / elapsed, other)
@@ -119,13 +133,14 @@ def measure(
     batch_sizes: Sequence[int],
     sweep_items: int,
     log: Any = print,
+    device: str = "cpu",
 ) -> tuple[RawResult, RawModel]:
     """Sweep the batch sizes on the first ``sweep_items`` texts, then time the best one over the whole
     corpus; then single-query latency. Returns the result and the loaded model."""
     import torch
 
     torch.set_num_threads(os.cpu_count() or 1)
-    model = RawModel(folder, precision)
+    model = RawModel(folder, precision, device)
     sweep = texts[:sweep_items]
     sweep_tokens = sum(text_tokens[:sweep_items])
     by_batch: dict[int, float] = {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,30 +57,31 @@ def _ready(server: Server, timeout_s: float, probe_path: str) -> Server:
 
 
 def start_sie(
-    repo_root: Path,
     model: str,
     precision: str,
     server_env: dict[str, str],
     log_dir: Path,
     server_src: Path | None = None,
     timeout_s: float = 300.0,
+    *,
+    device: str | None = None,
+    models_dir: Path | None = None,
+    log_name: str = "sie-server.log",
 ) -> Server:
-    """``sie-server serve --preload MODEL``: preload happens before the port opens, so ready means loaded."""
+    """``python -m sie.server serve --preload MODEL``: preload happens before the port opens, so ready
+    means loaded. The server runs on this interpreter (``sys.executable``), so it works from a
+    virtualenv and from a bare ``python3`` whose PYTHONPATH holds the dependencies (a GPU machine)."""
     port = procs.free_port()
     env = _offline_env({"SIE_DEFAULT_COMPUTE_PRECISION": precision, **server_env})
     if server_src is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(server_src), env.get("PYTHONPATH")) if p)
-    argv = [
-        str(repo_root / ".venv" / "bin" / "sie-server"),
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--preload",
-        model,
-    ]
-    process = procs.ManagedProcess("sie-server", argv, env, log_dir / "sie-server.log")
+    argv = [sys.executable, "-m", "sie.server", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--preload", model]
+    if device is not None:
+        argv += ["--device", device]
+    if models_dir is not None:
+        argv += ["--models-dir", str(models_dir)]
+    process = procs.ManagedProcess("sie-server", argv, env, log_dir / log_name)
     server = Server("sie", process, f"http://127.0.0.1:{port}", model, SIE_JSON_ROUTE)
     process.start()
     _ready(server, timeout_s, f"/v1/models/{model}")
