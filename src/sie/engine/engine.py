@@ -209,14 +209,18 @@ class Engine:
         return [model.tokenizer.decode(ids) for ids in token_lists]
 
     async def close(self) -> None:
-        """Stop intake, fail queued work, unload models, stop the pools."""
+        """Stop intake, fail queued work, unload models, stop the pools; the event loop only awaits.
+
+        Models are closed on the device thread, where they were loaded and ran (freeing device memory
+        and collecting their objects takes a while), and the pools are joined off the loop."""
         self._closed = True
         await asyncio.gather(*(w.close() for w in self._workers.values()))
+        loop = asyncio.get_running_loop()
         for slot in self._slots.values():
             if slot.task is not None and not slot.task.done():
                 slot.task.cancel()
             if slot.model is not None:
-                slot.model.encoder.close()
-                slot.model = None
+                encoder, slot.model = slot.model.encoder, None
+                await loop.run_in_executor(self._device_executor, encoder.close)
         self._tokenize_pool.shutdown(wait=False, cancel_futures=True)
-        self._device_executor.shutdown(wait=True, cancel_futures=True)
+        await asyncio.to_thread(self._device_executor.shutdown, wait=True, cancel_futures=True)

@@ -90,6 +90,7 @@ class ModelWorker:
         self._device_idle = True
         self._pending = 0
         self._closed = False
+        self._stopped: InferenceFailed | None = None  # set when a loop died: new work is refused
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -106,6 +107,8 @@ class ModelWorker:
         """Queue one request's items; raises ``Overloaded`` instead of letting the queue grow unbounded."""
         if self._closed:
             raise EngineClosed(f"Model '{self.name}' is shutting down")
+        if self._stopped is not None:
+            raise self._stopped
         if len(sequences) > self._max_pending:
             raise InvalidInput(
                 f"Request has {len(sequences)} items; model '{self.name}' admits at most "
@@ -193,16 +196,20 @@ class ModelWorker:
         except Exception as exc:
             log.exception("forward pass failed for model %s", self.name)
             error = InferenceFailed(f"Inference failed for model '{self.name}': {type(exc).__name__}")
+            error.__cause__ = exc
             for entry in batch:
                 if not entry.payload.future.done():
                     entry.payload.future.set_exception(error)
             return
-        self._on_batch(BatchStats(len(batch), sum(e.cost for e in batch), infer_s))
         for entry, vector in zip(batch, vectors, strict=True):
             work = entry.payload
             if not work.future.done():
                 queue_ms = (work.batched_at - work.enqueued_at) * 1000
                 work.future.set_result(ItemResult(vector, queue_ms, infer_s * 1000, post_s * 1000))
+        try:  # after the answers: a broken statistics hook must not hold a request
+            self._on_batch(BatchStats(len(batch), sum(e.cost for e in batch), infer_s))
+        except Exception:
+            log.exception("batch statistics for model %s failed", self.name)
 
     def _compute(
         self, sequences: list[np.ndarray], group: DenseGroup
@@ -226,11 +233,15 @@ class ModelWorker:
         return list(out), infer_end - start, time.perf_counter() - infer_end
 
     def _on_task_done(self, task: asyncio.Task[None]) -> None:
+        """A loop that ends before ``close`` leaves nothing to run queued work: fail it, and refuse
+        new work from then on instead of queueing it forever."""
         if task.cancelled() and self._closed:
             return
-        error = task.exception() if not task.cancelled() else None
-        log.error("worker loop for %s stopped: %r", self.name, error)
-        self._fail_all(InferenceFailed(f"Model '{self.name}' worker stopped"))
+        cause = task.exception() if not task.cancelled() else None
+        log.error("worker loop for %s stopped: %r", self.name, cause)
+        self._stopped = InferenceFailed(f"Model '{self.name}' worker stopped")
+        self._stopped.__cause__ = cause
+        self._fail_all(self._stopped)
 
     def _fail_all(self, error: Exception) -> None:
         while (batch := self._batcher.next_batch(self._clock(), flush=True)) is not None:

@@ -1,0 +1,105 @@
+"""The worker around real batches when something breaks: no request may hang, none answered twice."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from sie.adapters.base import Pooling
+from sie.engine.batcher import BatchLimits
+from sie.engine.engine import Engine
+from sie.engine.errors import InferenceFailed
+from sie.engine.loader import LoadedModel
+from sie.engine.worker import BatchStats, DenseGroup, ModelWorker
+from sie.wire.requests import OutputDType
+from tests.engine.test_engine import INT8, make_engine
+
+GROUP = DenseGroup(Pooling.MEAN, True, OutputDType.FLOAT32)
+
+
+@pytest.fixture
+async def loaded(tmp_path) -> AsyncIterator[tuple[Engine, LoadedModel]]:
+    engine = make_engine(tmp_path)
+    await engine.preload([INT8])
+    model, _ = engine.ready_model(INT8)
+    yield engine, model
+    await engine.close()
+
+
+@pytest.fixture
+def executor() -> ThreadPoolExecutor:
+    pool = ThreadPoolExecutor(1)
+    yield pool
+    pool.shutdown()
+
+
+def start_worker(
+    model: LoadedModel, executor: ThreadPoolExecutor, on_batch: Callable[[BatchStats], None]
+) -> ModelWorker:
+    limits = BatchLimits(max_tokens=512, max_items=8, max_wait_s=0.0)
+    worker = ModelWorker("t", model.encoder, model.tokenizer.pad_id, limits, executor, 64, on_batch)
+    worker.start()
+    return worker
+
+
+async def test_a_failing_statistics_hook_still_answers_every_item(loaded, executor, caplog):
+    _, model = loaded
+
+    def broken(stats: BatchStats) -> None:
+        raise RuntimeError("metrics backend down")
+
+    worker = start_worker(model, executor, broken)
+    results = await asyncio.wait_for(
+        asyncio.gather(*worker.submit(model.tokenizer.encode(["one", "two words"]), GROUP)), 10
+    )
+    assert [r.vector.shape for r in results] == [(384,), (384,)]
+    assert "batch statistics for model t failed" in caplog.text
+    again = await asyncio.wait_for(
+        asyncio.gather(*worker.submit(model.tokenizer.encode(["three"]), GROUP)), 10
+    )
+    assert again[0].vector.shape == (384,)
+    await worker.close()
+
+
+async def test_a_dead_loop_fails_queued_work_and_refuses_new_work(loaded, executor):
+    _, model = loaded
+    worker = start_worker(model, executor, lambda stats: None)
+    runner = worker._tasks[1]
+    runner.cancel()  # the run loop ends while the worker is open, as if it had crashed
+    await asyncio.gather(runner, return_exceptions=True)
+    with pytest.raises(InferenceFailed, match="worker stopped"):
+        worker.submit(model.tokenizer.encode(["after the crash"]), GROUP)
+    await worker.close()
+
+
+async def test_a_failed_forward_keeps_its_cause(loaded, executor):
+    _, model = loaded
+    worker = start_worker(model, executor, lambda stats: None)
+    outside_vocabulary = [np.array([101, 10**7, 102], dtype=np.int64)]
+    (future,) = worker.submit(outside_vocabulary, GROUP)
+    with pytest.raises(InferenceFailed, match="Inference failed for model 't'") as failure:
+        await asyncio.wait_for(future, 10)
+    assert failure.value.__cause__ is not None  # the runtime's own error, for the log and debugging
+    assert "InferenceFailed" not in type(failure.value.__cause__).__name__
+    await worker.close()
+
+
+async def test_close_unloads_models_on_the_device_thread_not_the_event_loop(tmp_path):
+    engine = make_engine(tmp_path)
+    await engine.preload([INT8])
+    model, _ = engine.ready_model(INT8)
+    closed_on: list[str] = []
+    original = model.encoder.close
+
+    def recording_close() -> None:
+        closed_on.append(threading.current_thread().name)
+        original()
+
+    model.encoder.close = recording_close  # type: ignore[method-assign]
+    await engine.close()
+    assert len(closed_on) == 1 and closed_on[0].startswith("sie-device")
