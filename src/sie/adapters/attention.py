@@ -107,6 +107,7 @@ def plan_attention(
     ``varlen_kernel``; tests pass one that runs ``reference_varlen``).
     """
     find_varlen = varlen_kernel if varlen is None else varlen
+    sdpa: tuple[SDPBackend, ...]
     if backend is AttentionBackend.EAGER:
         sdpa, transformers_impl = EAGER_SDPA, "eager"
     else:

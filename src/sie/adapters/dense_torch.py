@@ -66,7 +66,7 @@ class TorchDenseEncoder:
 
     @classmethod
     def load(cls, spec: LoadSpec) -> Self:
-        hf_logging.disable_progress_bar()  # a server log is no terminal
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # a server log is no terminal
         if spec.threads and spec.device.startswith("cpu"):
             torch.set_num_threads(spec.threads)
         device = torch.device(spec.device)
@@ -124,7 +124,8 @@ class TorchDenseEncoder:
             # Summed in float32: half-precision sums over long sequences lose digits (and can overflow).
             weights = mask.unsqueeze(-1).float()
             pooled = (hidden.float() * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
-        return pooled.float().cpu().numpy()
+        vectors: np.ndarray = pooled.float().cpu().numpy()
+        return vectors
 
     def close(self) -> None:
         del self._model, self._packed

@@ -72,10 +72,10 @@ class PackedTokens:
         np.cumsum(lengths, out=cu_seqlens[1:])
         lasts[:] = cu_seqlens[1:] - 1
         lengths_out[:] = lengths
-        on_device = torch.split(
+        ids_t, positions_t, segments_t, cu_t, lasts_t, lengths_t = torch.split(
             host_to_device(host, device), [tokens, tokens, tokens, count + 1, count, count]
         )
-        return cls(*on_device, host_lengths=lengths)
+        return cls(ids_t, positions_t, segments_t, cu_t, lasts_t, lengths_t, host_lengths=lengths)
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,7 @@ _ONEDNN_ACTIVATIONS: Final = {
 def _onednn_linear() -> Callable[..., torch.Tensor] | None:
     """oneDNN's fused linear (the kernel torch.compile emits for CPU linears), if this build has it
     and this CPU runs oneDNN's bf16 matmuls (AVX-512 and up)."""
-    if not torch.backends.mkldnn.is_available():
+    if not torch.backends.mkldnn.is_available():  # type: ignore[no-untyped-call]
         return None
     try:
         if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
@@ -333,6 +333,7 @@ class PackedBert:
         scratch of the padded layout (None when the gathered rows already are that layout)."""
         context = qkv.new_empty(qkv.shape[0], self._hidden) if layout.alone else None
         for start, length in layout.alone:
+            assert context is not None
             self._attend_alone(qkv[start : start + length], context[start : start + length])
         if not layout.buckets:
             assert context is not None

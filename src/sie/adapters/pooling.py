@@ -17,7 +17,8 @@ def pool(hidden: np.ndarray, mask: np.ndarray, lengths: np.ndarray, pooling: Poo
         return hidden[np.arange(hidden.shape[0]), lengths - 1, :].astype(np.float32, copy=False)
     weights = mask.astype(np.float32)[:, :, None]
     summed = (hidden.astype(np.float32, copy=False) * weights).sum(axis=1)
-    return summed / np.clip(weights.sum(axis=1), 1e-9, None)
+    mean: np.ndarray = summed / np.clip(weights.sum(axis=1), 1e-9, None)
+    return mean
 
 
 def read_default_pooling(folder: Path) -> Pooling:

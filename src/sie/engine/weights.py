@@ -79,9 +79,9 @@ class WeightSources:
             tried.append(f"local cache {self.cache_root()}")
             packaged = PACKAGED.get(hf_id)
             if packaged is not None:
-                folder = packaged.locate()
-                if folder is not None:
-                    return folder
+                located = packaged.locate()
+                if located is not None:
+                    return located
                 tried.append(f"package '{packaged.module}' (not installed)")
             if self.hf_fallback:
                 return self._download(hf_id, revision, tried)

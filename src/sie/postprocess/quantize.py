@@ -15,7 +15,8 @@ from sie.wire.requests import OutputDType
 
 def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
-    return vectors / np.clip(norms, 1e-12, None)
+    normalized: np.ndarray = vectors / np.clip(norms, 1e-12, None)
+    return normalized
 
 
 def quantize(vectors: np.ndarray, dtype: OutputDType) -> np.ndarray:
@@ -27,12 +28,14 @@ def quantize(vectors: np.ndarray, dtype: OutputDType) -> np.ndarray:
     if dtype is OutputDType.INT8:
         scale = np.abs(vectors).max(axis=-1, keepdims=True)
         scaled = np.divide(vectors, scale, out=np.zeros_like(vectors), where=scale > 0) * 127.0
-        return np.clip(np.round(scaled), -127, 127).astype(np.int8)
+        int8: np.ndarray = np.clip(np.round(scaled), -127, 127).astype(np.int8)
+        return int8
     if dtype is OutputDType.UINT8:
         low = vectors.min(axis=-1, keepdims=True)
         span = vectors.max(axis=-1, keepdims=True) - low
         scaled = np.divide(vectors - low, span, out=np.full_like(vectors, 128.0 / 255.0), where=span > 0)
-        return np.clip(np.round(scaled * 255.0), 0, 255).astype(np.uint8)
+        uint8: np.ndarray = np.clip(np.round(scaled * 255.0), 0, 255).astype(np.uint8)
+        return uint8
     return np.packbits(vectors > 0, axis=-1)
 
 

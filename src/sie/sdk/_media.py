@@ -88,6 +88,7 @@ def _to_jpeg(image: Any) -> bytes:
         ) from exc
     import io
 
+    picture: Image.Image
     if isinstance(image, str | Path):
         picture = Image.open(Path(image))
     elif isinstance(image, np.ndarray):

@@ -54,7 +54,7 @@ ERROR_TABLE: Final[dict[type[Exception], ErrorRule]] = {
 
 def rule_for(exc: Exception) -> ErrorRule | None:
     for cls in type(exc).__mro__:
-        rule = ERROR_TABLE.get(cls)  # type: ignore[arg-type]
+        rule = ERROR_TABLE.get(cls)
         if rule is not None:
             return rule
     return None

@@ -49,7 +49,7 @@ def operation(route: PostRoute) -> dict[str, Any]:
         "requestBody": {"required": True, "content": _content(_schema_ref(route.request), route.json_only)},
     }
     success = "Success; msgpack unless Accept asks for JSON" if not route.json_only else "Success"
-    answer = {"description": success}
+    answer: dict[str, Any] = {"description": success}
     if route.response is not None:
         answer["content"] = _content(_schema_ref(route.response), route.json_only)
     op["responses"] = {"200": answer}

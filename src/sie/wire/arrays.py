@@ -28,7 +28,7 @@ def array_to_wire(array: np.ndarray) -> dict[bytes, Any]:
         b"type": contiguous.dtype.str,
         b"kind": b"",
         b"shape": list(contiguous.shape),
-        b"data": memoryview(contiguous).cast("B"),
+        b"data": contiguous.data.cast("B"),
     }
 
 
@@ -68,7 +68,8 @@ def wire_to_array(value: dict[Any, Any]) -> np.ndarray | np.generic:
     if not isinstance(data, bytes | bytearray | memoryview):
         raise ArrayDecodeError("array 'data' must be bytes")
     if value.get(b"nd") is not True:
-        return np.frombuffer(data, dtype=dtype, count=1)[0]
+        scalar: np.generic = np.frombuffer(data, dtype=dtype, count=1)[0]
+        return scalar
     shape = value.get(b"shape")
     if not isinstance(shape, list | tuple) or len(shape) > MAX_DIMENSIONS:
         raise ArrayDecodeError("array 'shape' must be a list of at most 8 dimensions")

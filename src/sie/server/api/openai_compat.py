@@ -74,12 +74,14 @@ async def _texts(engine: Engine, request: OpenAIEmbeddingsRequest) -> list[str]:
         raise OpenAIError(400, "Input cannot be empty", "invalid_request")
     if all(isinstance(v, str) for v in raw):
         return [str(v) for v in raw]
-    if all(isinstance(v, int) for v in raw):
-        return await engine.detokenize(request.model, [[int(v) for v in raw]])  # type: ignore[arg-type]
-    if all(isinstance(v, list) for v in raw):
-        if any(not ids for ids in raw):  # type: ignore[union-attr]
+    ids = [v for v in raw if isinstance(v, int)]
+    if len(ids) == len(raw):
+        return await engine.detokenize(request.model, [ids])
+    id_lists = [v for v in raw if isinstance(v, list)]
+    if len(id_lists) == len(raw):
+        if any(not one for one in id_lists):
             raise OpenAIError(400, "Input cannot be empty", "invalid_request")
-        return await engine.detokenize(request.model, raw)  # type: ignore[arg-type]
+        return await engine.detokenize(request.model, id_lists)
     raise OpenAIError(
         400,
         "'input' must be a string, strings, token ids or lists of token ids, not a mix",
@@ -110,9 +112,8 @@ async def embeddings(request: Request) -> Response:
         texts = await _texts(engine, body)
         await engine.wait_loaded(body.model)
         outcome = await engine.encode(body.model, [Item(text=t) for t in texts], None)
-        matrix = _vectors(
-            np.stack([item.dense.values for item in outcome.items]), body.dimensions, body.model
-        )  # type: ignore[union-attr]
+        dense = [item.dense.values for item in outcome.items if item.dense is not None]
+        matrix = _vectors(np.stack(dense), body.dimensions, body.model)
     except OpenAIError as exc:
         return exc.response()
     except EngineError as exc:  # translated once, here, into OpenAI's envelope
