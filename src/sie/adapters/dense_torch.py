@@ -90,8 +90,8 @@ class TorchDenseEncoder:
         dims = int(model.config.hidden_size)
         packed = PackedBert(model, attention) if packable and PackedBert.supports(model) else None
         log.info(
-            "%s attention: %s%s, SDPA backends %s",
-            spec.weights.name,
+            "attention for %s: %s%s, SDPA backends %s",
+            spec.weights,
             attention.packed.value if packed else "padded",
             "" if packed else f" ({model.config._attn_implementation})",
             ", ".join(b.name for b in attention.sdpa),
