@@ -23,11 +23,11 @@ from sie.adapters.attention import (
     reference_varlen,
     varlen_kernel,
 )
-from sie.adapters.base import LoadSpec, Pooling, TokenBatch
+from sie.adapters.base import LoadSpec, TokenBatch
 from sie.adapters.dense_torch import TorchDenseEncoder
 from sie.adapters.packed_bert import PackedBert, pool_packed
 from sie.adapters.tokenizer import TextTokenizer
-from sie.engine.model_config import AttentionBackend, ComputePrecision
+from sie.core.options import AttentionBackend, ComputePrecision, Pooling
 from sie.server.settings import Settings
 from tests.adapters.test_packed_bert import padded_reference, random_batch, tiny_bert
 

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from sentence_transformers import SentenceTransformer
 
-from sie.adapters.base import LoadSpec, Pooling, TokenBatch
+from sie.adapters.base import LoadSpec, TokenBatch
 from sie.adapters.dense_onnx import OnnxDenseEncoder
 from sie.adapters.dense_torch import TorchDenseEncoder
 from sie.adapters.tokenizer import TextTokenizer
-from sie.engine.model_config import ComputePrecision
+from sie.core.options import ComputePrecision, Pooling
 from sie.postprocess.quantize import l2_normalize
 from tests.conftest import package_folder
 

@@ -1,7 +1,7 @@
 import pytest
 
 from sie.adapters.device import detect_device, effective_precision
-from sie.engine.model_config import ComputePrecision as P
+from sie.core.options import ComputePrecision as P
 
 
 @pytest.mark.parametrize(

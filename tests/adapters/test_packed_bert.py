@@ -15,7 +15,7 @@ from sie.adapters.attention import (
     AttentionPlan,
     plan_attention,
 )
-from sie.adapters.base import LoadSpec, Pooling, TokenBatch
+from sie.adapters.base import LoadSpec, TokenBatch
 from sie.adapters.dense_torch import TorchDenseEncoder, linear_weights_to
 from sie.adapters.packed_bert import (
     BucketLayout,
@@ -26,7 +26,7 @@ from sie.adapters.packed_bert import (
     pool_packed,
 )
 from sie.adapters.tokenizer import TextTokenizer
-from sie.engine.model_config import AttentionBackend, ComputePrecision
+from sie.core.options import AttentionBackend, ComputePrecision, Pooling
 from tests.adapters.test_dense_equivalence import corpus, cosine
 
 

@@ -1,9 +1,9 @@
 import pytest
 
-from sie.adapters.base import Pooling
+from sie.core.options import OutputDType, OutputType, Pooling
 from sie.engine.encode_plan import plan_encode
 from sie.engine.errors import InvalidInput
-from sie.wire.requests import EncodeParams, Item, OutputDType, OutputType
+from sie.wire.requests import EncodeParams, Item
 
 DENSE = {"dense"}
 

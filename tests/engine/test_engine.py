@@ -8,16 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sie.adapters.base import Pooling
+from sie.core.options import ComputePrecision, OutputDType, Pooling
 from sie.engine.catalog import Catalog
 from sie.engine.engine import Engine, EngineLimits
 from sie.engine.errors import InvalidInput, ModelLoadFailed, ModelLoading, ModelNotFound, Overloaded
 from sie.engine.loader import LoadSettings, ModelState
-from sie.engine.model_config import ComputePrecision
 from sie.engine.weights import WeightSources
 from sie.engine.worker import DenseGroup
 from sie.observability.metrics import Metrics
-from sie.wire.requests import EncodeParams, Item, OutputDType
+from sie.wire.requests import EncodeParams, Item
 from tests.conftest import MODELS_DIR
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"

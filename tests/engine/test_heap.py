@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from sie.adapters.base import Pooling
-from sie.engine import heap
+from sie.core import heap
+from sie.core.options import OutputDType, Pooling
 from sie.engine.batcher import BatchLimits
 from sie.engine.loader import LoadedModel
 from sie.engine.worker import DenseGroup, ModelWorker
-from sie.wire.requests import OutputDType
 from tests.engine.test_engine import INT8, make_engine
 
 

@@ -10,13 +10,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from sie.adapters.base import Pooling
+from sie.core.options import OutputDType, Pooling
 from sie.engine.batcher import BatchLimits
 from sie.engine.engine import Engine
 from sie.engine.errors import InferenceFailed
 from sie.engine.loader import LoadedModel
 from sie.engine.worker import BatchStats, DenseGroup, ModelWorker
-from sie.wire.requests import OutputDType
 from tests.engine.test_engine import INT8, make_engine
 
 GROUP = DenseGroup(Pooling.MEAN, True, OutputDType.FLOAT32)

@@ -1,7 +1,7 @@
 import numpy as np
 
+from sie.core.options import OutputDType
 from sie.postprocess.quantize import l2_normalize, quantize, wire_dtype_name
-from sie.wire.requests import OutputDType
 
 ROWS = np.array([[0.5, -1.0, 0.25, 0.0], [2.0, 2.0, 2.0, 2.0]], dtype=np.float32)
 

@@ -2,8 +2,9 @@ import msgspec
 import numpy as np
 import pytest
 
+from sie.core.options import OutputDType
 from sie.wire import codec
-from sie.wire.requests import EncodeRequest, OutputDType
+from sie.wire.requests import EncodeRequest
 from sie.wire.responses import DenseVector, EncodeResponse, EncodeResult, Timing
 
 

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from sie.engine.model_config import AttentionBackend
+from sie.core.options import AttentionBackend
 
 log = logging.getLogger(__name__)
 

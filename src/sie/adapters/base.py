@@ -7,29 +7,12 @@ queue. What it can produce is declared up front so the engine can reject a reque
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from sie.engine.model_config import AttentionBackend, ComputePrecision
-
-
-class Pooling(StrEnum):
-    MEAN = "mean"
-    CLS = "cls"
-    LAST = "last"
-
-    @classmethod
-    def parse(cls, name: str) -> Pooling:
-        """Accepts the public spellings (``last_token`` is ``last``); the error lists the valid ones."""
-        normalized = "last" if name == "last_token" else name
-        try:
-            return cls(normalized)
-        except ValueError:
-            allowed = ", ".join(p.value for p in cls)
-            raise ValueError(f"Unknown pooling '{name}'. Allowed: {allowed}, last_token") from None
+from sie.core.options import AttentionBackend, ComputePrecision, Pooling
 
 
 @dataclass(frozen=True)

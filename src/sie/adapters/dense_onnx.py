@@ -12,8 +12,9 @@ from typing import Self
 import numpy as np
 import onnxruntime as ort
 
-from sie.adapters.base import LoadSpec, Pooling, TokenBatch
+from sie.adapters.base import LoadSpec, TokenBatch
 from sie.adapters.pooling import pool
+from sie.core.options import Pooling
 
 
 def _model_file(weights: Path, name: str | None) -> Path:

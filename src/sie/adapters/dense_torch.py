@@ -11,11 +11,11 @@ from transformers import AutoConfig, AutoModel
 from transformers.utils import logging as hf_logging
 
 from sie.adapters.attention import AttentionPlan, plan_attention
-from sie.adapters.base import LoadSpec, Pooling, TokenBatch
+from sie.adapters.base import LoadSpec, TokenBatch
 from sie.adapters.packed_bert import PackedBert, host_to_device, pool_packed
 from sie.adapters.pooling import read_default_pooling
-from sie.engine.heap import collect_unloaded
-from sie.engine.model_config import ComputePrecision
+from sie.core.heap import collect_unloaded
+from sie.core.options import ComputePrecision, Pooling
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from sie.engine.model_config import ComputePrecision
+from sie.core.options import ComputePrecision
 
 
 def detect_device(requested: str) -> str:

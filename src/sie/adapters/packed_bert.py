@@ -25,8 +25,9 @@ import torch
 import torch.nn.functional as F
 
 from sie.adapters.attention import CPU_BUCKET_CALL_COST, AttentionPlan, PackedAttention
-from sie.adapters.base import Pooling, TokenBatch
-from sie.engine.cuts import cheapest_cuts
+from sie.adapters.base import TokenBatch
+from sie.core.cuts import cheapest_cuts
+from sie.core.options import Pooling
 
 
 @dataclass(frozen=True)

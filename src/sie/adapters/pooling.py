@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sie.adapters.base import Pooling
+from sie.core.options import Pooling
 
 
 def pool(hidden: np.ndarray, mask: np.ndarray, lengths: np.ndarray, pooling: Pooling) -> np.ndarray:

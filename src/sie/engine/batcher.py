@@ -17,7 +17,7 @@ from typing import Final, Generic, TypeVar
 
 import numpy as np
 
-from sie.engine.cuts import cheapest_cuts
+from sie.core.cuts import cheapest_cuts
 
 P = TypeVar("P")
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sie.adapters.base import Pooling
+from sie.core.options import OutputDType, OutputType, Pooling
 from sie.engine.errors import InvalidInput
-from sie.wire.requests import EncodeParams, Item, OutputDType, OutputType
+from sie.wire.requests import EncodeParams, Item
 
 
 @dataclass(frozen=True)

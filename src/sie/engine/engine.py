@@ -14,7 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
 
-from sie.engine import heap
+from sie.core import heap
+from sie.core.options import OutputDType, OutputType
 from sie.engine.batcher import BatchLimits
 from sie.engine.catalog import Catalog, CatalogEntry
 from sie.engine.encode_plan import EncodePlan, plan_encode
@@ -30,7 +31,7 @@ from sie.engine.loader import LoadedModel, LoadSettings, ModelLoader, ModelSlot,
 from sie.engine.worker import BatchStats, DenseGroup, ItemResult, ModelWorker
 from sie.observability.metrics import Metrics
 from sie.postprocess.quantize import wire_dtype_name
-from sie.wire.requests import EncodeParams, Item, OutputDType, OutputType
+from sie.wire.requests import EncodeParams, Item
 from sie.wire.responses import DenseVector, EncodeResult, Timing
 
 log = logging.getLogger(__name__)

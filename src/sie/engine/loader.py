@@ -21,9 +21,9 @@ from sie.adapters.base import DenseEncoder, LoadSpec, TokenBatch
 from sie.adapters.device import effective_precision
 from sie.adapters.registry import UnknownAdapter, adapter_class
 from sie.adapters.tokenizer import TextTokenizer
-from sie.engine import heap
+from sie.core import heap
+from sie.core.options import AttentionBackend, ComputePrecision
 from sie.engine.catalog import CatalogEntry
-from sie.engine.model_config import AttentionBackend, ComputePrecision
 from sie.engine.weights import WeightsNotFound, WeightSources
 
 log = logging.getLogger(__name__)

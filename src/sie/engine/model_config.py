@@ -6,27 +6,13 @@ reason instead of silently serving a different model.
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-
-class ComputePrecision(StrEnum):
-    FLOAT16 = "float16"
-    BFLOAT16 = "bfloat16"
-    FLOAT32 = "float32"
-
-
-class AttentionBackend(StrEnum):
-    """``SIE_ATTENTION_BACKEND``: the attention kernels a model may use (see sie.adapters.attention)."""
-
-    AUTO = "auto"
-    FLASH_ATTENTION_2 = "flash_attention_2"
-    SDPA = "sdpa"
-    EAGER = "eager"
+from sie.core.options import ComputePrecision
 
 
 class _Strict(BaseModel):

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sie.adapters.base import DenseEncoder, Pooling, TokenBatch
+from sie.adapters.base import DenseEncoder, TokenBatch
+from sie.core.options import OutputDType, Pooling
 from sie.engine.batcher import Batcher, BatchLimits, Entry, split_by_padded_cost
 from sie.engine.errors import EngineClosed, InferenceFailed, InvalidInput, Overloaded
 from sie.postprocess.quantize import l2_normalize, quantize
-from sie.wire.requests import OutputDType
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sie.wire.requests import OutputDType
+from sie.core.options import OutputDType
 
 
 def l2_normalize(vectors: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from sie.engine.model_config import AttentionBackend, ComputePrecision
+from sie.core.options import AttentionBackend, ComputePrecision
 
 PACKAGED_MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 

@@ -8,20 +8,7 @@ from typing import Any
 
 import msgspec
 
-
-class OutputType(StrEnum):
-    DENSE = "dense"
-    SPARSE = "sparse"
-    MULTIVECTOR = "multivector"
-
-
-class OutputDType(StrEnum):
-    FLOAT32 = "float32"
-    FLOAT16 = "float16"
-    INT8 = "int8"
-    UINT8 = "uint8"
-    BINARY = "binary"
-    UBINARY = "ubinary"
+from sie.core.options import OutputDType, OutputType
 
 
 class ImageInput(msgspec.Struct):

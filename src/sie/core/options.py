@@ -1,0 +1,52 @@
+"""The enums of how a model runs and what a request asks for, shared by the wire structs, the engine
+and the adapters (the public spellings are their values)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ComputePrecision(StrEnum):
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+    FLOAT32 = "float32"
+
+
+class AttentionBackend(StrEnum):
+    """``SIE_ATTENTION_BACKEND``: the attention kernels a model may use (see sie.adapters.attention)."""
+
+    AUTO = "auto"
+    FLASH_ATTENTION_2 = "flash_attention_2"
+    SDPA = "sdpa"
+    EAGER = "eager"
+
+
+class Pooling(StrEnum):
+    MEAN = "mean"
+    CLS = "cls"
+    LAST = "last"
+
+    @classmethod
+    def parse(cls, name: str) -> Pooling:
+        """Accepts the public spellings (``last_token`` is ``last``); the error lists the valid ones."""
+        normalized = "last" if name == "last_token" else name
+        try:
+            return cls(normalized)
+        except ValueError:
+            allowed = ", ".join(p.value for p in cls)
+            raise ValueError(f"Unknown pooling '{name}'. Allowed: {allowed}, last_token") from None
+
+
+class OutputType(StrEnum):
+    DENSE = "dense"
+    SPARSE = "sparse"
+    MULTIVECTOR = "multivector"
+
+
+class OutputDType(StrEnum):
+    FLOAT32 = "float32"
+    FLOAT16 = "float16"
+    INT8 = "int8"
+    UINT8 = "uint8"
+    BINARY = "binary"
+    UBINARY = "ubinary"
