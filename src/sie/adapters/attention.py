@@ -191,9 +191,10 @@ def probe_varlen(kernel: VarlenKernel, device: torch.device, dtype: torch.dtype,
     heads, lengths = 2, (5, 1, 11)
     generator = torch.Generator().manual_seed(0)
     qkv = torch.randn(sum(lengths), 3, heads, head_dim, generator=generator).to(device, dtype)
-    cu_seqlens = torch.tensor([0, 5, 6, 17], dtype=torch.int32, device=device)
+    cu_seqlens = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=device)
+    longest = max(lengths)
     q, k, v = qkv.unbind(1)
     with torch.inference_mode():
-        got = kernel(q, k, v, cu_seqlens, cu_seqlens, max(lengths), max(lengths))
-        want = reference_varlen(q.float(), k.float(), v.float(), cu_seqlens, cu_seqlens, 11, 11)
+        got = kernel(q, k, v, cu_seqlens, cu_seqlens, longest, longest)
+        want = reference_varlen(q.float(), k.float(), v.float(), cu_seqlens, cu_seqlens, longest, longest)
     return bool(torch.allclose(got.float(), want, atol=2e-2, rtol=2e-2))

@@ -46,15 +46,12 @@ class PackedTokens:
     cu_seqlens: torch.Tensor  # [batch + 1], first token of each sequence, then the total (varlen)
     lasts: torch.Tensor  # [batch], last token of each sequence (last-token pooling)
     lengths: torch.Tensor  # [batch]
-    host_lengths: np.ndarray  # [batch], the same on the host (bucket layout, the longest)
+    host_lengths: np.ndarray  # [batch], the same on the host (bucket layout)
+    longest: int  # the longest sequence (varlen takes it from the host, once per forward)
 
     @property
     def starts(self) -> torch.Tensor:
         return self.cu_seqlens[:-1]
-
-    @property
-    def longest(self) -> int:
-        return int(self.host_lengths.max(initial=0))
 
     @classmethod
     def of(cls, batch: TokenBatch, device: torch.device) -> PackedTokens:
@@ -76,7 +73,8 @@ class PackedTokens:
         ids_t, positions_t, segments_t, cu_t, lasts_t, lengths_t = torch.split(
             host_to_device(host, device), [tokens, tokens, tokens, count + 1, count, count]
         )
-        return cls(ids_t, positions_t, segments_t, cu_t, lasts_t, lengths_t, host_lengths=lengths)
+        longest = int(lengths.max(initial=0))
+        return cls(ids_t, positions_t, segments_t, cu_t, lasts_t, lengths_t, lengths, longest)
 
 
 @dataclass(frozen=True)
@@ -263,7 +261,7 @@ class PackedBert:
         config = model.config
         self._heads = int(config.num_attention_heads)
         self._hidden = int(config.hidden_size)
-        self._head_dim = self._hidden // self._heads
+        self._head_dim = self.head_dim(config)
         self._layers = [Layer.of(layer, config.hidden_act) for layer in model.encoder.layer]
 
     @staticmethod
@@ -295,7 +293,7 @@ class PackedBert:
                 tokens.host_lengths, device, self._plan.alone_from, self._plan.bucket_call_cost
             )
             # Zeroed once per forward: pad rows are never written, so they stay zero for every layer.
-            padded = self._new_scratch(layout, tokens.ids.shape[0])
+            padded = self._new_scratch(layout)
             attend = partial(self._attend_by_layout, layout, padded)
         hidden = self._embed(tokens)
         for layer in self._layers:
@@ -311,7 +309,7 @@ class PackedBert:
         )
         return hidden.squeeze(0)
 
-    def _new_scratch(self, layout: BucketLayout, tokens: int) -> torch.Tensor | None:
+    def _new_scratch(self, layout: BucketLayout) -> torch.Tensor | None:
         if layout.padded_index is None:
             return None
         qkv = self._layers[0].qkv
@@ -323,8 +321,8 @@ class PackedBert:
         assert self._plan.varlen is not None
         count = qkv.shape[0]
         q, k, v = qkv.view(count, 3, self._heads, self._head_dim).unbind(1)
-        longest = tokens.longest
-        out = self._plan.varlen(q, k, v, tokens.cu_seqlens, tokens.cu_seqlens, longest, longest)
+        cu_seqlens, longest = tokens.cu_seqlens, tokens.longest
+        out = self._plan.varlen(q, k, v, cu_seqlens, cu_seqlens, longest, longest)
         return out.reshape(count, self._hidden)
 
     def _attend_by_layout(
