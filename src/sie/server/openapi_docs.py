@@ -21,12 +21,9 @@ from sie.server.api.native import PostRoute
 from sie.wire.codec import JSON, MSGPACK
 
 _REF: Final = "#/components/schemas/{name}"
-_STRUCTS: list[type] = []
 
 
 def _schema_ref(struct: type) -> dict[str, str]:
-    if struct not in _STRUCTS:
-        _STRUCTS.append(struct)
     return {"$ref": _REF.format(name=struct.__name__)}
 
 
@@ -76,8 +73,9 @@ def install(app: FastAPI, version: str, routes: Sequence[PostRoute]) -> None:
             paths = schema.setdefault("paths", {})
             for route in routes:
                 paths.setdefault(_PATH_PARAM.sub(r"{\1}", route.path), {})["post"] = operation(route)
+            structs = dict.fromkeys(s for r in routes for s in (r.request, r.response) if s is not None)
             _, components = msgspec.json.schema_components(
-                _STRUCTS, schema_hook=_schema_hook, ref_template=_REF
+                structs, schema_hook=_schema_hook, ref_template=_REF
             )
             schema.setdefault("components", {}).setdefault("schemas", {}).update(components)
             app.openapi_schema = schema
