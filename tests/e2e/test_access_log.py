@@ -1,4 +1,4 @@
-"""uvicorn's access log: off unless asked for, since at high request rates it cost a third of the loop."""
+"""uvicorn's access log: off unless asked for, since at high request rates it cost up to a third of the loop."""
 
 from __future__ import annotations
 

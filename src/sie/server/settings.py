@@ -64,7 +64,7 @@ class Settings(BaseSettings):
     access_log: bool = Field(
         False,
         description="One log line per HTTP request (uvicorn's access log). Off: at high request rates it "
-        "cost a third of the event loop; sie_requests_total counts every request either way.",
+        "cost up to a third of the event loop; sie_requests_total counts every request either way.",
     )
     log_level: str = Field("INFO", description="Log level (CLI -v sets DEBUG).")
 
