@@ -28,7 +28,7 @@ from sie.adapters.dense_torch import TorchDenseEncoder
 from sie.adapters.packed_bert import PackedBert, pool_packed
 from sie.adapters.tokenizer import TextTokenizer
 from sie.core.options import AttentionBackend, ComputePrecision, Pooling
-from sie.server.settings import Settings
+from sie.settings import Settings
 from tests.adapters.test_packed_bert import padded_reference, random_batch, tiny_bert
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")

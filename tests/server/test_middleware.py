@@ -6,7 +6,8 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from sie.server.errors import PayloadTooLarge, handle_native_error
+from sie.engine.errors import PayloadTooLarge
+from sie.server.errors import handle_native_error
 from sie.server.middleware import RUNTIME_INSTANCE, BodyLimit, IdentityHeaders, SdkVersionSkew
 
 

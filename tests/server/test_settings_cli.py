@@ -4,7 +4,7 @@ import sys
 import pytest
 
 from sie.server.cli import _settings
-from sie.server.settings import PACKAGED_MODELS_DIR, Settings
+from sie.settings import PACKAGED_MODELS_DIR, Settings
 
 
 def test_defaults_match_the_public_server():

@@ -53,3 +53,7 @@ class InferenceFailed(EngineError):
 
 class EngineClosed(EngineError):
     """The engine is shutting down and takes no new work."""
+
+
+class PayloadTooLarge(EngineError):
+    """The body or one item's text is over its configured limit."""

@@ -15,18 +15,14 @@ from typing import Any
 from fastapi import FastAPI
 
 from sie import __version__
-from sie.adapters.device import detect_device
-from sie.engine.catalog import Catalog
-from sie.engine.engine import Engine, EngineLimits
-from sie.engine.loader import LoadSettings
-from sie.engine.weights import WeightSources
+from sie.engine.build import build_catalog, build_engine
 from sie.observability.metrics import Metrics
 from sie.server import openapi_docs
 from sie.server.api import encode, health, models, openai_compat, score_extract
 from sie.server.errors import HANDLED, handle_native_error
 from sie.server.middleware import BodyLimit, IdentityHeaders, SdkVersionSkew
 from sie.server.request_metrics import RequestMetrics
-from sie.server.settings import Settings
+from sie.settings import Settings
 
 
 @dataclass
@@ -34,33 +30,11 @@ class Lifecycle:
     draining: bool = False
 
 
-def build_engine(settings: Settings, catalog: Catalog, metrics: Metrics) -> Engine:
-    device = detect_device(settings.device)
-    load = LoadSettings(
-        device=device,
-        default_precision=settings.default_compute_precision,
-        threads=settings.threads(),
-        weights=WeightSources(settings.local_cache, settings.hf_fallback),
-        attention=settings.attention_backend,
-    )
-    limits = EngineLimits(
-        max_batch_items=settings.max_batch_requests,
-        max_batch_wait_ms=settings.max_batch_wait_ms,
-        max_pending_items=settings.max_concurrent_requests,
-        preprocessor_workers=settings.tokenizer_threads(device),
-    )
-    return Engine(catalog, load, limits, metrics)
-
-
 def create_app(settings: Settings) -> FastAPI:
     # The tokenizer pool already runs tokenization beside the forward pass; the Rust tokenizer's own
     # per-call thread pool would add one thread per core on top and fight the forward for the cores.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    catalog = Catalog.from_directory(settings.models_dir, settings.filter_list() or None)
-    preload = settings.preload_list()
-    unknown = [name for name in preload if name not in catalog]
-    if unknown:
-        raise ValueError(f"--preload names model(s) not being served: {', '.join(unknown)}")
+    catalog, preload = build_catalog(settings)
     metrics = Metrics()
 
     @asynccontextmanager

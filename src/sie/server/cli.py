@@ -18,7 +18,7 @@ log = logging.getLogger("sie.server")
 
 
 def _settings(**overrides: Any) -> Any:
-    from sie.server.settings import Settings
+    from sie.settings import Settings
 
     return Settings(**{k: v for k, v in overrides.items() if v is not None})
 

@@ -8,7 +8,8 @@ from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sie.server.errors import PayloadTooLarge, native_error_response
+from sie.engine.errors import PayloadTooLarge
+from sie.server.errors import native_error_response
 
 RUNTIME_INSTANCE: Final = secrets.token_hex(32)
 log = logging.getLogger(__name__)

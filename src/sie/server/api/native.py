@@ -13,7 +13,7 @@ from starlette.routing import Route
 
 from sie import __version__
 from sie.engine.engine import Engine
-from sie.server.errors import PayloadTooLarge
+from sie.engine.errors import PayloadTooLarge
 from sie.wire import codec
 from sie.wire.requests import Item
 from sie.wire.responses import Timing

@@ -9,7 +9,6 @@ FastAPI's 422 body, as the public server (a FastAPI route) answers.
 from __future__ import annotations
 
 import base64
-from typing import Final
 
 import msgspec
 import numpy as np
@@ -17,26 +16,14 @@ from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 
 from sie.engine.engine import Engine
-from sie.engine.errors import (
-    EngineError,
-    InvalidInput,
-    ModelLoadFailed,
-    ModelNotFound,
-    Overloaded,
-)
+from sie.engine.error_rules import rule_for
+from sie.engine.errors import EngineError
 from sie.postprocess.quantize import l2_normalize
 from sie.server.api.native import PostRoute, engine_of, render_off_loop_if_big
 from sie.wire import codec
 from sie.wire.errors import openai_error_envelope
 from sie.wire.requests import EncodingFormat, Item, OpenAIEmbeddingsRequest
 from sie.wire.responses import OpenAIEmbedding, OpenAIEmbeddingsResponse, OpenAIUsage
-
-_ERRORS: Final[dict[type[EngineError], tuple[int, str, str]]] = {
-    ModelNotFound: (404, "model_not_found", "invalid_request_error"),
-    InvalidInput: (400, "invalid_request", "invalid_request_error"),
-    Overloaded: (503, "server_overloaded", "server_error"),
-    ModelLoadFailed: (503, "model_not_available", "server_error"),
-}
 
 
 class OpenAIError(Exception):
@@ -116,12 +103,11 @@ async def embeddings(request: Request) -> Response:
         matrix = _vectors(np.stack(dense), body.dimensions, body.model)
     except OpenAIError as exc:
         return exc.response()
-    except EngineError as exc:  # translated once, here, into OpenAI's envelope
-        status, code, error_type = next(
-            (rule for cls, rule in _ERRORS.items() if isinstance(exc, cls)),
-            (500, "inference_error", "server_error"),
-        )
-        return OpenAIError(status, str(exc), code, error_type).response()
+    except EngineError as exc:  # the engine's one error table, in OpenAI's envelope
+        rule = rule_for(exc)
+        if rule is None:
+            raise
+        return OpenAIError(rule.openai.status, str(exc), rule.openai.code, rule.openai.type).response()
     usage = OpenAIUsage(prompt_tokens=outcome.tokens, total_tokens=outcome.tokens)
     content = await render_off_loop_if_big(matrix.size, _render, matrix, body, usage)
     return Response(content, media_type=codec.JSON, headers={"X-SIE-Served-By": "local"})

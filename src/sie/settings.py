@@ -1,7 +1,8 @@
-"""All server configuration in one class: ``SIE_*`` environment variables, overridden by CLI flags.
+"""All configuration in one class: ``SIE_*`` environment variables, overridden by CLI flags.
 
-Names, defaults and meanings follow the public SIE, so a deployment's environment carries over.
-Components never read this object directly: the composition root hands each one a small value.
+Names, defaults and meanings follow the public SIE, so a deployment's environment carries over. It sits
+above no front end: the HTTP server and a queue worker read the same settings. Components never read
+this object directly: the composition root hands each one a small value.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sie.core.options import AttentionBackend, ComputePrecision
 
-PACKAGED_MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+PACKAGED_MODELS_DIR = Path(__file__).resolve().parent / "models"
 
 
 def split_csv(value: str | None) -> list[str]:

@@ -1,0 +1,40 @@
+"""Settings in, a ready ``Engine`` out: the composition both front ends share (HTTP today, the queue
+worker later), so neither has to know how devices, weights and limits are wired together."""
+
+from __future__ import annotations
+
+from sie.adapters.device import detect_device
+from sie.engine.catalog import Catalog
+from sie.engine.engine import Engine, EngineLimits
+from sie.engine.loader import LoadSettings
+from sie.engine.weights import WeightSources
+from sie.observability.metrics import Metrics
+from sie.settings import Settings
+
+
+def build_catalog(settings: Settings) -> tuple[Catalog, list[str]]:
+    """The servable models and the ones to preload; a bad YAML or an unknown preload id stops startup."""
+    catalog = Catalog.from_directory(settings.models_dir, settings.filter_list() or None)
+    preload = settings.preload_list()
+    unknown = [name for name in preload if name not in catalog]
+    if unknown:
+        raise ValueError(f"--preload names model(s) not being served: {', '.join(unknown)}")
+    return catalog, preload
+
+
+def build_engine(settings: Settings, catalog: Catalog, metrics: Metrics) -> Engine:
+    device = detect_device(settings.device)
+    load = LoadSettings(
+        device=device,
+        default_precision=settings.default_compute_precision,
+        threads=settings.threads(),
+        weights=WeightSources(settings.local_cache, settings.hf_fallback),
+        attention=settings.attention_backend,
+    )
+    limits = EngineLimits(
+        max_batch_items=settings.max_batch_requests,
+        max_batch_wait_ms=settings.max_batch_wait_ms,
+        max_pending_items=settings.max_concurrent_requests,
+        preprocessor_workers=settings.tokenizer_threads(device),
+    )
+    return Engine(catalog, load, limits, metrics)
