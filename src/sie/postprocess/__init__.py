@@ -1,1 +1,1 @@
-"""Work after the forward pass: normalisation and output dtypes."""
+"""Work after the forward pass: normalisation, output dtypes and MUVERA (multivector to dense)."""
