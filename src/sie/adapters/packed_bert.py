@@ -15,7 +15,7 @@ take a whole batch, whatever its spread of lengths.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
 from typing import Any, Final
@@ -25,9 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from sie.adapters.attention import CPU_BUCKET_CALL_COST, AttentionPlan, PackedAttention
-from sie.adapters.base import TokenBatch
+from sie.adapters.base import Prepared
 from sie.core.cuts import cheapest_cuts
-from sie.core.options import Pooling
 
 
 @dataclass(frozen=True)
@@ -41,6 +40,7 @@ class PackedTokens:
     """
 
     ids: torch.Tensor  # [tokens]
+    types: torch.Tensor  # [tokens], segment of a pair (0 for single texts)
     positions: torch.Tensor  # [tokens], position of each token in its sequence
     segments: torch.Tensor  # [tokens], the sequence each token belongs to (mean pooling)
     cu_seqlens: torch.Tensor  # [batch + 1], first token of each sequence, then the total (varlen)
@@ -54,27 +54,30 @@ class PackedTokens:
         return self.cu_seqlens[:-1]
 
     @classmethod
-    def of(cls, batch: TokenBatch, device: torch.device) -> PackedTokens:
-        """From a right-padded batch."""
-        mask = batch.attention_mask.astype(bool, copy=False)
-        lengths = batch.lengths.astype(np.int64, copy=False)
+    def of(cls, batch: Sequence[Prepared], device: torch.device) -> PackedTokens:
+        """Straight from the prepared items: no padded intermediate."""
+        lengths = np.fromiter((item.cost for item in batch), dtype=np.int64, count=len(batch))
         count, tokens = len(lengths), int(lengths.sum())
-        host = np.empty(3 * tokens + 3 * count + 1, dtype=np.int32)
-        ids, positions, segments, cu_seqlens, lasts, lengths_out = np.split(
-            host, np.cumsum([tokens, tokens, tokens, count + 1, count])
+        host = np.empty(4 * tokens + 3 * count + 1, dtype=np.int32)
+        ids, types, positions, segments, cu_seqlens, lasts, lengths_out = np.split(
+            host, np.cumsum([tokens, tokens, tokens, tokens, count + 1, count])
         )
-        ids[:] = batch.input_ids[mask]
-        positions[:] = np.nonzero(mask)[1]
+        if count:
+            ids[:] = np.concatenate([item.ids for item in batch])
+            types[:] = np.concatenate(
+                [item.type_ids if item.type_ids is not None else np.zeros(item.cost) for item in batch]
+            )
         segments[:] = np.repeat(np.arange(count), lengths)
         cu_seqlens[0] = 0
         np.cumsum(lengths, out=cu_seqlens[1:])
+        positions[:] = np.arange(tokens) - np.repeat(cu_seqlens[:-1], lengths)
         lasts[:] = cu_seqlens[1:] - 1
         lengths_out[:] = lengths
-        ids_t, positions_t, segments_t, cu_t, lasts_t, lengths_t = torch.split(
-            host_to_device(host, device), [tokens, tokens, tokens, count + 1, count, count]
+        ids_t, types_t, positions_t, segments_t, cu_t, lasts_t, lengths_t = torch.split(
+            host_to_device(host, device), [tokens, tokens, tokens, tokens, count + 1, count, count]
         )
         longest = int(lengths.max(initial=0))
-        return cls(ids_t, positions_t, segments_t, cu_t, lasts_t, lengths_t, lengths, longest)
+        return cls(ids_t, types_t, positions_t, segments_t, cu_t, lasts_t, lengths_t, lengths, longest)
 
 
 @dataclass(frozen=True)
@@ -282,10 +285,10 @@ class PackedBert:
     def head_dim(config: Any) -> int:
         return int(config.hidden_size) // int(config.num_attention_heads)
 
-    def hidden_states(self, batch: TokenBatch, device: torch.device) -> tuple[torch.Tensor, PackedTokens]:
+    def hidden_states(self, tokens: PackedTokens) -> torch.Tensor:
         """Last hidden states of the real tokens, ``[tokens, hidden]``, in batch order. SDPA calls run on
         whatever backends the caller allows (``AttentionPlan.sdpa_backends``)."""
-        tokens = PackedTokens.of(batch, device)
+        device = tokens.ids.device
         if self._plan.packed is PackedAttention.VARLEN:
             attend = partial(self._attend_varlen, tokens)
         else:
@@ -300,12 +303,14 @@ class PackedBert:
             context = attend(layer.qkv(hidden))
             hidden = layer.attention_norm(layer.attention_out(context) + hidden)
             hidden = layer.out_norm(layer.out(layer.intermediate(hidden)) + hidden)
-        return hidden, tokens
+        return hidden
 
     def _embed(self, tokens: PackedTokens) -> torch.Tensor:
         ids = tokens.ids.unsqueeze(0)
         hidden: torch.Tensor = self._model.embeddings(
-            input_ids=ids, position_ids=tokens.positions.unsqueeze(0), token_type_ids=torch.zeros_like(ids)
+            input_ids=ids,
+            position_ids=tokens.positions.unsqueeze(0),
+            token_type_ids=tokens.types.unsqueeze(0),
         )
         return hidden.squeeze(0)
 
@@ -387,17 +392,6 @@ def host_to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
     if device.type == "cuda":
         return tensor.pin_memory().to(device, non_blocking=True)
     return tensor.to(device)
-
-
-def pool_packed(hidden: torch.Tensor, tokens: PackedTokens, pooling: Pooling) -> torch.Tensor:
-    """One float32 vector per sequence; mean pooling sums in float32 (half sums lose digits)."""
-    if pooling is Pooling.CLS:
-        return hidden.index_select(0, tokens.starts).float()
-    if pooling is Pooling.LAST:
-        return hidden.index_select(0, tokens.lasts).float()
-    sums = hidden.new_zeros(tokens.lengths.shape[0], hidden.shape[1], dtype=torch.float32)
-    sums.index_add_(0, tokens.segments, hidden.float())
-    return sums / tokens.lengths.unsqueeze(1).to(torch.float32)
 
 
 def _fuse_qkv(attention: Any) -> tuple[torch.Tensor, torch.Tensor]:

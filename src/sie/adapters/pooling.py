@@ -1,24 +1,34 @@
-"""Pooling of token states into one vector, in NumPy for the ONNX path (torch pools on the device)."""
+"""Pooling of token states into one vector per sequence: the one implementation every family uses.
+
+It works on the packed layout (``[tokens, hidden]`` plus ``PackedTokens``), which the packed forward
+produces directly and the padded forwards (transformers, ONNX Runtime) reach with ``unpad``.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import numpy as np
+import torch
 
+from sie.adapters.packed_bert import PackedTokens
 from sie.core.options import Pooling
 
 
-def pool(hidden: np.ndarray, mask: np.ndarray, lengths: np.ndarray, pooling: Pooling) -> np.ndarray:
+def unpad(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """``[batch, longest, hidden]`` to the packed ``[tokens, hidden]`` (row-major, as ``PackedTokens``)."""
+    return hidden[attention_mask.bool()]
+
+
+def pool(hidden: torch.Tensor, tokens: PackedTokens, pooling: Pooling) -> torch.Tensor:
+    """One float32 vector per sequence; mean pooling sums in float32 (half sums lose digits)."""
     if pooling is Pooling.CLS:
-        return hidden[:, 0, :].astype(np.float32, copy=False)
+        return hidden.index_select(0, tokens.starts).float()
     if pooling is Pooling.LAST:
-        return hidden[np.arange(hidden.shape[0]), lengths - 1, :].astype(np.float32, copy=False)
-    weights = mask.astype(np.float32)[:, :, None]
-    summed = (hidden.astype(np.float32, copy=False) * weights).sum(axis=1)
-    mean: np.ndarray = summed / np.clip(weights.sum(axis=1), 1e-9, None)
-    return mean
+        return hidden.index_select(0, tokens.lasts).float()
+    sums = hidden.new_zeros(tokens.lengths.shape[0], hidden.shape[1], dtype=torch.float32)
+    sums.index_add_(0, tokens.segments, hidden.float())
+    return sums / tokens.lengths.unsqueeze(1).to(torch.float32)
 
 
 def read_default_pooling(folder: Path) -> Pooling:

@@ -45,5 +45,29 @@ class TextTokenizer:
         encodings = self._tokenizer.encode_batch(texts, add_special_tokens=True)
         return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
 
+    def encode_pairs(self, pairs: list[tuple[str, str]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Ids and segment ids of each (query, document) pair, joined with the model's separators and
+        truncated (the longer side first) to the maximum length, as cross-encoders were trained."""
+        encodings = self._tokenizer.encode_batch(pairs, add_special_tokens=True)
+        return [
+            (np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64)) for e in encodings
+        ]
+
+    def token_id(self, token: str) -> int | None:
+        found: int | None = self._tokenizer.token_to_id(token)
+        return found
+
+    def special_ids(self) -> frozenset[int]:
+        """Ids of the tokens the tokenizer marks special ([CLS], <s>, padding, ...)."""
+        return frozenset(
+            token_id
+            for token_id, added in self._tokenizer.get_added_tokens_decoder().items()
+            if added.special
+        )
+
+    def vocabulary(self) -> dict[str, int]:
+        vocab: dict[str, int] = self._tokenizer.get_vocab(with_added_tokens=True)
+        return vocab
+
     def decode(self, ids: list[int]) -> str:
         return self._tokenizer.decode(ids, skip_special_tokens=True)

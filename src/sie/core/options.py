@@ -50,3 +50,13 @@ class OutputDType(StrEnum):
     UINT8 = "uint8"
     BINARY = "binary"
     UBINARY = "ubinary"
+
+
+class Capability(StrEnum):
+    """What an adapter can produce from one forward; encode output types plus ``score`` (extraction's
+    outputs join later). An adapter declares a set of these, so a request is refused before any work."""
+
+    DENSE = "dense"
+    SPARSE = "sparse"
+    MULTIVECTOR = "multivector"
+    SCORE = "score"

@@ -3,7 +3,8 @@
 Precedence (as in the public SIE): request ``options`` overlay the profile's ``runtime`` options;
 ``output_types`` from options beat ``params.output_types`` beat ``["dense"]``; ``params.output_dtype``
 beats ``options.output_dtype`` beats float32; ``params.instruction`` beats ``options.instruction``
-beats ``default_instruction``.
+beats ``default_instruction``. A non-null ``muvera`` option makes ``dense`` a MUVERA vector of the
+model's multivector output (the public server's ``muvera`` profiles).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class EncodePlan:
     instruction: str | None
     query_template: str | None
     doc_template: str | None
+    muvera: bool = False  # dense from the multivector (a profile's ``muvera`` option)
 
     def text_for(self, item: Item, adapter_name: str) -> str:
         """The text the tokenizer sees: templates first, else ``"{instruction} {text}"``."""
@@ -80,6 +82,9 @@ def plan_encode(
     except ValueError as exc:
         raise InvalidInput(str(exc)) from None
     instruction = params.instruction or _typed(options, "instruction", str, None)
+    muvera = options.get("muvera") is not None
+    if muvera:
+        supported = supported | {OutputType.DENSE.value}
     return EncodePlan(
         output_types=_output_types(model, raw_types, supported),
         output_dtype=output_dtype,
@@ -89,4 +94,5 @@ def plan_encode(
         instruction=instruction or _typed(options, "default_instruction", str, None),
         query_template=_typed(options, "query_template", str, None),
         doc_template=_typed(options, "doc_template", str, None),
+        muvera=muvera,
     )

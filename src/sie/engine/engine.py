@@ -1,8 +1,9 @@
-"""The engine facade both front ends call: model states, tokenization, batching workers, results.
+"""The engine facade both front ends call: model states, preparation, batching workers, results.
 
-A request goes: resolve the model id (and profile variant) → gate on its state (a cold model starts
-loading and the caller gets ``ModelLoading``) → plan options → tokenize on the CPU pool → queue on the
-model's worker → await every item → assemble a typed response.
+Every operation takes one path: resolve the model id (and profile variant) → gate on its state (a
+cold model starts loading and the caller gets ``ModelLoading``) → plan → ``prepare`` on the CPU pool
+→ queue on the model's worker under a ``BatchGroup`` → await every item → assemble a typed response.
+encode and score (and extract later) differ only in their plan and their assembly.
 """
 
 from __future__ import annotations
@@ -10,12 +11,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
+import numpy as np
+
+from sie.adapters.base import Forward, ModelInput, UnsupportedInput
 from sie.core import heap
-from sie.core.options import OutputDType, OutputType
+from sie.core.options import Capability, OutputDType
 from sie.engine.batcher import BatchLimits
 from sie.engine.catalog import Catalog, CatalogEntry
 from sie.engine.encode_plan import EncodePlan, plan_encode
@@ -28,11 +33,15 @@ from sie.engine.errors import (
     require_items,
 )
 from sie.engine.loader import LoadedModel, LoadSettings, ModelLoader, ModelSlot, ModelState
-from sie.engine.worker import BatchStats, DenseGroup, ItemResult, ModelWorker
+from sie.engine.results import encode_result, ranked
+from sie.engine.runner import BatchGroup, ModelRunner
+from sie.engine.score_plan import ScorePlan, plan_score
+from sie.engine.worker import BatchStats, ItemResult, ModelWorker
 from sie.observability.metrics import Metrics
-from sie.postprocess.quantize import wire_dtype_name
+from sie.postprocess.outputs import Postprocess
+from sie.postprocess.similarity import cosine, maxsim, sparse_dot
 from sie.wire.requests import EncodeParams, Item
-from sie.wire.responses import DenseVector, EncodeResult, Timing
+from sie.wire.responses import EncodeResult, ScoreEntry, Timing
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +49,10 @@ log = logging.getLogger(__name__)
 # takes 33 us there, while handing it to the pool costs the loop 55 us and the request ~120 us (two
 # thread wake-ups). Longer texts go to the pool so the loop keeps admitting requests meanwhile.
 INLINE_TOKENIZE_CHARS: Final = 160
+
+
+# Sparse weights are not quantised to integers: their scale carries the ranking across documents.
+SPARSE_DTYPES: Final = frozenset({OutputDType.FLOAT32, OutputDType.FLOAT16})
 
 
 @dataclass(frozen=True)
@@ -51,11 +64,42 @@ class EngineLimits:
 
 
 @dataclass(frozen=True)
+class Inference:
+    """One request's items through a model: per-item results in input order."""
+
+    results: list[ItemResult]
+    tokenization_ms: float
+    tokens: int
+
+    def timing(self, started: float, postprocessed: bool) -> Timing:
+        results = self.results
+        return Timing(
+            total_ms=(time.perf_counter() - started) * 1000,
+            queue_ms=max(r.queue_ms for r in results),
+            tokenization_ms=self.tokenization_ms,
+            inference_ms=max(r.inference_ms for r in results),
+            postprocessing_ms=max(r.postprocessing_ms for r in results) if postprocessed else None,
+        )
+
+
+@dataclass(frozen=True)
 class EncodeOutcome:
     model: str
     items: list[EncodeResult]
     timing: Timing
     tokens: int
+
+
+@dataclass(frozen=True)
+class ScoreOutcome:
+    model: str
+    scores: list[ScoreEntry]  # best first
+    timing: Timing
+    tokens: int
+
+
+def _input_chars(inputs: Sequence[ModelInput]) -> int:
+    return sum(len(one) if isinstance(one, str) else len(one[0]) + len(one[1]) for one in inputs)
 
 
 class Engine:
@@ -93,15 +137,15 @@ class Engine:
         model = slot.model
         assert model is not None
         name = slot.entry.name
+        max_tokens = slot.entry.profile.max_batch_tokens
         limits = BatchLimits(
-            max_tokens=slot.entry.profile.max_batch_tokens,
+            max_tokens=max_tokens,
             max_items=self._limits.max_batch_items,
             max_wait_s=self._limits.max_batch_wait_ms / 1000,
         )
         worker = ModelWorker(
             name,
-            model.encoder,
-            model.tokenizer.pad_id,
+            ModelRunner(model.adapter, max_tokens, model.fixed_dense),
             limits,
             self._device_executor,
             self._limits.max_pending_items,
@@ -140,9 +184,10 @@ class Engine:
         if slot.state is not ModelState.LOADED:
             await asyncio.shield(self._loader.start_load(slot))
 
-    def resolve(self, name: str, params: EncodeParams | None) -> str:
+    def resolve(self, name: str, options: dict[str, Any] | None) -> str:
+        """The catalog id serving ``options.profile`` (a ``{sie_id}:{profile}`` variant) or ``name``."""
         self._slot(name)
-        profile = (params.options or {}).get("profile") if params else None
+        profile = (options or {}).get("profile")
         if profile is not None and not isinstance(profile, str):
             raise InvalidInput(f"Option 'profile' must be str, got {type(profile).__name__}")
         variant = self.catalog.for_profile(name, profile)
@@ -155,24 +200,22 @@ class Engine:
         entry = self.entry(name)
         return plan_encode(name, entry.config.output_types(), entry.profile.runtime, params)
 
-    async def encode(self, name: str, items: list[Item], params: EncodeParams | None) -> EncodeOutcome:
+    async def _infer(
+        self, name: str, model: LoadedModel, worker: ModelWorker, inputs: list[ModelInput], group: BatchGroup
+    ) -> Inference:
+        """The one submit path: prepare (on the loop when tiny, else on the CPU pool), queue, await."""
+        adapter, is_query = model.adapter, group.forward.is_query
         started = time.perf_counter()
-        require_items(items)
-        name = self.resolve(name, params)
-        plan = self.plan(name, params)
-        model, worker = self.ready_model(name)
-        if OutputType.DENSE not in plan.output_types:
-            raise InvalidInput(f"Model '{name}' cannot produce {[t.value for t in plan.output_types]}")
-        texts = [plan.text_for(item, "SentenceTransformer") for item in items]
-        tok_start = time.perf_counter()
-        if sum(map(len, texts)) <= INLINE_TOKENIZE_CHARS:
-            sequences = model.tokenizer.encode(texts)
-        else:
-            loop = asyncio.get_running_loop()
-            sequences = await loop.run_in_executor(self._tokenize_pool, model.tokenizer.encode, texts)
-        tokenization_ms = (time.perf_counter() - tok_start) * 1000
-        group = DenseGroup(plan.pooling or model.encoder.default_pooling, plan.normalize, plan.output_dtype)
-        futures = worker.submit(sequences, group)
+        try:
+            if _input_chars(inputs) <= INLINE_TOKENIZE_CHARS:
+                prepared = adapter.prepare(inputs, is_query)
+            else:
+                loop = asyncio.get_running_loop()
+                prepared = await loop.run_in_executor(self._tokenize_pool, adapter.prepare, inputs, is_query)
+        except UnsupportedInput as exc:
+            raise InvalidInput(str(exc)) from exc
+        tokenization_ms = (time.perf_counter() - started) * 1000
+        futures = worker.submit(prepared, group)
         self._metrics.queue_depth.labels(name).set(worker.pending_items)
         try:
             results: list[ItemResult] = await asyncio.gather(*futures)
@@ -180,34 +223,131 @@ class Engine:
             for future in futures:
                 future.cancel()
             raise
-        dims = model.encoder.dims
-        dtype = plan.output_dtype
-        encoded = [
-            EncodeResult(id=item.id, dense=DenseVector(dims, wire_dtype_name(dtype), result.vector))
-            for item, result in zip(items, results, strict=True)
-        ]
-        post = max(r.postprocessing_ms for r in results) if dtype is not OutputDType.FLOAT32 else None
-        timing = Timing(
-            total_ms=(time.perf_counter() - started) * 1000,
-            queue_ms=max(r.queue_ms for r in results),
-            tokenization_ms=tokenization_ms,
-            inference_ms=max(r.inference_ms for r in results),
-            postprocessing_ms=post,
+        return Inference(results, tokenization_ms, sum(item.cost for item in prepared))
+
+    @staticmethod
+    def _check_outputs(name: str, model: LoadedModel, needed: frozenset[Capability]) -> None:
+        missing = needed - model.adapter.capabilities
+        if missing:
+            have = sorted(c.value for c in model.adapter.capabilities)
+            raise InvalidInput(
+                f"Model '{name}' does not support output types: {sorted(c.value for c in missing)}. "
+                f"Supported: {have}"
+            )
+
+    async def encode(self, name: str, items: list[Item], params: EncodeParams | None) -> EncodeOutcome:
+        started = time.perf_counter()
+        require_items(items)
+        name = self.resolve(name, params.options if params else None)
+        plan = self.plan(name, params)
+        model, worker = self.ready_model(name)
+        keep = frozenset(Capability(t.value) for t in plan.output_types)
+        if Capability.SPARSE in keep and plan.output_dtype not in SPARSE_DTYPES:
+            raise InvalidInput(
+                f"Sparse output takes output_dtype float32 or float16, not '{plan.output_dtype.value}'"
+            )
+        computed = keep - {Capability.DENSE} | {Capability.MULTIVECTOR} if plan.muvera else keep
+        self._check_outputs(name, model, computed)
+        if plan.muvera and model.fixed_dense is None:
+            raise InvalidInput(f"Model '{name}' has no MUVERA configuration")
+        group = BatchGroup(
+            Forward(computed, plan.pooling, plan.is_query),
+            Postprocess(keep, plan.normalize, plan.output_dtype, plan.muvera),
         )
-        return EncodeOutcome(name, encoded, timing, sum(len(s) for s in sequences))
+        texts: list[ModelInput] = [plan.text_for(item, "SentenceTransformer") for item in items]
+        inference = await self._infer(name, model, worker, texts, group)
+        dims = dict(model.adapter.dims)
+        if plan.muvera and model.fixed_dims is not None:
+            dims[Capability.DENSE] = model.fixed_dims
+        encoded = [
+            encode_result(item.id, result.outputs, plan.output_dtype, dims)
+            for item, result in zip(items, inference.results, strict=True)
+        ]
+        timing = inference.timing(started, postprocessed=plan.output_dtype is not OutputDType.FLOAT32)
+        return EncodeOutcome(name, encoded, timing, inference.tokens)
+
+    async def score(
+        self, name: str, query: Item, items: list[Item], options: dict[str, Any] | None
+    ) -> ScoreOutcome:
+        """Rank ``items`` against ``query``: a cross-encoder scores each pair, an embedding model the
+        similarity of its query and document embeddings (``engine.score_plan``)."""
+        started = time.perf_counter()
+        require_items(items)
+        name = self.resolve(name, options)
+        entry = self.entry(name)
+        runtime = {**entry.profile.runtime, **(options or {})}
+        plan = plan_score(name, entry.config.tasks.score is not None, entry.config.output_types(), runtime)
+        model, worker = self.ready_model(name)
+        texts = [item.text for item in [query, *items]]
+        if any(text is None for text in texts):
+            raise InvalidInput("Score requires text on the query and on every item")
+        query_text, documents = str(query.text), [str(text) for text in texts[1:]]
+        if plan.pairs:
+            self._check_outputs(name, model, frozenset({Capability.SCORE}))
+            group = BatchGroup(Forward(frozenset({Capability.SCORE})), Postprocess(frozenset()))
+            pairs: list[ModelInput] = [(query_text, doc) for doc in documents]
+            inference = await self._infer(name, model, worker, pairs, group)
+            scores = np.array([r.outputs.score for r in inference.results], dtype=np.float32)
+            timing, tokens = inference.timing(started, postprocessed=False), inference.tokens
+        else:
+            scores, timing, tokens = await self._similarity(name, model, worker, plan, query_text, documents)
+        ids = [item.id if item.id is not None else f"item-{i}" for i, item in enumerate(items)]
+        return ScoreOutcome(name, ranked(ids, scores), timing, tokens)
+
+    async def _similarity(
+        self,
+        name: str,
+        model: LoadedModel,
+        worker: ModelWorker,
+        plan: ScorePlan,
+        query: str,
+        documents: list[str],
+    ) -> tuple[np.ndarray, Timing, int]:
+        assert plan.weights is not None
+        outputs = frozenset(plan.weights)
+        self._check_outputs(name, model, outputs)
+        started = time.perf_counter()
+
+        def group(is_query: bool) -> BatchGroup:
+            return BatchGroup(Forward(outputs, is_query=is_query), Postprocess(outputs))
+
+        asked, answered = await asyncio.gather(
+            self._infer(name, model, worker, [query], group(True)),
+            self._infer(name, model, worker, list[ModelInput](documents), group(False)),
+        )
+        q = asked.results[0].outputs
+        docs = [r.outputs for r in answered.results]
+        total = np.zeros(len(documents), dtype=np.float32)
+        for capability, weight in plan.weights.items():
+            if capability is Capability.DENSE:
+                assert q.dense is not None
+                part = cosine(q.dense, np.stack([d.dense for d in docs if d.dense is not None]))
+            elif capability is Capability.SPARSE:
+                assert q.sparse is not None
+                part = sparse_dot(q.sparse, [d.sparse for d in docs if d.sparse is not None])
+            else:
+                assert q.multivector is not None
+                part = maxsim(q.multivector, [d.multivector for d in docs if d.multivector is not None])
+            total += weight * part
+        tokens = asked.tokens + answered.tokens
+        both = Inference(
+            asked.results + answered.results, asked.tokenization_ms + answered.tokenization_ms, tokens
+        )
+        return total, both.timing(started, postprocessed=False), tokens
 
     async def detokenize(self, name: str, token_lists: list[list[int]]) -> list[str]:
         """Text for token-id inputs (OpenAI clients may send ids); ids outside the vocabulary are invalid."""
         await self.wait_loaded(name)
         model, _ = self.ready_model(name)
-        vocab = model.tokenizer.vocab_size
+        tokenizer = model.adapter.tokenizer
+        vocab = tokenizer.vocab_size
         for ids in token_lists:
             bad = next((i for i in ids if not 0 <= i < vocab), None)
             if bad is not None:
                 raise InvalidInput(
                     f"Token id {bad} is outside the vocabulary of model '{name}' (size {vocab})"
                 )
-        return [model.tokenizer.decode(ids) for ids in token_lists]
+        return [tokenizer.decode(ids) for ids in token_lists]
 
     async def close(self) -> None:
         """Stop intake, fail queued work, unload models, stop the pools; the event loop only awaits.
@@ -221,7 +361,7 @@ class Engine:
             if slot.task is not None and not slot.task.done():
                 slot.task.cancel()
             if slot.model is not None:
-                encoder, slot.model = slot.model.encoder, None
-                await loop.run_in_executor(self._device_executor, encoder.close)
+                adapter, slot.model = slot.model.adapter, None
+                await loop.run_in_executor(self._device_executor, adapter.close)
         self._tokenize_pool.shutdown(wait=False, cancel_futures=True)
         await asyncio.to_thread(self._device_executor.shutdown, wait=True, cancel_futures=True)

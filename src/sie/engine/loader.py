@@ -17,14 +17,17 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sie.adapters.base import DenseEncoder, LoadSpec, TokenBatch
+import numpy as np
+
+from sie.adapters.base import Adapter, Forward, LoadSpec, ModelInput
 from sie.adapters.device import effective_precision
 from sie.adapters.registry import UnknownAdapter, adapter_class
-from sie.adapters.tokenizer import TextTokenizer
 from sie.core import heap
-from sie.core.options import AttentionBackend, ComputePrecision
+from sie.core.options import AttentionBackend, Capability, ComputePrecision
 from sie.engine.catalog import CatalogEntry
 from sie.engine.weights import WeightsNotFound, WeightSources
+from sie.postprocess.muvera import Muvera, MuveraConfig
+from sie.postprocess.outputs import FixedDense
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +52,11 @@ class LoadFailure:
 
 @dataclass(frozen=True)
 class LoadedModel:
-    tokenizer: TextTokenizer
-    encoder: DenseEncoder
+    adapter: Adapter
     adapter_name: str
     device: str
+    fixed_dense: FixedDense | None = None  # MUVERA of the multivector output, when the model has one
+    fixed_dims: int | None = None
 
 
 @dataclass(frozen=True)
@@ -92,10 +96,25 @@ def load_model(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel:
         attention=settings.attention,
     )
     cls = adapter_class(profile.adapter_path)
-    encoder = cls.load(spec)
-    tokenizer = TextTokenizer.from_folder(tokenizer_folder, config.max_sequence_length)
+    adapter: Adapter = cls.load(spec)
     log.info("loaded %s from %s on %s (%s)", entry.name, folder, settings.device, precision.value)
-    return LoadedModel(tokenizer, encoder, cls.__name__, settings.device)
+    if Capability.MULTIVECTOR not in adapter.capabilities:
+        return LoadedModel(adapter, cls.__name__, settings.device)
+    muvera = Muvera(
+        MuveraConfig.from_options(loadtime.get("muvera_config")), adapter.dims[Capability.MULTIVECTOR]
+    )
+
+    def fixed_dense(multivectors: list[np.ndarray], is_query: bool) -> np.ndarray:
+        return muvera.encode_batch(multivectors, is_query=is_query)
+
+    return LoadedModel(adapter, cls.__name__, settings.device, fixed_dense, muvera.dims)
+
+
+def warm_up(adapter: Adapter) -> None:
+    """One tiny forward of every output the adapter has, so lazy initialisation is not paid by a user."""
+    outputs = adapter.capabilities - {Capability.SCORE} or frozenset({Capability.SCORE})
+    inputs: list[ModelInput] = [("warm", "up")] if Capability.SCORE in outputs else ["warm up"]
+    adapter.run(adapter.prepare(inputs, False), Forward(outputs))
 
 
 def load_and_warm_up(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel:
@@ -108,8 +127,7 @@ def load_and_warm_up(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel
     Ends by freezing the heap (``heap.freeze_loaded``), so collections no longer walk the model.
     """
     model = load_model(entry, settings)
-    batch = TokenBatch.pad(model.tokenizer.encode(["warm up"]), model.tokenizer.pad_id)
-    model.encoder.embed(batch, model.encoder.default_pooling)
+    warm_up(model.adapter)
     heap.freeze_loaded()
     return model
 

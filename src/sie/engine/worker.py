@@ -16,30 +16,22 @@ import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from typing import Any
 
-import numpy as np
-
-from sie.adapters.base import DenseEncoder, TokenBatch
-from sie.core.options import OutputDType, Pooling
-from sie.engine.batcher import Batcher, BatchLimits, Entry, split_by_padded_cost
+from sie.adapters.base import ItemOutputs, Prepared
+from sie.engine.batcher import Batcher, BatchLimits, Entry
 from sie.engine.errors import EngineClosed, InferenceFailed, InvalidInput, Overloaded
-from sie.postprocess.quantize import l2_normalize, quantize
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class DenseGroup:
-    """Items that can share one forward pass and one post-processing step."""
-
-    pooling: Pooling
-    normalize: bool
-    output_dtype: OutputDType
+# Runs a batch on the device executor: per-item outputs, the forward's and the postprocessing's seconds.
+RunBatch = Callable[[list[Prepared], Any], tuple[list[ItemOutputs], float, float]]
 
 
 @dataclass
 class ItemResult:
-    vector: np.ndarray
+    outputs: ItemOutputs
     queue_ms: float
     inference_ms: float
     postprocessing_ms: float
@@ -47,7 +39,7 @@ class ItemResult:
 
 @dataclass
 class Work:
-    ids: np.ndarray
+    prepared: Prepared
     future: asyncio.Future[ItemResult]
     enqueued_at: float
     batched_at: float = field(default=0.0)
@@ -64,8 +56,7 @@ class ModelWorker:
     def __init__(
         self,
         name: str,
-        encoder: DenseEncoder,
-        pad_id: int,
+        run_batch: RunBatch,
         limits: BatchLimits,
         executor: Executor,
         max_pending_items: int,
@@ -75,8 +66,7 @@ class ModelWorker:
         idle_after_s: float = 1.0,
     ) -> None:
         self.name = name
-        self._encoder = encoder
-        self._pad_id = pad_id
+        self._run_batch = run_batch
         self._batcher: Batcher[Work] = Batcher(limits)
         self._executor = executor
         self._max_pending = max_pending_items
@@ -103,32 +93,32 @@ class ModelWorker:
             task.add_done_callback(self._on_task_done)
             self._tasks.append(task)
 
-    def submit(self, sequences: list[np.ndarray], group: Hashable) -> list[asyncio.Future[ItemResult]]:
+    def submit(self, prepared: list[Prepared], group: Hashable) -> list[asyncio.Future[ItemResult]]:
         """Queue one request's items; raises ``Overloaded`` instead of letting the queue grow unbounded."""
         if self._closed:
             raise EngineClosed(f"Model '{self.name}' is shutting down")
         if self._stopped is not None:
             raise self._stopped
-        if len(sequences) > self._max_pending:
+        if len(prepared) > self._max_pending:
             raise InvalidInput(
-                f"Request has {len(sequences)} items; model '{self.name}' admits at most "
+                f"Request has {len(prepared)} items; model '{self.name}' admits at most "
                 f"{self._max_pending} at once (SIE_MAX_CONCURRENT_REQUESTS). Split the request."
             )
-        if self._pending + len(sequences) > self._max_pending:
+        if self._pending + len(prepared) > self._max_pending:
             raise Overloaded(
                 f"Model '{self.name}' has {self._pending} items queued; "
-                f"{len(sequences)} more would pass the limit of {self._max_pending}"
+                f"{len(prepared)} more would pass the limit of {self._max_pending}"
             )
         loop = asyncio.get_running_loop()
         now = self._clock()
         futures: list[asyncio.Future[ItemResult]] = []
-        for ids in sequences:
+        for item in prepared:
             future: asyncio.Future[ItemResult] = loop.create_future()
             future.add_done_callback(self._release)
-            work = Work(ids, future, now)
-            self._batcher.add(Entry(group, len(ids), now, work, future.done))
+            work = Work(item, future, now)
+            self._batcher.add(Entry(group, item.cost, now, work, future.done))
             futures.append(future)
-        self._pending += len(sequences)
+        self._pending += len(prepared)
         self._wakeup.set()
         return futures
 
@@ -187,11 +177,9 @@ class ModelWorker:
         started = self._clock()
         for entry in batch:
             entry.payload.batched_at = started
-        group = batch[0].group
-        assert isinstance(group, DenseGroup)
         try:
-            vectors, infer_s, post_s = await loop.run_in_executor(
-                self._executor, self._compute, [e.payload.ids for e in batch], group
+            outputs, infer_s, post_s = await loop.run_in_executor(
+                self._executor, self._run_batch, [e.payload.prepared for e in batch], batch[0].group
             )
         except Exception as exc:
             log.exception("forward pass failed for model %s", self.name)
@@ -201,36 +189,15 @@ class ModelWorker:
                 if not entry.payload.future.done():
                     entry.payload.future.set_exception(error)
             return
-        for entry, vector in zip(batch, vectors, strict=True):
+        for entry, item in zip(batch, outputs, strict=True):
             work = entry.payload
             if not work.future.done():
                 queue_ms = (work.batched_at - work.enqueued_at) * 1000
-                work.future.set_result(ItemResult(vector, queue_ms, infer_s * 1000, post_s * 1000))
+                work.future.set_result(ItemResult(item, queue_ms, infer_s * 1000, post_s * 1000))
         try:  # after the answers: a broken statistics hook must not hold a request
             self._on_batch(BatchStats(len(batch), sum(e.cost for e in batch), infer_s))
         except Exception:
             log.exception("batch statistics for model %s failed", self.name)
-
-    def _compute(
-        self, sequences: list[np.ndarray], group: DenseGroup
-    ) -> tuple[list[np.ndarray], float, float]:
-        """Runs on the device executor: the forward (per length chunk unless the encoder packs tokens),
-        then normalise and quantise."""
-        start = time.perf_counter()
-        if self._encoder.packs_tokens:
-            chunks = [range(len(sequences))]
-        else:
-            chunks = split_by_padded_cost([len(s) for s in sequences], self._batcher.limits.max_tokens)
-        pooled = [
-            self._encoder.embed(TokenBatch.pad([sequences[i] for i in chunk], self._pad_id), group.pooling)
-            for chunk in chunks
-        ]
-        vectors = np.concatenate(pooled) if len(pooled) > 1 else pooled[0]
-        infer_end = time.perf_counter()
-        if group.normalize:
-            vectors = l2_normalize(vectors)
-        out = quantize(vectors, group.output_dtype)
-        return list(out), infer_end - start, time.perf_counter() - infer_end
 
     def _on_task_done(self, task: asyncio.Task[None]) -> None:
         """A loop that ends before ``close`` leaves nothing to run queued work: fail it, and refuse

@@ -18,7 +18,7 @@ from sie import __version__
 from sie.engine.build import build_catalog, build_engine
 from sie.observability.metrics import Metrics
 from sie.server import openapi_docs
-from sie.server.api import encode, health, models, openai_compat, score_extract
+from sie.server.api import encode, health, models, openai_compat, rerank, score_extract
 from sie.server.errors import HANDLED, handle_native_error
 from sie.server.middleware import BodyLimit, IdentityHeaders, SdkVersionSkew
 from sie.server.request_metrics import RequestMetrics
@@ -59,7 +59,7 @@ def create_app(settings: Settings) -> FastAPI:
         version=__version__,
         lifespan=lifespan,
     )
-    inference = (*encode.ROUTES, *score_extract.ROUTES, *openai_compat.ROUTES)
+    inference = (*encode.ROUTES, *score_extract.ROUTES, *openai_compat.ROUTES, *rerank.ROUTES)
     app.router.routes.extend(route.route() for route in inference)
     for router in (health.router, models.router):
         app.include_router(router)

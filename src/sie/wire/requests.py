@@ -79,3 +79,18 @@ class OpenAIEmbeddingsRequest(msgspec.Struct):
     encoding_format: EncodingFormat = EncodingFormat.FLOAT
     dimensions: int | None = None
     user: str | None = None
+
+
+class RerankDocumentInput(msgspec.Struct):
+    text: str
+
+
+class RerankRequest(msgspec.Struct):
+    """``POST /v1/rerank`` as Cohere, Jina and Infinity clients send it; documents are strings or
+    ``{"text": ...}`` objects."""
+
+    model: str
+    query: str
+    documents: list[str | RerankDocumentInput]
+    top_n: int | None = None
+    return_documents: bool = False

@@ -93,3 +93,38 @@ class OpenAIEmbeddingsResponse(msgspec.Struct):
     model: str
     usage: OpenAIUsage
     object: str = "list"
+
+
+class Usage(msgspec.Struct):
+    input_tokens: int
+
+
+class ScoreEntry(msgspec.Struct):
+    item_id: str
+    score: float
+    rank: int
+
+
+class ScoreResponse(msgspec.Struct):
+    """Scores best first; ``query_id`` is the query item's id or null."""
+
+    model: str
+    query_id: str | None
+    scores: list[ScoreEntry]
+    usage: Usage
+
+
+class RerankDocument(msgspec.Struct):
+    text: str
+
+
+class RerankResult(msgspec.Struct, omit_defaults=True):
+    index: int
+    relevance_score: float
+    document: RerankDocument | None = None
+
+
+class RerankResponse(msgspec.Struct):
+    model: str
+    results: list[RerankResult]
+    usage: Usage

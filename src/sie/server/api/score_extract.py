@@ -1,7 +1,8 @@
 """``POST /v1/score/{model}`` and ``/v1/extract/{model}``.
 
-The bodies are validated exactly as the public server does; models without the task answer 400
-with the public hint. Rerankers and extractors arrive with their adapters in later work.
+Score ranks items against a query (cross-encoders score pairs; embedding models take
+``options.score_mode``); the body carries ``usage`` and no ``timing``, as the public server's does.
+Extract validates its body exactly as the public server does; extraction adapters arrive later.
 """
 
 from __future__ import annotations
@@ -11,41 +12,37 @@ from typing import Final
 from fastapi import Request, Response
 
 from sie.engine.errors import InvalidInput, require_items
-from sie.server.api.native import PostRoute, engine_of, model_of, read_body
+from sie.server.api.native import PostRoute, engine_of, model_of, negotiated, read_body, timing_headers
 from sie.wire.requests import ExtractRequest, ScoreRequest
+from sie.wire.responses import ScoreResponse, Usage
 
-_SCORE_HINT: Final = (
-    "does not support scoring. Use an encoder model with /v1/encode instead, or use a reranker model."
-)
 _EXTRACT_HINT: Final = (
     "does not support extraction. Use an extraction model like GLiNER, GLiClass, or Florence-2."
 )
 
 
-async def _validated(
-    request: Request, into: type[ScoreRequest | ExtractRequest], task: str, hint: str
-) -> Response:
-    """Validate exactly as the public server does, then refuse: no adapter here serves this task yet."""
-    model = model_of(request)
-    entry = engine_of(request).entry(model)
-    body = await read_body(request, into)
-    require_items(body.items)
-    if getattr(entry.config.tasks, task) is None:
-        raise InvalidInput(f"Model '{model}' {hint}")
-    raise InvalidInput(f"Model '{model}' declares {task}, but no {task} adapter is available in this build")
-
-
 async def score(request: Request) -> Response:
-    """Rerank ``items`` against ``query``."""
-    return await _validated(request, ScoreRequest, "score", _SCORE_HINT)
+    """Rerank ``items`` against ``query``: every item scored, best first, ``rank`` 0 the best."""
+    model, engine = model_of(request), engine_of(request)
+    engine.entry(model)
+    body = await read_body(request, ScoreRequest)
+    outcome = await engine.score(model, body.query, body.items, body.options)
+    response = ScoreResponse(outcome.model, body.query.id, outcome.scores, Usage(outcome.tokens))
+    return await negotiated(request, response, timing_headers(outcome.timing), 0)
 
 
 async def extract(request: Request) -> Response:
     """Entities, relations, classes or structured data from each item."""
-    return await _validated(request, ExtractRequest, "extract", _EXTRACT_HINT)
+    model = model_of(request)
+    entry = engine_of(request).entry(model)
+    body = await read_body(request, ExtractRequest)
+    require_items(body.items)
+    if entry.config.tasks.extract is None:
+        raise InvalidInput(f"Model '{model}' {_EXTRACT_HINT}")
+    raise InvalidInput(f"Model '{model}' declares extract, but no extract adapter is available in this build")
 
 
 ROUTES = (
-    PostRoute("/v1/score/{model:path}", score, ("score",), ScoreRequest, None),
+    PostRoute("/v1/score/{model:path}", score, ("score",), ScoreRequest, ScoreResponse),
     PostRoute("/v1/extract/{model:path}", extract, ("extract",), ExtractRequest, None),
 )

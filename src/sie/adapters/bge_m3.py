@@ -1,0 +1,120 @@
+"""BGE-M3: dense, sparse and multivector outputs of one XLM-RoBERTa forward, any subset per request.
+
+The formulas are FlagEmbedding's (the model's reference code):
+- dense: the first token's hidden state (normalised later, by the engine, when asked);
+- sparse: ``relu(sparse_linear(h))`` per token, the largest weight per token id, weights > 0 only,
+  the tokenizer's cls/eos/pad/unk tokens dropped;
+- multivector: ``colbert_linear(h)`` of every token after the first, L2-normalised per token.
+The two heads ship beside the encoder as ``sparse_linear.pt`` and ``colbert_linear.pt``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final, Self
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from sie.adapters.base import (
+    BatchOutputs,
+    Forward,
+    LoadSpec,
+    ModelInput,
+    Prepared,
+    SparseVector,
+    texts_only,
+)
+from sie.adapters.pooling import pool
+from sie.adapters.tokenizer import TextTokenizer
+from sie.adapters.transformer import Transformer
+from sie.core.options import Capability, Pooling
+
+_FAMILY: Final = "BGE-M3"
+_UNUSED_ROLES: Final = ("cls_token", "eos_token", "pad_token", "unk_token")
+
+
+def _linear(path: Path, device: torch.device) -> torch.nn.Linear:
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    out_features, in_features = state["weight"].shape
+    layer = torch.nn.Linear(in_features, out_features)
+    layer.load_state_dict(state)
+    return layer.eval().to(device)
+
+
+def unused_token_ids(folder: Path, tokenizer: TextTokenizer) -> frozenset[int]:
+    """The ids of the tokenizer's cls, eos, pad and unk tokens, from its ``tokenizer_config.json``
+    (the tokens FlagEmbedding leaves out of sparse vectors)."""
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.exists() else {}
+    ids = set()
+    for role in _UNUSED_ROLES:
+        token = config.get(role)
+        if isinstance(token, dict):
+            token = token.get("content")
+        if isinstance(token, str) and (token_id := tokenizer.token_id(token)) is not None:
+            ids.add(token_id)
+    return frozenset(ids)
+
+
+class BgeM3Encoder:
+    capabilities = frozenset({Capability.DENSE, Capability.SPARSE, Capability.MULTIVECTOR})
+    default_pooling = Pooling.CLS
+
+    def __init__(self, spec: LoadSpec) -> None:
+        self.tokenizer = spec.tokenizer()
+        self.backbone = Transformer.load(spec, self.tokenizer.pad_id)
+        self.packs_tokens = self.backbone.packed is not None
+        device = self.backbone.device
+        self._sparse = _linear(spec.weights / "sparse_linear.pt", device)
+        self._colbert = _linear(spec.weights / "colbert_linear.pt", device)
+        hidden = self.backbone.hidden_size
+        self.dims = {
+            Capability.DENSE: hidden,
+            Capability.SPARSE: int(self.backbone.model.config.vocab_size),
+            Capability.MULTIVECTOR: int(self._colbert.out_features),
+        }
+        unused = unused_token_ids(spec.tokenizer_weights or spec.weights, self.tokenizer)
+        self._unused = np.fromiter(sorted(unused), dtype=np.int64)
+
+    @classmethod
+    def load(cls, spec: LoadSpec) -> Self:
+        return cls(spec)
+
+    def prepare(self, inputs: Sequence[ModelInput], is_query: bool) -> list[Prepared]:
+        return [Prepared(ids) for ids in self.tokenizer.encode(texts_only(inputs, _FAMILY))]
+
+    def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
+        out = BatchOutputs()
+        with self.backbone.running():
+            hidden, tokens = self.backbone.token_states(batch)
+            if Capability.DENSE in forward.outputs:
+                out.dense = pool(hidden, tokens, forward.pooling or Pooling.CLS).cpu().numpy()
+            if Capability.SPARSE in forward.outputs:
+                weights = torch.relu(self._sparse(hidden).float()).view(-1).cpu().numpy()
+                per_item = np.split(weights, np.cumsum(tokens.host_lengths)[:-1])
+                out.sparse = [
+                    self._term_weights(item.ids, w) for item, w in zip(batch, per_item, strict=True)
+                ]
+            if Capability.MULTIVECTOR in forward.outputs:
+                vectors = F.normalize(self._colbert(hidden).float(), dim=-1).cpu().numpy()
+                per_item = np.split(vectors, np.cumsum(tokens.host_lengths)[:-1])
+                out.multivector = [v[1:] for v in per_item]  # every token after the first
+        return out
+
+    def _term_weights(self, ids: np.ndarray, weights: np.ndarray) -> SparseVector:
+        """The largest weight of each token id, positive weights of used tokens only."""
+        keep = (weights > 0) & ~np.isin(ids, self._unused)
+        ids, weights = ids[keep], weights[keep]
+        order = np.argsort(ids, kind="stable")
+        ids, weights = ids[order], weights[order]
+        terms, starts = np.unique(ids, return_index=True)
+        values = np.maximum.reduceat(weights, starts) if len(ids) else weights
+        return SparseVector(terms.astype(np.int32), values.astype(np.float32))
+
+    def close(self) -> None:
+        del self._sparse, self._colbert
+        self.backbone.close()

@@ -1,0 +1,114 @@
+"""Late interaction (ColBERT): one small normalised vector per token, compared by MaxSim.
+
+Texts get a marker in front (``query_prefix`` / ``doc_prefix``, ``[Q] `` / ``[D] `` by default, as the
+public server); queries are cut to ``query_max_length`` tokens and padded up to it with ``[MASK]``
+tokens that the model attends to (query expansion), documents to ``doc_max_length``. Every token's
+last hidden state goes through the model's linear projection to ``token_dim`` and is L2-normalised;
+punctuation tokens are dropped from documents. The projection comes from a sentence-transformers /
+PyLate folder (``1_Dense``) or from the ``linear.weight`` beside the encoder in a colbert-ai checkpoint.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final, Self
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+from sie.adapters.base import BatchOutputs, Forward, LoadSpec, ModelInput, Prepared, texts_only
+from sie.adapters.transformer import Transformer
+from sie.core.options import Capability, Pooling
+
+_FAMILY: Final = "ColBERT"
+_PROJECTION_FILES: Final = (
+    "1_Dense/model.safetensors",
+    "1_Dense/pytorch_model.bin",
+    "model.safetensors",
+    "pytorch_model.bin",
+)
+
+
+def _load_projection(folder: Path) -> torch.Tensor:
+    """``[token_dim, hidden]``: the first ``linear.weight`` found among the known places."""
+    for name in _PROJECTION_FILES:
+        path = folder / name
+        if not path.exists():
+            continue
+        state: dict[str, torch.Tensor] = (
+            load_file(str(path))
+            if path.suffix == ".safetensors"
+            else torch.load(path, map_location="cpu", weights_only=True)
+        )
+        weight = state.get("linear.weight")
+        if weight is not None:
+            return weight.float()
+    raise FileNotFoundError(
+        f"{folder} has no ColBERT projection ('linear.weight' in {', '.join(_PROJECTION_FILES)})"
+    )
+
+
+class ColbertEncoder:
+    capabilities = frozenset({Capability.MULTIVECTOR})
+    default_pooling = Pooling.MEAN  # unused: every token is an output
+
+    def __init__(self, spec: LoadSpec) -> None:
+        options = spec.loadtime
+        self.tokenizer = spec.tokenizer()
+        self.backbone = Transformer.load(spec, self.tokenizer.pad_id)
+        self.packs_tokens = self.backbone.packed is not None
+        weight = _load_projection(spec.weights)
+        token_dim = int(options.get("token_dim", weight.shape[0]))
+        if weight.shape != (token_dim, self.backbone.hidden_size):
+            raise ValueError(
+                f"ColBERT projection is {tuple(weight.shape)}, expected ({token_dim}, {self.backbone.hidden_size})"
+            )
+        self._projection = weight.to(self.backbone.device)
+        self.dims = {Capability.MULTIVECTOR: token_dim}
+        self._query_prefix = str(options.get("query_prefix", "[Q] "))
+        self._doc_prefix = str(options.get("doc_prefix", "[D] "))
+        self._query_length = int(options.get("query_max_length", 32))
+        self._doc_length = int(options.get("doc_max_length", spec.max_seq_length or 512))
+        mask_id = self.tokenizer.token_id(str(options.get("mask_token", "[MASK]")))
+        if mask_id is None:
+            raise ValueError("the tokenizer has no [MASK] token for query expansion")
+        self._mask_id = mask_id
+        self._skip = np.fromiter(
+            (i for c in string.punctuation if (i := self.tokenizer.token_id(c)) is not None), dtype=np.int64
+        )
+
+    @classmethod
+    def load(cls, spec: LoadSpec) -> Self:
+        return cls(spec)
+
+    def prepare(self, inputs: Sequence[ModelInput], is_query: bool) -> list[Prepared]:
+        prefix, limit = (
+            (self._query_prefix, self._query_length) if is_query else (self._doc_prefix, self._doc_length)
+        )
+        encoded = self.tokenizer.encode([prefix + text for text in texts_only(inputs, _FAMILY)])
+        prepared = []
+        for ids in encoded:
+            if len(ids) > limit:  # keep the closing separator, as the tokenizer's truncation does
+                ids = np.concatenate((ids[: limit - 1], ids[-1:]))
+            if is_query and len(ids) < limit:
+                ids = np.concatenate((ids, np.full(limit - len(ids), self._mask_id, dtype=ids.dtype)))
+            prepared.append(Prepared(ids))
+        return prepared
+
+    def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
+        with self.backbone.running():
+            hidden, tokens = self.backbone.token_states(batch)
+            vectors = F.normalize(hidden.float() @ self._projection.T, dim=-1).cpu().numpy()
+        cuts = np.cumsum(tokens.host_lengths)[:-1]
+        per_item = np.split(vectors, cuts)
+        if not forward.is_query:
+            per_item = [v[~np.isin(item.ids, self._skip)] for v, item in zip(per_item, batch, strict=True)]
+        return BatchOutputs(multivector=per_item)
+
+    def close(self) -> None:
+        del self._projection
+        self.backbone.close()

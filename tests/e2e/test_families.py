@@ -1,0 +1,363 @@
+"""Sparse, multivector, MUVERA, BGE-M3 and reranking through a real server, over msgpack and JSON.
+
+One server serves the packaged models plus test models built from configs (tests/builders.py): a
+BERT reranker, a ColBERT with a ``muvera`` profile, a BGE-M3, and the packaged tiny SPLADE. Values
+are held to the reference libraries in tests/adapters; here the wire shapes, the options and the
+errors are checked, plus what real weights must do (the relevant document ranks first).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+from sentence_transformers import CrossEncoder
+
+from sie.postprocess.muvera import Muvera, MuveraConfig
+from tests import builders
+from tests.conftest import MODELS_DIR, package_folder
+from tests.e2e.conftest import MSGPACK_HEADERS, Server, run_server
+
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+SPLADE = "test/splade-tiny"
+RERANKER = "test/bert-reranker"
+COLBERT = "test/colbert"
+M3 = "test/bge-m3"
+QUERY = "what causes high blood pressure"
+DOCS = [
+    "The film ran for three hours and the popcorn was stale.",
+    "High blood pressure is often caused by stress, too much salt and genetics.",
+    "Bananas are yellow.",
+]
+
+TOKEN_DIM = builders.COLBERT_TOKEN_DIM
+# Model YAMLs of the test models; ``@name@`` stands for the folder a builder wrote.
+YAMLS = {
+    "splade.yaml": f"""
+sie_id: {SPLADE}
+weights_path: "@splade@"
+tasks:
+  encode:
+    sparse: {{dim: 30522}}
+max_sequence_length: 512
+profiles:
+  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.splade:SpladeEncoder"}}
+""",
+    "reranker.yaml": f"""
+sie_id: {RERANKER}
+weights_path: "@reranker@"
+tasks:
+  score: {{}}
+max_sequence_length: 256
+profiles:
+  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.cross_encoder:CrossEncoderScorer"}}
+""",
+    "colbert.yaml": f"""
+sie_id: {COLBERT}
+weights_path: "@colbert@"
+tasks:
+  encode:
+    multivector: {{dim: {TOKEN_DIM}}}
+max_sequence_length: 256
+profiles:
+  default:
+    max_batch_tokens: 8192
+    adapter_path: "sie.adapters.colbert:ColbertEncoder"
+    adapter_options:
+      loadtime: {{token_dim: {TOKEN_DIM}, query_max_length: 16}}
+  muvera:
+    extends: default
+    adapter_options:
+      runtime: {{muvera: {{}}, output_types: [dense]}}
+""",
+    "m3.yaml": f"""
+sie_id: {M3}
+weights_path: "@m3@"
+tasks:
+  encode:
+    dense: {{dim: 64}}
+    sparse: {{dim: 30522}}
+    multivector: {{dim: 64}}
+  score: {{}}
+max_sequence_length: 512
+profiles:
+  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.bge_m3:BgeM3Encoder"}}
+  sparse:
+    extends: default
+    adapter_options:
+      runtime: {{output_types: [sparse]}}
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def families(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("families")
+    splade = package_folder("cognition", "model")
+    folders = {
+        "splade": splade,
+        "reranker": builders.bert_reranker(splade, root / "reranker"),
+        "colbert": builders.colbert(splade, (root / "colbert")),
+        "m3": builders.bge_m3(splade, root / "m3"),
+    }
+    models = root / "models"
+    models.mkdir()
+    for path in MODELS_DIR.glob("*.yaml"):
+        shutil.copy(path, models / path.name)
+    for name, text in YAMLS.items():
+        for key, folder in folders.items():
+            text = text.replace(f"@{key}@", str(folder))
+        (models / name).write_text(text)
+    env = {"SIE_MODELS_DIR": str(models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
+    preload = [MINILM, SPLADE, RERANKER, COLBERT, f"{COLBERT}:muvera", M3, f"{M3}:sparse"]
+    with run_server(root, env, "--preload", ",".join(preload)) as server:
+        yield server
+
+
+def post(server: Server, path: str, body: dict[str, Any], unpack: Any) -> Any:
+    response = server.client.post(path, content=msgpack.packb(body), headers=MSGPACK_HEADERS)
+    assert response.status_code == 200, response.text
+    return unpack(response.content)
+
+
+def error(server: Server, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    response = server.client.post(path, json=body)
+    return response.status_code, response.json()
+
+
+def test_splade_sparse_wire_shape_and_float16(families: Server, unpack: Any) -> None:
+    body = {"items": [{"text": QUERY}], "params": {"output_types": ["sparse"]}}
+    (item,) = post(families, f"/v1/encode/{SPLADE}", body, unpack)["items"]
+    sparse = item["sparse"]
+    assert set(sparse) == {"dims", "dtype", "indices", "values"} and sparse["dims"] == 30522
+    assert sparse["dtype"] == "float32" and sparse["values"].dtype == np.float32
+    assert len(sparse["indices"]) == len(sparse["values"]) > 5
+    body["params"]["output_dtype"] = "float16"
+    (half,) = post(families, f"/v1/encode/{SPLADE}", body, unpack)["items"]
+    assert half["sparse"]["dtype"] == "float16" and half["sparse"]["values"].dtype == np.float16
+    np.testing.assert_array_equal(half["sparse"]["indices"], sparse["indices"])
+    np.testing.assert_allclose(half["sparse"]["values"], sparse["values"], rtol=1e-3)
+
+
+def test_packaged_splade_ranks_the_relevant_document_first(families: Server, unpack: Any) -> None:
+    body = {
+        "query": {"text": QUERY},
+        "items": [{"text": d} for d in DOCS],
+        "options": {"score_mode": "sparse"},
+    }
+    result = post(families, f"/v1/score/{SPLADE}", body, unpack)
+    assert result["scores"][0]["item_id"] == "item-1" and result["scores"][0]["score"] > 1.0
+
+
+def test_dense_score_mode_on_minilm_ranks_the_relevant_passage_first(families: Server, unpack: Any) -> None:
+    body = {
+        "query": {"text": QUERY, "id": "q"},
+        "items": [{"text": d, "id": f"d{i}"} for i, d in enumerate(DOCS)],
+        "options": {"score_mode": "dense"},
+    }
+    result = post(families, f"/v1/score/{MINILM}", body, unpack)
+    assert result["query_id"] == "q"
+    assert [s["rank"] for s in result["scores"]] == [0, 1, 2]
+    assert result["scores"][0]["item_id"] == "d1"
+    assert result["usage"]["input_tokens"] > 0
+
+
+def test_cross_encoder_scores_sorted_and_equal_to_sentence_transformers(
+    families: Server, unpack: Any, tmp_path: Path
+) -> None:
+    body = {
+        "query": {"text": QUERY},
+        "items": [{"text": DOCS[0]}, {"text": DOCS[1], "id": "x"}, {"text": DOCS[2]}],
+    }
+    result = post(families, f"/v1/score/{RERANKER}", body, unpack)
+    assert list(result) == ["model", "query_id", "scores", "usage"] and result["query_id"] is None
+    folder = builders.bert_reranker(package_folder("cognition", "model"), tmp_path / "reranker")
+    expected = CrossEncoder(str(folder), device="cpu").predict([(QUERY, d) for d in DOCS])
+    ids = ["item-0", "x", "item-2"]
+    order = np.argsort(-expected, kind="stable")
+    assert [s["item_id"] for s in result["scores"]] == [ids[i] for i in order]
+    np.testing.assert_allclose([s["score"] for s in result["scores"]], expected[order], atol=1e-5)
+
+
+def test_rerank_route_top_n_and_documents(families: Server) -> None:
+    scores = families.client.post(
+        f"/v1/score/{RERANKER}",
+        json={"query": {"text": QUERY}, "items": [{"text": d} for d in DOCS]},
+        headers={"accept": "application/json"},
+    ).json()["scores"]
+    response = families.client.post(
+        "/v1/rerank",
+        json={
+            "model": RERANKER,
+            "query": QUERY,
+            "documents": [DOCS[0], {"text": DOCS[1]}, DOCS[2]],
+            "top_n": 2,
+            "return_documents": True,
+        },
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert [r["index"] for r in body["results"]] == [int(s["item_id"][5:]) for s in scores[:2]]
+    assert [r["document"]["text"] for r in body["results"]] == [DOCS[r["index"]] for r in body["results"]]
+    assert body["usage"]["input_tokens"] > 0 and body["model"] == RERANKER
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "fragment"),
+    [
+        ({"model": RERANKER, "query": "q", "documents": ["a"], "top_n": 0}, 400, "top_n"),
+        ({"model": RERANKER, "query": "q", "documents": [1, 2]}, 400, "documents"),
+        ({"model": RERANKER, "query": "q", "documents": []}, 400, "must not be empty"),
+        ({"model": MINILM, "query": "q", "documents": ["a"]}, 400, "does not support reranking"),
+        ({"model": "nobody/nothing", "query": "q", "documents": ["a"]}, 404, "not found"),
+    ],
+)
+def test_rerank_bad_input(families: Server, body: dict[str, Any], status: int, fragment: str) -> None:
+    code, payload = error(families, "/v1/rerank", body)
+    assert code == status and fragment in payload["error"]["message"]
+    families.assert_serving()
+
+
+def test_colbert_multivector_shape_dtypes_and_query_expansion(families: Server, unpack: Any) -> None:
+    items = [{"text": QUERY}]
+    base = {"output_types": ["multivector"]}
+    (query,) = post(
+        families,
+        f"/v1/encode/{COLBERT}",
+        {"items": items, "params": {**base, "options": {"is_query": True}}},
+        unpack,
+    )["items"]
+    multi = query["multivector"]
+    assert set(multi) == {"token_dims", "num_tokens", "dtype", "values"}
+    assert multi["token_dims"] == builders.COLBERT_TOKEN_DIM and multi["num_tokens"] == 16
+    assert multi["values"].shape == (16, builders.COLBERT_TOKEN_DIM)
+    np.testing.assert_allclose(np.linalg.norm(multi["values"], axis=1), 1.0, atol=1e-5)
+    (int8,) = post(
+        families,
+        f"/v1/encode/{COLBERT}",
+        {"items": items, "params": {**base, "output_dtype": "int8", "options": {"is_query": True}}},
+        unpack,
+    )["items"]
+    assert int8["multivector"]["dtype"] == "int8" and int8["multivector"]["values"].shape == (
+        16,
+        builders.COLBERT_TOKEN_DIM,
+    )
+
+
+@pytest.mark.parametrize("is_query", [True, False])
+def test_muvera_profile_equals_muvera_of_the_multivector(
+    families: Server, unpack: Any, is_query: bool
+) -> None:
+    options = {"is_query": is_query}
+    items = [{"text": t} for t in DOCS]
+    multi = post(
+        families,
+        f"/v1/encode/{COLBERT}",
+        {"items": items, "params": {"output_types": ["multivector"], "options": options}},
+        unpack,
+    )
+    fixed = post(
+        families, f"/v1/encode/{COLBERT}:muvera", {"items": items, "params": {"options": options}}, unpack
+    )
+    via_option = post(
+        families,
+        f"/v1/encode/{COLBERT}",
+        {"items": items, "params": {"options": {**options, "profile": "muvera"}}},
+        unpack,
+    )
+    muvera = Muvera(MuveraConfig(), builders.COLBERT_TOKEN_DIM)
+    for m, f, v in zip(multi["items"], fixed["items"], via_option["items"], strict=True):
+        assert set(f) == {"dense"} and f["dense"]["dims"] == 10240
+        expected = muvera.encode(m["multivector"]["values"], is_query=is_query)
+        np.testing.assert_allclose(f["dense"]["values"], expected, atol=1e-5)
+        np.testing.assert_array_equal(v["dense"]["values"], f["dense"]["values"])
+
+
+def test_bge_m3_outputs_from_one_request_and_default_dense_score(families: Server, unpack: Any) -> None:
+    body = {
+        "items": [{"text": QUERY, "id": "a"}],
+        "params": {"output_types": ["dense", "sparse", "multivector"]},
+    }
+    (item,) = post(families, f"/v1/encode/{M3}", body, unpack)["items"]
+    assert list(item) == ["id", "dense", "sparse", "multivector"]
+    assert (
+        item["dense"]["dims"] == 64
+        and item["sparse"]["dims"] == 30522
+        and item["multivector"]["token_dims"] == 64
+    )
+    (sparse_only,) = post(families, f"/v1/encode/{M3}:sparse", {"items": [{"text": QUERY}]}, unpack)["items"]
+    assert list(sparse_only) == ["sparse"]
+    np.testing.assert_array_equal(sparse_only["sparse"]["indices"], item["sparse"]["indices"])
+    scored = post(
+        families, f"/v1/score/{M3}", {"query": {"text": QUERY}, "items": [{"text": d} for d in DOCS]}, unpack
+    )
+    dense = post(families, f"/v1/encode/{M3}", {"items": [{"text": d} for d in DOCS]}, unpack)["items"]
+    (q,) = post(
+        families,
+        f"/v1/encode/{M3}",
+        {"items": [{"text": QUERY}], "params": {"options": {"is_query": True}}},
+        unpack,
+    )["items"]
+    cosines = np.array([float(q["dense"]["values"] @ d["dense"]["values"]) for d in dense])
+    np.testing.assert_allclose(sorted(s["score"] for s in scored["scores"]), sorted(cosines), atol=1e-5)
+    hybrid = post(
+        families,
+        f"/v1/score/{M3}",
+        {
+            "query": {"text": QUERY},
+            "items": [{"text": d} for d in DOCS],
+            "options": {"score_mode": "hybrid", "score_weights": {"dense": 1, "sparse": 0, "colbert": 0}},
+        },
+        unpack,
+    )
+    assert [s["item_id"] for s in hybrid["scores"]] == [s["item_id"] for s in scored["scores"]]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "fragment"),
+    [
+        (f"/v1/score/{RERANKER}", {"query": {"text": "q"}, "items": []}, "must not be empty"),
+        (f"/v1/score/{RERANKER}", {"items": [{"text": "a"}]}, "missing required field `query`"),
+        (
+            f"/v1/score/{MINILM}",
+            {"query": {"text": "q"}, "items": [{"text": "a"}]},
+            "does not support scoring",
+        ),
+        (
+            f"/v1/score/{MINILM}",
+            {"query": {"text": "q"}, "items": [{"text": "a"}], "options": {"score_mode": "sparse"}},
+            "needs the sparse output",
+        ),
+        (
+            f"/v1/score/{MINILM}",
+            {"query": {"text": "q"}, "items": [{"text": "a"}], "options": {"score_mode": "psychic"}},
+            "Unknown score_mode",
+        ),
+        (
+            f"/v1/encode/{MINILM}",
+            {"items": [{"text": "a"}], "params": {"output_types": ["sparse"]}},
+            "does not support output types",
+        ),
+        (f"/v1/encode/{RERANKER}", {"items": [{"text": "a"}]}, "does not support output types"),
+        (
+            f"/v1/encode/{COLBERT}",
+            {"items": [{"text": "a"}], "params": {"options": {"profile": "nope"}}},
+            "Unknown profile",
+        ),
+        (
+            f"/v1/encode/{SPLADE}",
+            {"items": [{"text": "a"}], "params": {"output_types": ["sparse"], "output_dtype": "int8"}},
+            "float32 or float16",
+        ),
+    ],
+)
+def test_bad_input_is_a_clear_400(families: Server, path: str, body: dict[str, Any], fragment: str) -> None:
+    status, payload = error(families, path, body)
+    assert status == 400 and payload["detail"]["code"] == "INVALID_INPUT", payload
+    assert fragment in payload["detail"]["message"]
+    families.assert_serving()
