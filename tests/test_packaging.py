@@ -16,7 +16,7 @@ HEAVY = (
 
 
 def test_sdk_import_pulls_no_server_dependencies():
-    code = f"import sys, sie.sdk; print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    code = f"import sys, sie.sdk, sie.sdk.scoring, sie.sdk.encoding; print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == ""
 

@@ -1,32 +1,25 @@
 """The PUBLIC ``sie-sdk==0.10.1`` (PyPI) against our server, compared with our own ``sie.sdk``.
 
-The public SDK needs Python >= 3.12, so it runs in a venv of its own, made once and kept at
-``$SIE_PUBLIC_SDK_VENV`` (default ``.venv-public-sdk`` in the repository root). One script run in that
-venv makes every call and prints the results as JSON; the tests then make the same calls with our SDK
+The public SDK needs Python >= 3.12, so it runs in a venv of its own (the ``run_public_sdk`` fixture
+of ``tests/conftest.py``, which builds ``$SIE_PUBLIC_SDK_VENV`` once). One script run in that venv
+makes every call and prints the results as JSON; the tests then make the same calls with our SDK
 and compare. The script also calls a model that is not preloaded: the public SDK must get through the
 server's ``503 MODEL_LOADING`` + ``Retry-After`` on its own.
 """
 
 from __future__ import annotations
 
-import glob
 import json
-import os
 import re
-import shutil
-import subprocess
 import textwrap
-from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 
-SDK_VERSION = "0.10.1"
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 COLD_MODEL = "senthilthepro/sre-embedding-model"
-REPO_ROOT = Path(__file__).resolve().parents[2]
 OUTPUT_DTYPES = ["float32", "float16", "int8", "uint8", "binary"]
 ITEMS = [{"text": "first document", "id": "a"}, {"text": "second document"}, {"text": "third", "id": "c"}]
 
@@ -74,91 +67,16 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _python312() -> str | None:
-    candidates = [
-        shutil.which("python3.12"),
-        *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")), reverse=True),
-    ]
-    for candidate in filter(None, candidates):
-        # A pyenv shim exists on PATH even when it cannot run 3.12, so ask the interpreter itself.
-        try:
-            probe = subprocess.run(
-                [candidate, "-c", "import sys; print(sys.version_info[:2] == (3, 12))"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=False,
-            )
-        except OSError:
-            continue
-        if probe.returncode == 0 and probe.stdout.strip() == "True":
-            return candidate
-    return None
-
-
-def _has_public_sdk(python: Path) -> bool:
-    if not python.exists():
-        return False
-    probe = subprocess.run(
-        [str(python), "-c", "import importlib.metadata as m; print(m.version('sie-sdk'))"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    return probe.returncode == 0 and probe.stdout.strip() == SDK_VERSION
-
-
-@pytest.fixture(scope="session")
-def public_sdk_python() -> Path:
-    """A Python 3.12 with ``sie-sdk==0.10.1``; built on first use and then reused."""
-    venv = Path(os.environ.get("SIE_PUBLIC_SDK_VENV", REPO_ROOT / ".venv-public-sdk"))
-    python = venv / "bin" / "python"
-    if _has_public_sdk(python):
-        return python
-    base = _python312()
-    if base is None:
-        pytest.skip("sie-sdk 0.10.1 needs Python >= 3.12 and no python3.12 was found (PATH, ~/.pyenv)")
-    for command in (
-        [base, "-m", "venv", "--clear", str(venv)],
-        [
-            str(python),
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            f"sie-sdk=={SDK_VERSION}",
-        ],
-    ):
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
-        if done.returncode != 0:
-            pytest.fail(f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}", pytrace=False)
-    assert _has_public_sdk(python)
-    return python
-
-
 def _model_state(server, model: str) -> str:
     return server.client.get(f"/v1/models/{model}").json()["state"]
 
 
 @pytest.fixture(scope="module")
-def public_results(server, public_sdk_python: Path, tmp_path_factory) -> dict[str, Any]:
+def public_results(server, run_public_sdk) -> dict[str, Any]:
     assert _model_state(server, COLD_MODEL) == "available", (
         "the cold model must not be loaded before this test"
     )
-    script = tmp_path_factory.mktemp("public-sdk") / "run_public_sdk.py"
-    script.write_text(SCRIPT)
-    done = subprocess.run(
-        [str(public_sdk_python), str(script), server.url, json.dumps(CALLS), COLD_MODEL],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-    assert done.returncode == 0, f"public SDK script failed:\n{done.stdout}\n{done.stderr}"
-    return json.loads(done.stdout)
+    return run_public_sdk(SCRIPT, server.url, json.dumps(CALLS), COLD_MODEL)
 
 
 @pytest.fixture(scope="module")

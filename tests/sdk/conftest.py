@@ -1,11 +1,14 @@
 """Drive both SDK clients through ``httpx.MockTransport``: no network, no real sleeping.
 
 Most tests are written once and run against ``SIEClient`` and ``SIEAsyncClient`` (the ``kind``
-parameter); ``fakes.call`` awaits the result only when the client is the async one.
+parameter); ``fakes.call`` awaits the result only when the client is the async one. The client-side
+helpers are compared with the public SDK's through ``helper_cases`` (the ``*_helper_results`` fixtures).
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,6 +17,7 @@ import pytest
 from sie.sdk import SIEAsyncClient, SIEClient
 from sie.sdk._base import BaseClient
 
+from . import helper_cases
 from .fakes import BASE_URL, FakeServer, FakeTime
 
 
@@ -59,3 +63,18 @@ async def make_client(kind: str, fake_time: FakeTime):
             await client.close()
         else:
             client.close()
+
+
+@pytest.fixture(scope="session")
+def public_helper_results(run_public_sdk) -> dict[str, Any]:
+    """``helper_cases.run`` as the public ``sie_sdk.scoring``/``sie_sdk.encoding`` answer it."""
+    return run_public_sdk(Path(helper_cases.__file__).read_text())
+
+
+@pytest.fixture(scope="session")
+def our_helper_results() -> dict[str, Any]:
+    """The same cases through ours, in the same JSON form (tuples become lists, as on the other side)."""
+    import sie.sdk
+    from sie.sdk import encoding, scoring
+
+    return json.loads(json.dumps(helper_cases.run(scoring, encoding, sie.sdk)))

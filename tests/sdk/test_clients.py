@@ -36,6 +36,13 @@ EXPECTED_EXPORTS = {
     "PoolError",
     "LoraLoadingError",
     "ModelLoadingError",
+    # sie.sdk.encoding's helpers, re-exported at top level as sie_sdk does (scoring is not).
+    "SparseVector",
+    "dense_embedding",
+    "sparse_embedding",
+    "sparse_embedding_dict",
+    "normalize_sparse_vector",
+    "multivector_embedding",
 }
 
 

@@ -3,6 +3,10 @@
 ``SIEClient`` blocks, ``SIEAsyncClient`` awaits; both take the same arguments and return the same
 dicts: numpy arrays for vectors, plain lists and numbers for everything else. Depends only on httpx,
 msgpack and numpy.
+
+Client-side helpers, as in the public package: ``sie.sdk.encoding`` turns results into plain lists
+and dicts (its functions are also exported here) and ``sie.sdk.scoring`` computes MaxSim from
+multivectors.
 """
 
 from sie.sdk._async import SIEAsyncClient
@@ -20,6 +24,14 @@ from sie.sdk._errors import (
 )
 from sie.sdk._sync import SIEClient
 from sie.sdk._types import EncodeResult, ExtractResult, Item, ModelInfo, ScoreResult
+from sie.sdk.encoding import (
+    SparseVector,
+    dense_embedding,
+    multivector_embedding,
+    normalize_sparse_vector,
+    sparse_embedding,
+    sparse_embedding_dict,
+)
 
 __all__ = [
     "EncodeResult",
@@ -39,4 +51,10 @@ __all__ = [
     "SIEError",
     "ScoreResult",
     "ServerError",
+    "SparseVector",
+    "dense_embedding",
+    "multivector_embedding",
+    "normalize_sparse_vector",
+    "sparse_embedding",
+    "sparse_embedding_dict",
 ]
