@@ -1,15 +1,13 @@
 """Sparse, multivector, MUVERA, BGE-M3 and reranking through a real server, over msgpack and JSON.
 
-One server serves the packaged models plus test models built from configs (tests/builders.py): a
-BERT reranker, a ColBERT with a ``muvera`` profile, a BGE-M3, and the packaged tiny SPLADE. Values
-are held to the reference libraries in tests/adapters; here the wire shapes, the options and the
-errors are checked, plus what real weights must do (the relevant document ranks first).
+The ``families`` server (tests/e2e/conftest.py) serves the packaged models plus test models built
+from configs. Values are held to the reference libraries in tests/adapters; here the wire shapes, the
+options and the errors are checked, plus what real weights must do (the relevant document ranks
+first).
 """
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,103 +18,8 @@ from sentence_transformers import CrossEncoder
 
 from sie.postprocess.muvera import Muvera, MuveraConfig
 from tests import builders
-from tests.conftest import MODELS_DIR, package_folder
-from tests.e2e.conftest import MSGPACK_HEADERS, Server, run_server
-
-MINILM = "sentence-transformers/all-MiniLM-L6-v2"
-SPLADE = "test/splade-tiny"
-RERANKER = "test/bert-reranker"
-COLBERT = "test/colbert"
-M3 = "test/bge-m3"
-QUERY = "what causes high blood pressure"
-DOCS = [
-    "The film ran for three hours and the popcorn was stale.",
-    "High blood pressure is often caused by stress, too much salt and genetics.",
-    "Bananas are yellow.",
-]
-
-TOKEN_DIM = builders.COLBERT_TOKEN_DIM
-# Model YAMLs of the test models; ``@name@`` stands for the folder a builder wrote.
-YAMLS = {
-    "splade.yaml": f"""
-sie_id: {SPLADE}
-weights_path: "@splade@"
-tasks:
-  encode:
-    sparse: {{dim: 30522}}
-max_sequence_length: 512
-profiles:
-  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.splade:SpladeEncoder"}}
-""",
-    "reranker.yaml": f"""
-sie_id: {RERANKER}
-weights_path: "@reranker@"
-tasks:
-  score: {{}}
-max_sequence_length: 256
-profiles:
-  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.cross_encoder:CrossEncoderScorer"}}
-""",
-    "colbert.yaml": f"""
-sie_id: {COLBERT}
-weights_path: "@colbert@"
-tasks:
-  encode:
-    multivector: {{dim: {TOKEN_DIM}}}
-max_sequence_length: 256
-profiles:
-  default:
-    max_batch_tokens: 8192
-    adapter_path: "sie.adapters.colbert:ColbertEncoder"
-    adapter_options:
-      loadtime: {{token_dim: {TOKEN_DIM}, query_max_length: 16}}
-  muvera:
-    extends: default
-    adapter_options:
-      runtime: {{muvera: {{}}, output_types: [dense]}}
-""",
-    "m3.yaml": f"""
-sie_id: {M3}
-weights_path: "@m3@"
-tasks:
-  encode:
-    dense: {{dim: 64}}
-    sparse: {{dim: 30522}}
-    multivector: {{dim: 64}}
-  score: {{}}
-max_sequence_length: 512
-profiles:
-  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.bge_m3:BgeM3Encoder"}}
-  sparse:
-    extends: default
-    adapter_options:
-      runtime: {{output_types: [sparse]}}
-""",
-}
-
-
-@pytest.fixture(scope="module")
-def families(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    root = tmp_path_factory.mktemp("families")
-    splade = package_folder("cognition", "model")
-    folders = {
-        "splade": splade,
-        "reranker": builders.bert_reranker(splade, root / "reranker"),
-        "colbert": builders.colbert(splade, (root / "colbert")),
-        "m3": builders.bge_m3(splade, root / "m3"),
-    }
-    models = root / "models"
-    models.mkdir()
-    for path in MODELS_DIR.glob("*.yaml"):
-        shutil.copy(path, models / path.name)
-    for name, text in YAMLS.items():
-        for key, folder in folders.items():
-            text = text.replace(f"@{key}@", str(folder))
-        (models / name).write_text(text)
-    env = {"SIE_MODELS_DIR": str(models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
-    preload = [MINILM, SPLADE, RERANKER, COLBERT, f"{COLBERT}:muvera", M3, f"{M3}:sparse"]
-    with run_server(root, env, "--preload", ",".join(preload)) as server:
-        yield server
+from tests.conftest import package_folder
+from tests.e2e.conftest import COLBERT, DOCS, M3, MINILM, MSGPACK_HEADERS, QUERY, RERANKER, SPLADE, Server
 
 
 def post(server: Server, path: str, body: dict[str, Any], unpack: Any) -> Any:
