@@ -13,7 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+
+from sie.adapters.base import Forward
+from sie.core.options import Capability, Pooling
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS_DIR = REPO / "src" / "sie" / "models"
@@ -136,3 +140,11 @@ def run_public_sdk(public_sdk_python: Path, tmp_path_factory: pytest.TempPathFac
         return json.loads(done.stdout)
 
     return run
+
+
+def dense(adapter: Any, texts: list[str], pooling: Pooling | None = None) -> np.ndarray:
+    """An adapter's raw dense vectors for ``texts`` in one batch (float32, not normalised)."""
+    out = adapter.run(adapter.prepare(texts, False), Forward(frozenset({Capability.DENSE}), pooling))
+    assert out.dense is not None
+    vectors: np.ndarray = out.dense
+    return vectors

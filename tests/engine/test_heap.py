@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from sie.core import heap
-from sie.core.options import OutputDType, Pooling
 from sie.engine.batcher import BatchLimits
 from sie.engine.loader import LoadedModel
-from sie.engine.worker import DenseGroup, ModelWorker
-from tests.engine.test_engine import INT8, make_engine
+from sie.engine.runner import ModelRunner
+from sie.engine.worker import ModelWorker
+from tests.engine.test_engine import DENSE_GROUP, INT8, make_engine
 
 
 class Node:
@@ -65,8 +65,7 @@ def _worker(
     limits = BatchLimits(max_tokens=64, max_items=4, max_wait_s=0.0)
     worker = ModelWorker(
         "t",
-        model.encoder,
-        model.tokenizer.pad_id,
+        ModelRunner(model.adapter, limits.max_tokens),
         limits,
         executor,
         64,
@@ -84,9 +83,9 @@ async def test_worker_runs_idle_housekeeping_only_once_the_device_is_idle(tmp_pa
     calls: list[int] = []
     executor = ThreadPoolExecutor(1)
     worker = _worker(model, executor, lambda: calls.append(worker.pending_items), idle_after_s=0.2)
-    group = DenseGroup(Pooling.MEAN, True, OutputDType.FLOAT32)
+    group = DENSE_GROUP
     for _ in range(3):  # back-to-back requests, 0.05 s apart: the device never idles for 0.2 s
-        await asyncio.gather(*worker.submit(model.tokenizer.encode(["a b c"] * 10), group))
+        await asyncio.gather(*worker.submit(model.adapter.prepare(["a b c"] * 10, False), group))
         await asyncio.sleep(0.05)
     assert calls == []
     await asyncio.sleep(0.5)
@@ -106,12 +105,12 @@ async def test_a_failing_idle_hook_is_logged_and_the_worker_keeps_serving(tmp_pa
         raise OSError("no trim today")
 
     worker = _worker(model, executor, broken, idle_after_s=0.05)
-    group = DenseGroup(Pooling.MEAN, True, OutputDType.FLOAT32)
-    await asyncio.gather(*worker.submit(model.tokenizer.encode(["a b c"]), group))
+    group = DENSE_GROUP
+    await asyncio.gather(*worker.submit(model.adapter.prepare(["a b c"], False), group))
     await asyncio.sleep(0.3)
     assert "idle housekeeping for model t failed: OSError('no trim today')" in caplog.text
-    results = await asyncio.gather(*worker.submit(model.tokenizer.encode(["d e f"]), group))
-    assert results[0].vector.shape == (384,)
+    results = await asyncio.gather(*worker.submit(model.adapter.prepare(["d e f"], False), group))
+    assert results[0].outputs.dense.shape == (384,)
     await worker.close()
     executor.shutdown()
     await engine.close()

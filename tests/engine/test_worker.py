@@ -10,15 +10,15 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from sie.core.options import OutputDType, Pooling
+from sie.adapters.base import Prepared
 from sie.engine.batcher import BatchLimits
 from sie.engine.engine import Engine
 from sie.engine.errors import InferenceFailed
 from sie.engine.loader import LoadedModel
-from sie.engine.worker import BatchStats, DenseGroup, ModelWorker
+from sie.engine.runner import ModelRunner
+from sie.engine.worker import BatchStats, ModelWorker
+from tests.engine.test_engine import DENSE_GROUP as GROUP
 from tests.engine.test_engine import INT8, make_engine
-
-GROUP = DenseGroup(Pooling.MEAN, True, OutputDType.FLOAT32)
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def start_worker(
     model: LoadedModel, executor: ThreadPoolExecutor, on_batch: Callable[[BatchStats], None]
 ) -> ModelWorker:
     limits = BatchLimits(max_tokens=512, max_items=8, max_wait_s=0.0)
-    worker = ModelWorker("t", model.encoder, model.tokenizer.pad_id, limits, executor, 64, on_batch)
+    worker = ModelWorker("t", ModelRunner(model.adapter, limits.max_tokens), limits, executor, 64, on_batch)
     worker.start()
     return worker
 
@@ -54,14 +54,14 @@ async def test_a_failing_statistics_hook_still_answers_every_item(loaded, execut
 
     worker = start_worker(model, executor, broken)
     results = await asyncio.wait_for(
-        asyncio.gather(*worker.submit(model.tokenizer.encode(["one", "two words"]), GROUP)), 10
+        asyncio.gather(*worker.submit(model.adapter.prepare(["one", "two words"], False), GROUP)), 10
     )
-    assert [r.vector.shape for r in results] == [(384,), (384,)]
+    assert [r.outputs.dense.shape for r in results] == [(384,), (384,)]
     assert "batch statistics for model t failed" in caplog.text
     again = await asyncio.wait_for(
-        asyncio.gather(*worker.submit(model.tokenizer.encode(["three"]), GROUP)), 10
+        asyncio.gather(*worker.submit(model.adapter.prepare(["three"], False), GROUP)), 10
     )
-    assert again[0].vector.shape == (384,)
+    assert again[0].outputs.dense.shape == (384,)
     await worker.close()
 
 
@@ -72,14 +72,14 @@ async def test_a_dead_loop_fails_queued_work_and_refuses_new_work(loaded, execut
     runner.cancel()  # the run loop ends while the worker is open, as if it had crashed
     await asyncio.gather(runner, return_exceptions=True)
     with pytest.raises(InferenceFailed, match="worker stopped"):
-        worker.submit(model.tokenizer.encode(["after the crash"]), GROUP)
+        worker.submit(model.adapter.prepare(["after the crash"], False), GROUP)
     await worker.close()
 
 
 async def test_a_failed_forward_keeps_its_cause(loaded, executor):
     _, model = loaded
     worker = start_worker(model, executor, lambda stats: None)
-    outside_vocabulary = [np.array([101, 10**7, 102], dtype=np.int64)]
+    outside_vocabulary = [Prepared(np.array([101, 10**7, 102], dtype=np.int64))]
     (future,) = worker.submit(outside_vocabulary, GROUP)
     with pytest.raises(InferenceFailed, match="Inference failed for model 't'") as failure:
         await asyncio.wait_for(future, 10)
@@ -93,12 +93,12 @@ async def test_close_unloads_models_on_the_device_thread_not_the_event_loop(tmp_
     await engine.preload([INT8])
     model, _ = engine.ready_model(INT8)
     closed_on: list[str] = []
-    original = model.encoder.close
+    original = model.adapter.close
 
     def recording_close() -> None:
         closed_on.append(threading.current_thread().name)
         original()
 
-    model.encoder.close = recording_close  # type: ignore[method-assign]
+    model.adapter.close = recording_close  # type: ignore[method-assign]
     await engine.close()
     assert len(closed_on) == 1 and closed_on[0].startswith("sie-device")
