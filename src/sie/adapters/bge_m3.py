@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final, Self
+from typing import Final
 
 import numpy as np
 import torch
@@ -23,17 +23,14 @@ from sie.adapters.base import (
     BatchOutputs,
     Forward,
     LoadSpec,
-    ModelInput,
     Prepared,
     SparseVector,
-    texts_only,
 )
 from sie.adapters.pooling import pool
 from sie.adapters.tokenizer import TextTokenizer
-from sie.adapters.transformer import Transformer
+from sie.adapters.transformer import TransformerAdapter
 from sie.core.options import Capability, Pooling
 
-_FAMILY: Final = "BGE-M3"
 _UNUSED_ROLES: Final = ("cls_token", "eos_token", "pad_token", "unk_token")
 
 
@@ -60,14 +57,13 @@ def unused_token_ids(folder: Path, tokenizer: TextTokenizer) -> frozenset[int]:
     return frozenset(ids)
 
 
-class BgeM3Encoder:
+class BgeM3Encoder(TransformerAdapter):
+    family = "BGE-M3"
     capabilities = frozenset({Capability.DENSE, Capability.SPARSE, Capability.MULTIVECTOR})
     default_pooling = Pooling.CLS
 
     def __init__(self, spec: LoadSpec) -> None:
-        self.tokenizer = spec.tokenizer()
-        self.backbone = Transformer.load(spec, self.tokenizer.pad_id)
-        self.packs_tokens = self.backbone.packed is not None
+        super().__init__(spec)
         device = self.backbone.device
         self._sparse = _linear(spec.weights / "sparse_linear.pt", device)
         self._colbert = _linear(spec.weights / "colbert_linear.pt", device)
@@ -79,13 +75,6 @@ class BgeM3Encoder:
         }
         unused = unused_token_ids(spec.tokenizer_weights or spec.weights, self.tokenizer)
         self._unused = np.fromiter(sorted(unused), dtype=np.int64)
-
-    @classmethod
-    def load(cls, spec: LoadSpec) -> Self:
-        return cls(spec)
-
-    def prepare(self, inputs: Sequence[ModelInput], is_query: bool) -> list[Prepared]:
-        return [Prepared(ids) for ids in self.tokenizer.encode(texts_only(inputs, _FAMILY))]
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         out = BatchOutputs()
@@ -117,4 +106,4 @@ class BgeM3Encoder:
 
     def close(self) -> None:
         del self._sparse, self._colbert
-        self.backbone.close()
+        super().close()

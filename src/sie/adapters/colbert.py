@@ -13,7 +13,7 @@ from __future__ import annotations
 import string
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final, Self
+from typing import Final
 
 import numpy as np
 import torch
@@ -21,10 +21,9 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from sie.adapters.base import BatchOutputs, Forward, LoadSpec, ModelInput, Prepared, texts_only
-from sie.adapters.transformer import Transformer
+from sie.adapters.transformer import TransformerAdapter
 from sie.core.options import Capability, Pooling
 
-_FAMILY: Final = "ColBERT"
 _PROJECTION_FILES: Final = (
     "1_Dense/model.safetensors",
     "1_Dense/pytorch_model.bin",
@@ -52,15 +51,14 @@ def _load_projection(folder: Path) -> torch.Tensor:
     )
 
 
-class ColbertEncoder:
+class ColbertEncoder(TransformerAdapter):
+    family = "ColBERT"
     capabilities = frozenset({Capability.MULTIVECTOR})
     default_pooling = Pooling.MEAN  # unused: every token is an output
 
     def __init__(self, spec: LoadSpec) -> None:
+        super().__init__(spec)
         options = spec.loadtime
-        self.tokenizer = spec.tokenizer()
-        self.backbone = Transformer.load(spec, self.tokenizer.pad_id)
-        self.packs_tokens = self.backbone.packed is not None
         weight = _load_projection(spec.weights)
         token_dim = int(options.get("token_dim", weight.shape[0]))
         if weight.shape != (token_dim, self.backbone.hidden_size):
@@ -81,15 +79,11 @@ class ColbertEncoder:
             (i for c in string.punctuation if (i := self.tokenizer.token_id(c)) is not None), dtype=np.int64
         )
 
-    @classmethod
-    def load(cls, spec: LoadSpec) -> Self:
-        return cls(spec)
-
     def prepare(self, inputs: Sequence[ModelInput], is_query: bool) -> list[Prepared]:
         prefix, limit = (
             (self._query_prefix, self._query_length) if is_query else (self._doc_prefix, self._doc_length)
         )
-        encoded = self.tokenizer.encode([prefix + text for text in texts_only(inputs, _FAMILY)])
+        encoded = self.tokenizer.encode([prefix + text for text in texts_only(inputs, self.family)])
         prepared = []
         for ids in encoded:
             if len(ids) > limit:  # keep the closing separator, as the tokenizer's truncation does
@@ -111,4 +105,4 @@ class ColbertEncoder:
 
     def close(self) -> None:
         del self._projection
-        self.backbone.close()
+        super().close()

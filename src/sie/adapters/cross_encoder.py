@@ -9,34 +9,30 @@ other architectures (XLM-RoBERTa, ModernBERT, ...) run their own padded transfor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Self
 
 import torch
 from transformers import AutoModelForSequenceClassification
 
 from sie.adapters.base import BatchOutputs, Forward, LoadSpec, ModelInput, Prepared, UnsupportedInput
-from sie.adapters.transformer import Transformer
+from sie.adapters.transformer import TransformerAdapter
 from sie.core.options import Capability, Pooling
 
 
-class CrossEncoderScorer:
+class CrossEncoderScorer(TransformerAdapter):
+    family = "CrossEncoder"
+    auto_class = AutoModelForSequenceClassification
     capabilities = frozenset({Capability.SCORE})
     dims: dict[Capability, int] = {}  # noqa: RUF012  # nothing but scores
     default_pooling = Pooling.CLS  # unused: the classifier reads the first token itself
 
     def __init__(self, spec: LoadSpec) -> None:
-        self.tokenizer = spec.tokenizer()
-        self.backbone = Transformer.load(spec, self.tokenizer.pad_id, AutoModelForSequenceClassification)
+        super().__init__(spec)
         model = self.backbone.model
         if int(model.config.num_labels) != 1:
             raise ValueError(f"a reranker has one output label; this model has {model.config.num_labels}")
         # The packed path needs BERT's own head layout: pooler on the first token, then the classifier.
         self._pooler = getattr(self.backbone.base, "pooler", None)
         self.packs_tokens = self.backbone.packed is not None and self._pooler is not None
-
-    @classmethod
-    def load(cls, spec: LoadSpec) -> Self:
-        return cls(spec)
 
     def prepare(self, inputs: Sequence[ModelInput], is_query: bool) -> list[Prepared]:
         pairs = [one for one in inputs if isinstance(one, tuple)]
@@ -59,6 +55,3 @@ class CrossEncoderScorer:
     def _padded_logits(self, batch: Sequence[Prepared]) -> torch.Tensor:
         logits: torch.Tensor = self.backbone.model(**self.backbone.pad(batch)).logits
         return logits
-
-    def close(self) -> None:
-        self.backbone.close()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final, Self
+from typing import Any, Final
 
 import numpy as np
 import torch
@@ -23,17 +23,14 @@ from sie.adapters.base import (
     BatchOutputs,
     Forward,
     LoadSpec,
-    ModelInput,
     Prepared,
     SparseVector,
-    texts_only,
 )
 from sie.adapters.packed_bert import PackedTokens
 from sie.adapters.tokenizer import TextTokenizer
-from sie.adapters.transformer import Transformer
+from sie.adapters.transformer import TransformerAdapter
 from sie.core.options import Capability, Pooling
 
-_FAMILY: Final = "SPLADE"
 # Tokens whose vocabulary logits are held at once: 2048 x 30522 float32 is 250 MB.
 HEAD_TOKENS: Final = 2048
 
@@ -85,26 +82,19 @@ def read_idf(folder: Path, tokenizer: TextTokenizer, vocab_size: int) -> np.ndar
     return idf
 
 
-class SpladeEncoder:
+class SpladeEncoder(TransformerAdapter):
+    family = "SPLADE"
+    auto_class = AutoModelForMaskedLM
     capabilities = frozenset({Capability.SPARSE})
     default_pooling = Pooling.MEAN  # unused: sparse vectors are max-pooled by definition
 
     def __init__(self, spec: LoadSpec) -> None:
-        self.tokenizer = spec.tokenizer()
-        self.backbone = Transformer.load(spec, self.tokenizer.pad_id, AutoModelForMaskedLM)
-        self.packs_tokens = self.backbone.packed is not None
+        super().__init__(spec)
         self._head = mlm_head(self.backbone.model)
         vocab = int(self.backbone.model.config.vocab_size)
         self.dims = {Capability.SPARSE: vocab}
         self._idf = read_idf(spec.weights, self.tokenizer, vocab)
         self._special = np.fromiter(self.tokenizer.special_ids(), dtype=np.int64)
-
-    @classmethod
-    def load(cls, spec: LoadSpec) -> Self:
-        return cls(spec)
-
-    def prepare(self, inputs: Sequence[ModelInput], is_query: bool) -> list[Prepared]:
-        return [Prepared(ids) for ids in self.tokenizer.encode(texts_only(inputs, _FAMILY))]
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         if forward.is_query and self._idf is not None:
@@ -136,6 +126,3 @@ class SpladeEncoder:
         weights = self._idf[terms]
         keep = weights > 0
         return SparseVector(terms[keep].astype(np.int32), weights[keep])
-
-    def close(self) -> None:
-        self.backbone.close()

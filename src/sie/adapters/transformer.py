@@ -13,14 +13,14 @@ import inspect
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ClassVar, Self
 
 import torch
 from transformers import AutoConfig, AutoModel
 from transformers.utils import logging as hf_logging
 
 from sie.adapters.attention import AttentionPlan, plan_attention
-from sie.adapters.base import LoadSpec, Prepared, TokenBatch
+from sie.adapters.base import LoadSpec, ModelInput, Prepared, TokenBatch, texts_only
 from sie.adapters.packed_bert import PackedBert, PackedTokens, host_to_device
 from sie.adapters.pooling import unpad
 from sie.core.heap import collect_unloaded
@@ -150,3 +150,27 @@ class Transformer:
         collect_unloaded()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+class TransformerAdapter:
+    """What every torch family shares: its tokenizer, a ``Transformer`` backbone, single-text
+    preparation, loading and closing. A family sets ``family`` (named in input errors) and, when it
+    needs a head of transformers' own, ``auto_class``; then it adds its ``run``."""
+
+    family: ClassVar[str]
+    auto_class: ClassVar[Any] = AutoModel
+
+    def __init__(self, spec: LoadSpec) -> None:
+        self.tokenizer = spec.tokenizer()
+        self.backbone = Transformer.load(spec, self.tokenizer.pad_id, self.auto_class)
+        self.packs_tokens = self.backbone.packed is not None
+
+    @classmethod
+    def load(cls, spec: LoadSpec) -> Self:
+        return cls(spec)
+
+    def prepare(self, inputs: Sequence[ModelInput], is_query: bool) -> list[Prepared]:
+        return [Prepared(ids) for ids in self.tokenizer.encode(texts_only(inputs, self.family))]
+
+    def close(self) -> None:
+        self.backbone.close()
