@@ -11,12 +11,15 @@ import numpy as np
 import pytest
 
 from sie.adapters.base import Prepared
+from sie.core.options import OutputDType
 from sie.engine.batcher import BatchLimits
 from sie.engine.engine import Engine
 from sie.engine.errors import InferenceFailed
 from sie.engine.loader import LoadedModel
-from sie.engine.runner import ModelRunner
+from sie.engine.runner import BatchGroup, ModelRunner
 from sie.engine.worker import BatchStats, ModelWorker
+from sie.postprocess.outputs import Postprocess
+from sie.postprocess.quantize import l2_normalize, quantize
 from tests.engine.test_engine import DENSE_GROUP as GROUP
 from tests.engine.test_engine import INT8, make_engine
 
@@ -102,3 +105,23 @@ async def test_close_unloads_models_on_the_device_thread_not_the_event_loop(tmp_
     model.adapter.close = recording_close  # type: ignore[method-assign]
     await engine.close()
     assert len(closed_on) == 1 and closed_on[0].startswith("sie-device")
+
+
+async def test_items_wanting_different_postprocessing_share_one_forward(loaded, executor):
+    _, model = loaded
+    batches: list[BatchStats] = []
+    limits = BatchLimits(max_tokens=512, max_items=8, max_wait_s=0.05)
+    worker = ModelWorker("t", ModelRunner(model.adapter, 512), limits, executor, 64, batches.append)
+    worker.start()
+    int8 = BatchGroup(GROUP.forward, Postprocess(GROUP.post.keep, True, OutputDType.INT8))
+    raw = BatchGroup(GROUP.forward, Postprocess(GROUP.post.keep, False, OutputDType.FLOAT32))
+    texts = ["the same text", "another text"]
+    asked = [worker.submit(model.adapter.prepare(texts, False), group) for group in (GROUP, int8, raw)]
+    normal, quantised, unnormalised = [await asyncio.gather(*futures) for futures in asked]
+    assert [b.items for b in batches] == [6]  # one forward for all three requests
+    for a, b, c in zip(normal, quantised, unnormalised, strict=True):
+        assert a.outputs.dense.dtype == np.float32 and b.outputs.dense.dtype == np.int8
+        np.testing.assert_array_equal(b.outputs.dense, quantize(a.outputs.dense[None], OutputDType.INT8)[0])
+        np.testing.assert_allclose(l2_normalize(c.outputs.dense), a.outputs.dense, atol=1e-6)
+        assert abs(float(np.linalg.norm(c.outputs.dense)) - 1.0) > 1e-3
+    await worker.close()

@@ -115,6 +115,15 @@ class BatchOutputs:
             else None,
         )
 
+    def take(self, rows: list[int]) -> BatchOutputs:
+        """The outputs of ``rows`` only, in that order."""
+        return BatchOutputs(
+            dense=self.dense[rows] if self.dense is not None else None,
+            sparse=[self.sparse[i] for i in rows] if self.sparse is not None else None,
+            multivector=[self.multivector[i] for i in rows] if self.multivector is not None else None,
+            scores=self.scores[rows] if self.scores is not None else None,
+        )
+
     def items(self, count: int) -> list[ItemOutputs]:
         return [
             ItemOutputs(

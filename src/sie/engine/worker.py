@@ -25,8 +25,9 @@ from sie.engine.errors import EngineClosed, InferenceFailed, InvalidInput, Overl
 log = logging.getLogger(__name__)
 
 
-# Runs a batch on the device executor: per-item outputs, the forward's and the postprocessing's seconds.
-RunBatch = Callable[[list[Prepared], Any], tuple[list[ItemOutputs], float, float]]
+# Runs a batch on the device executor, given each item's group (all equal): per-item outputs, the
+# forward's and the postprocessing's seconds.
+RunBatch = Callable[[list[Prepared], list[Any]], tuple[list[ItemOutputs], float, float]]
 
 
 @dataclass
@@ -179,7 +180,7 @@ class ModelWorker:
             entry.payload.batched_at = started
         try:
             outputs, infer_s, post_s = await loop.run_in_executor(
-                self._executor, self._run_batch, [e.payload.prepared for e in batch], batch[0].group
+                self._executor, self._run_batch, [e.payload.prepared for e in batch], [e.group for e in batch]
             )
         except Exception as exc:
             log.exception("forward pass failed for model %s", self.name)
