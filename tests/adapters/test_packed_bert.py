@@ -54,7 +54,7 @@ def packed_bert(model: BertModel, plan: AttentionPlan = CPU_PLAN) -> PackedBert:
 
 
 def random_batch(rng: np.random.Generator, lengths: list[int]) -> list[Prepared]:
-    return [Prepared(rng.integers(1, 120, size=n)) for n in lengths]
+    return [Prepared(rng.integers(1, 120, size=n, dtype=np.int64)) for n in lengths]
 
 
 CPU = torch.device("cpu")

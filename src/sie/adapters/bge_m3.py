@@ -5,7 +5,8 @@ The formulas are FlagEmbedding's (the model's reference code):
 - sparse: ``relu(sparse_linear(h))`` per token, the largest weight per token id, weights > 0 only,
   the tokenizer's cls/eos/pad/unk tokens dropped;
 - multivector: ``colbert_linear(h)`` of every token after the first, L2-normalised per token.
-The two heads ship beside the encoder as ``sparse_linear.pt`` and ``colbert_linear.pt``.
+The two heads ship beside the encoder as ``sparse_linear.pt`` and ``colbert_linear.pt``; they stay
+float32 and read float32 hidden states, whatever precision the encoder runs in.
 """
 
 from __future__ import annotations
@@ -83,13 +84,13 @@ class BgeM3Encoder(TransformerAdapter):
             if Capability.DENSE in forward.outputs:
                 out.dense = pool(hidden, tokens, forward.pooling or Pooling.CLS).cpu().numpy()
             if Capability.SPARSE in forward.outputs:
-                weights = torch.relu(self._sparse(hidden).float()).view(-1).cpu().numpy()
+                weights = torch.relu(self._sparse(hidden.float()).float()).view(-1).cpu().numpy()
                 per_item = np.split(weights, np.cumsum(tokens.host_lengths)[:-1])
                 out.sparse = [
                     self._term_weights(item.ids, w) for item, w in zip(batch, per_item, strict=True)
                 ]
             if Capability.MULTIVECTOR in forward.outputs:
-                vectors = F.normalize(self._colbert(hidden).float(), dim=-1).cpu().numpy()
+                vectors = F.normalize(self._colbert(hidden.float()).float(), dim=-1).cpu().numpy()
                 per_item = np.split(vectors, np.cumsum(tokens.host_lengths)[:-1])
                 out.multivector = [v[1:] for v in per_item]  # every token after the first
         return out
