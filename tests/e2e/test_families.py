@@ -264,3 +264,44 @@ def test_bad_input_is_a_clear_400(families: Server, path: str, body: dict[str, A
     assert status == 400 and payload["detail"]["code"] == "INVALID_INPUT", payload
     assert fragment in payload["detail"]["message"]
     families.assert_serving()
+
+
+def test_similarity_scoring_prepares_texts_like_encode(families: Server, unpack: Any) -> None:
+    """The query gets the instruction and ``is_query`` (templates included), the items do not."""
+    options = {
+        "score_mode": "dense",
+        "query_template": "query: {instruction} {text}",
+        "doc_template": "passage: {text}",
+    }
+    body = {
+        "query": {"text": QUERY},
+        "items": [{"text": DOCS[1]}],
+        "instruction": "find causes",
+        "options": options,
+    }
+    (scored,) = post(families, f"/v1/score/{MINILM}", body, unpack)["scores"]
+    encode_options = {k: v for k, v in options.items() if k != "score_mode"}
+    (query,) = post(
+        families,
+        f"/v1/encode/{MINILM}",
+        {
+            "items": [{"text": QUERY}],
+            "params": {"instruction": "find causes", "options": {**encode_options, "is_query": True}},
+        },
+        unpack,
+    )["items"]
+    (doc,) = post(
+        families,
+        f"/v1/encode/{MINILM}",
+        {"items": [{"text": DOCS[1]}], "params": {"options": encode_options}},
+        unpack,
+    )["items"]
+    plain = post(
+        families,
+        f"/v1/score/{MINILM}",
+        {**body, "instruction": None, "options": {"score_mode": "dense"}},
+        unpack,
+    )
+    expected = float(query["dense"]["values"] @ doc["dense"]["values"])
+    assert abs(scored["score"] - expected) < 1e-5
+    assert abs(plain["scores"][0]["score"] - expected) > 1e-3  # the instruction and templates changed it

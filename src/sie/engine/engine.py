@@ -20,7 +20,7 @@ import numpy as np
 
 from sie.adapters.base import Forward, ModelInput, UnsupportedInput
 from sie.core import heap
-from sie.core.options import Capability, OutputDType
+from sie.core.options import Capability, OutputDType, OutputType
 from sie.engine.batcher import BatchLimits
 from sie.engine.catalog import Catalog, CatalogEntry
 from sie.engine.encode_plan import EncodePlan, plan_encode
@@ -267,10 +267,17 @@ class Engine:
         return EncodeOutcome(name, encoded, timing, inference.tokens)
 
     async def score(
-        self, name: str, query: Item, items: list[Item], options: dict[str, Any] | None
+        self,
+        name: str,
+        query: Item,
+        items: list[Item],
+        options: dict[str, Any] | None,
+        instruction: str | None = None,
     ) -> ScoreOutcome:
         """Rank ``items`` against ``query``: a cross-encoder scores each pair, an embedding model the
-        similarity of its query and document embeddings (``engine.score_plan``)."""
+        similarity of its query and document embeddings (``engine.score_plan``), each text prepared
+        as an encode request would prepare it (the profile's templates and instruction, ``is_query``
+        for the query)."""
         started = time.perf_counter()
         require_items(items)
         name = self.resolve(name, options)
@@ -290,7 +297,22 @@ class Engine:
             scores = np.array([r.outputs.score for r in inference.results], dtype=np.float32)
             timing, tokens = inference.timing(started, postprocessed=False), inference.tokens
         else:
-            scores, timing, tokens = await self._similarity(name, model, worker, plan, query_text, documents)
+            assert plan.weights is not None
+            types = [OutputType(c.value) for c in plan.weights]
+            encoded = [
+                plan_encode(
+                    name,
+                    entry.config.output_types(),
+                    entry.profile.runtime,
+                    EncodeParams(
+                        types, instruction=instruction, options={**(options or {}), "is_query": is_query}
+                    ),
+                ).text_for(item, "SentenceTransformer")
+                for is_query, item in [(True, query), *((False, item) for item in items)]
+            ]
+            scores, timing, tokens = await self._similarity(
+                name, model, worker, plan, encoded[0], encoded[1:]
+            )
         ids = [item.id if item.id is not None else f"item-{i}" for i, item in enumerate(items)]
         return ScoreOutcome(name, ranked(ids, scores), timing, tokens)
 

@@ -26,7 +26,7 @@ async def score(request: Request) -> Response:
     model, engine = model_of(request), engine_of(request)
     engine.entry(model)
     body = await read_body(request, ScoreRequest)
-    outcome = await engine.score(model, body.query, body.items, body.options)
+    outcome = await engine.score(model, body.query, body.items, body.options, body.instruction)
     response = ScoreResponse(outcome.model, body.query.id, outcome.scores, Usage(outcome.tokens))
     return await negotiated(request, response, timing_headers(outcome.timing), 0)
 
