@@ -5,10 +5,15 @@ of ``tests/conftest.py``, which builds ``$SIE_PUBLIC_SDK_VENV`` once). One scrip
 makes every call and prints the results as JSON; the tests then make the same calls with our SDK
 and compare. The script also calls a model that is not preloaded: the public SDK must get through the
 server's ``503 MODEL_LOADING`` + ``Retry-After`` on its own.
+
+The second half does the same against the ``families`` server (tests/e2e/conftest.py) for every
+other output: SPLADE sparse, ColBERT multivectors and their MUVERA dense form, BGE-M3's three outputs,
+int8/float16 output dtypes, and ``score`` (cross-encoder, and embedding models scoring by similarity).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import textwrap
@@ -17,6 +22,10 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+
+from tests.e2e.conftest import COLBERT, M3, MINILM, RERANKER, SPLADE
+from tests.e2e.conftest import DOCS as FAMILY_DOCS
+from tests.e2e.conftest import QUERY as FAMILY_QUERY
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 COLD_MODEL = "senthilthepro/sre-embedding-model"
@@ -167,3 +176,249 @@ def test_public_sdk_retries_model_loading(server, public_results, cosine) -> Non
     assert (
         cosine(np.asarray(cold["dense"]), np.asarray(again.json()["items"][0]["dense"]["values"])) >= 0.99999
     )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Sparse, multivector, MUVERA, BGE-M3 and score through the public SDK (the ``families`` server).
+#
+# Every result of both SDKs goes through ``to_plain`` (its source is sent to the public SDK's script,
+# so both sides flatten the same way): numpy arrays become ``{"ndarray": dtype, "shape", "values"}``,
+# everything else stays as it is. The flattened trees must be equal, keys, ids, ranks, dtypes and
+# values (float32 survives JSON exactly, so the values are compared exactly).
+# ---------------------------------------------------------------------------------------------------
+
+
+def to_plain(value):
+    """A result as JSON-ready Python: arrays keep their dtype and shape next to their values."""
+    if hasattr(value, "dtype") and hasattr(value, "tolist"):
+        shape = list(getattr(value, "shape", ()))
+        return {"ndarray": str(value.dtype), "shape": shape, "values": value.tolist()}
+    if isinstance(value, dict):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v) for v in value]
+    return value
+
+
+DOC_ITEMS = [{"text": d, "id": f"d{i}"} if i != 1 else {"text": d} for i, d in enumerate(FAMILY_DOCS)]
+FAMILY_QUERY_ITEM = {"text": FAMILY_QUERY, "id": "q"}
+
+# (name, operation, model, positional arguments after the model, keyword arguments)
+FAMILY_CALLS: list[tuple[str, str, str, list[Any], dict[str, Any]]] = [
+    ("splade-sparse", "encode", SPLADE, [DOC_ITEMS], {"output_types": ["sparse"]}),
+    (
+        "splade-sparse-query",
+        "encode",
+        SPLADE,
+        [FAMILY_QUERY_ITEM],
+        {"output_types": ["sparse"], "is_query": True},
+    ),
+    (
+        "splade-sparse-f16",
+        "encode",
+        SPLADE,
+        [DOC_ITEMS],
+        {"output_types": ["sparse"], "output_dtype": "float16"},
+    ),
+    ("colbert-multi", "encode", COLBERT, [DOC_ITEMS], {"output_types": ["multivector"]}),
+    (
+        "colbert-multi-query",
+        "encode",
+        COLBERT,
+        [[FAMILY_QUERY_ITEM]],
+        {"output_types": ["multivector"], "options": {"is_query": True}},
+    ),
+    (
+        "colbert-multi-int8",
+        "encode",
+        COLBERT,
+        [DOC_ITEMS],
+        {"output_types": ["multivector"], "output_dtype": "int8"},
+    ),
+    (
+        "colbert-multi-f16",
+        "encode",
+        COLBERT,
+        [FAMILY_QUERY_ITEM],
+        {"output_types": ["multivector"], "output_dtype": "float16", "is_query": True},
+    ),
+    ("colbert-muvera", "encode", f"{COLBERT}:muvera", [DOC_ITEMS], {}),
+    ("colbert-muvera-query", "encode", f"{COLBERT}:muvera", [FAMILY_QUERY_ITEM], {"is_query": True}),
+    ("colbert-muvera-option", "encode", COLBERT, [DOC_ITEMS], {"options": {"profile": "muvera"}}),
+    ("colbert-muvera-int8", "encode", f"{COLBERT}:muvera", [DOC_ITEMS], {"output_dtype": "int8"}),
+    ("m3-all", "encode", M3, [DOC_ITEMS], {"output_types": ["dense", "sparse", "multivector"]}),
+    ("m3-sparse-multi", "encode", M3, [DOC_ITEMS], {"output_types": ["sparse", "multivector"]}),
+    (
+        "m3-all-query-f16",
+        "encode",
+        M3,
+        [FAMILY_QUERY_ITEM],
+        {"output_types": ["dense", "sparse", "multivector"], "output_dtype": "float16", "is_query": True},
+    ),
+    ("m3-dense-int8", "encode", M3, [DOC_ITEMS], {"output_dtype": "int8"}),
+    ("m3-sparse-profile", "encode", f"{M3}:sparse", [DOC_ITEMS], {}),
+    ("m3-default", "encode", M3, [DOC_ITEMS[:2]], {}),
+    ("rerank", "score", RERANKER, [FAMILY_QUERY_ITEM, DOC_ITEMS], {}),
+    ("rerank-no-ids", "score", RERANKER, [{"text": FAMILY_QUERY}, [{"text": d} for d in FAMILY_DOCS]], {}),
+    (
+        "minilm-dense-score",
+        "score",
+        MINILM,
+        [FAMILY_QUERY_ITEM, DOC_ITEMS],
+        {"options": {"score_mode": "dense"}},
+    ),
+    ("m3-score-default", "score", M3, [FAMILY_QUERY_ITEM, DOC_ITEMS], {}),
+    ("m3-score-hybrid", "score", M3, [FAMILY_QUERY_ITEM, DOC_ITEMS], {"options": {"score_mode": "hybrid"}}),
+    ("m3-score-maxsim", "score", M3, [FAMILY_QUERY_ITEM, DOC_ITEMS], {"options": {"score_mode": "maxsim"}}),
+    (
+        "splade-score-sparse",
+        "score",
+        SPLADE,
+        [FAMILY_QUERY_ITEM, DOC_ITEMS],
+        {"options": {"score_mode": "sparse"}},
+    ),
+    (
+        "colbert-score-maxsim",
+        "score",
+        COLBERT,
+        [FAMILY_QUERY_ITEM, DOC_ITEMS],
+        {"options": {"score_mode": "maxsim"}},
+    ),
+]
+
+FAMILY_SCRIPT = textwrap.dedent(inspect.getsource(to_plain)) + textwrap.dedent(
+    """
+        import json, sys
+        from sie_sdk import SIEClient
+
+        url, calls = sys.argv[1], json.loads(sys.argv[2])
+        out = {}
+        with SIEClient(url, timeout_s=120) as client:
+            for name, operation, model, args, kwargs in calls:
+                out[name] = to_plain(getattr(client, operation)(model, *args, **kwargs))
+        print(json.dumps(out))
+        """
+)
+
+
+@pytest.fixture(scope="module")
+def public_family_results(families, run_public_sdk) -> dict[str, Any]:
+    return run_public_sdk(FAMILY_SCRIPT, families.url, json.dumps(FAMILY_CALLS))
+
+
+@pytest.fixture(scope="module")
+def our_family_client(families):
+    from sie.sdk import SIEClient
+
+    with SIEClient(families.url, timeout_s=120) as client:
+        yield client
+
+
+def _timing_keys_only(tree: Any) -> Any:
+    """The tree with each ``timing`` block (server milliseconds, different on every call) reduced to
+    its sorted keys: both SDKs must report the same timings, not the same numbers."""
+    if isinstance(tree, dict):
+        return {k: sorted(v) if k == "timing" else _timing_keys_only(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_timing_keys_only(v) for v in tree]
+    return tree
+
+
+def _arrays(tree: Any) -> list[dict[str, Any]]:
+    """Every flattened array in a ``to_plain`` tree, depth first."""
+    if isinstance(tree, dict):
+        if "ndarray" in tree:
+            return [tree]
+        return [a for v in tree.values() for a in _arrays(v)]
+    if isinstance(tree, list):
+        return [a for v in tree for a in _arrays(v)]
+    return []
+
+
+@pytest.mark.parametrize(
+    ("name", "operation", "model", "args", "kwargs"), FAMILY_CALLS, ids=[c[0] for c in FAMILY_CALLS]
+)
+def test_our_sdk_decodes_every_output_as_the_public_sdk(
+    public_family_results, our_family_client, name, operation, model, args, kwargs
+) -> None:
+    public = _timing_keys_only(public_family_results[name])
+    raw = getattr(our_family_client, operation)(model, *args, **kwargs)
+    ours = _timing_keys_only(json.loads(json.dumps(to_plain(raw))))
+    # The answer must carry what was asked for: no empty result can pass as "equal".
+    if operation == "encode":
+        wanted = set(kwargs.get("output_types", []))
+        for result in public if isinstance(public, list) else [public]:
+            assert wanted <= set(result), f"{name}: {sorted(result)} lacks {sorted(wanted)}"
+            assert any(key in result for key in ("dense", "sparse", "multivector"))
+        assert _arrays(public), f"{name}: the public SDK decoded no arrays"
+    else:
+        assert len(public["scores"]) == len(args[1])
+        assert [s["rank"] for s in public["scores"]] == list(range(len(args[1])))
+        # Header metadata on score results: test_score_result_carries_request_metadata.
+        public.pop("request", None)
+        ours.pop("request", None)
+    assert ours == public
+
+
+SCORE_CALLS = [c for c in FAMILY_CALLS if c[1] == "score"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="sie.sdk score() does not attach the `request` header metadata the public SDK attaches "
+    "(src/sie/sdk/_base.py _score_output); reported, remove this mark with the fix",
+)
+@pytest.mark.parametrize(("name", "operation", "model", "args", "kwargs"), SCORE_CALLS[:1], ids=["rerank"])
+def test_score_result_carries_request_metadata(
+    families, public_family_results, our_family_client, name, operation, model, args, kwargs
+) -> None:
+    instance = families.client.get("/healthz").headers["x-sie-runtime-instance"]
+    assert public_family_results[name]["request"] == {"runtime_instance_id": instance, "served_by": "local"}
+    ours = our_family_client.score(model, *args, **kwargs)
+    assert ours.get("request") == public_family_results[name]["request"]
+
+
+ENCODE_CALLS = [c for c in FAMILY_CALLS if c[1] == "encode"]
+
+
+@pytest.mark.parametrize(
+    ("name", "operation", "model", "args", "kwargs"), ENCODE_CALLS, ids=[c[0] for c in ENCODE_CALLS]
+)
+def test_public_sdk_decodes_the_json_wire_values(
+    families, public_family_results, name, operation, model, args, kwargs
+) -> None:
+    """What the public SDK decoded from our msgpack is what our JSON answer says, output by output."""
+    params: dict[str, Any] = {k: kwargs[k] for k in ("output_types", "output_dtype") if k in kwargs}
+    options = {**kwargs.get("options", {}), **({"is_query": True} if kwargs.get("is_query") else {})}
+    if options:
+        params["options"] = options
+    response = families.client.post(
+        f"/v1/encode/{model}",
+        json={"items": _as_list(args[0]), "params": params},
+        headers={"accept": "application/json"},
+    )
+    assert response.status_code == 200, response.text
+    public = _as_list(public_family_results[name])
+    wire = response.json()["items"]
+    assert len(public) == len(wire)
+    for pub, raw in zip(public, wire, strict=True):
+        assert pub.get("id") == raw.get("id")
+        outputs = [k for k in ("dense", "sparse", "multivector") if k in raw]
+        assert outputs and outputs == [k for k in ("dense", "sparse", "multivector") if k in pub]
+        for output in outputs:
+            pairs = (
+                [
+                    (pub[output]["indices"], raw[output]["indices"]),
+                    (pub[output]["values"], raw[output]["values"]),
+                ]
+                if output == "sparse"
+                else [(pub[output], raw[output]["values"])]
+            )
+            for decoded, values in pairs:
+                expected = np.asarray(values, dtype=decoded["ndarray"])
+                assert list(expected.shape) == decoded["shape"]
+                np.testing.assert_array_equal(
+                    np.asarray(decoded["values"], dtype=decoded["ndarray"]), expected
+                )
+            dtype = pub[output]["values"]["ndarray"] if output == "sparse" else pub[output]["ndarray"]
+            assert raw[output]["dtype"] == dtype
