@@ -309,20 +309,20 @@ class BaseClient:
     ) -> EncodeResult | list[EncodeResult]:
         results = encode_results(self._read(response, call))
         check_count(len(results), call.item_count, call.model, "encode")
-        metadata = request_metadata(response.headers)
-        if metadata:
-            for result in results:
-                result["request"] = RequestMetadata(**metadata)  # one dict per result, as the public SDK
+        _attach_metadata(results, response)
         return results[0] if call.single else results
 
     def _score_output(self, response: httpx.Response, call: PreparedCall) -> ScoreResult:
-        return score_result(self._read(response, call))
+        result = score_result(self._read(response, call))
+        _attach_metadata([result], response)
+        return result
 
     def _extract_output(
         self, response: httpx.Response, call: PreparedCall
     ) -> ExtractResult | list[ExtractResult]:
         results = extract_results(self._read(response, call))
         check_count(len(results), call.item_count, call.model, "extract")
+        _attach_metadata(results, response)
         return results[0] if call.single else results
 
     def _check_server_version(self, response: httpx.Response) -> None:
@@ -333,3 +333,13 @@ class BaseClient:
         warning = version_skew(__version__, server_version)
         if warning:
             logger.warning("%s; upgrade the older side", warning)
+
+
+def _attach_metadata(
+    results: Sequence[EncodeResult | ScoreResult | ExtractResult], response: httpx.Response
+) -> None:
+    """The response's ``request`` metadata, one dict per result, as the public SDK attaches it."""
+    metadata = request_metadata(response.headers)
+    if metadata:
+        for result in results:
+            result["request"] = RequestMetadata(**metadata)

@@ -103,6 +103,7 @@ class ScoreResult(TypedDict, total=False):
     query_id: str
     scores: list[ScoreEntry]
     usage: dict[str, Any]
+    request: RequestMetadata
 
 
 class Entity(TypedDict, total=False):
@@ -148,6 +149,7 @@ class ExtractResult(TypedDict, total=False):
     objects: list[DetectedObject]
     data: dict[str, Any]
     error: ExtractItemError
+    request: RequestMetadata
 
 
 class ModelDims(TypedDict, total=False):
