@@ -213,6 +213,21 @@ def small_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield running
 
 
+@pytest.fixture(scope="module")
+def empty_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty weight cache folder (``SIE_LOCAL_CACHE`` of ``empty_cache_server``)."""
+    return tmp_path_factory.mktemp("sie-empty-cache")
+
+
+@pytest.fixture(scope="module")
+def empty_cache_server(tmp_path_factory: pytest.TempPathFactory, empty_cache: Path) -> Iterator[Server]:
+    """The shipped catalogue with nothing cached and the hub out of reach (fallback on, but
+    ``HF_HUB_OFFLINE=1``): only the models whose weights ship in a Python package can load."""
+    env = {"SIE_LOCAL_CACHE": str(empty_cache), "SIE_HF_FALLBACK": "true"}
+    with run_server(tmp_path_factory.mktemp("sie-empty-cache-server"), env) as running:
+        yield running
+
+
 # The families server's model ids and a query with one relevant document (index 1).
 SPLADE = "test/splade-tiny"
 RERANKER = "test/bert-reranker"

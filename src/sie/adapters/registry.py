@@ -9,15 +9,41 @@ from __future__ import annotations
 import importlib
 from typing import Any, Final
 
+_DENSE = "sie.adapters.dense_torch:TorchDenseEncoder"
+_SPLADE = "sie.adapters.splade:SpladeEncoder"
+_COLBERT = "sie.adapters.colbert:ColbertEncoder"
+_BGE_M3 = "sie.adapters.bge_m3:BgeM3Encoder"
+_CROSS_ENCODER = "sie.adapters.cross_encoder:CrossEncoderScorer"
+
+# The public server splits a family over flash kernels and their fallbacks; here one class runs each
+# family, so every public name of it maps there. Public adapters for models that need code from the
+# Hub (rope_flash, nomic_flash, gte_sparse_flash, jina_flash_cross_encoder) or another runtime (sglang,
+# the causal-LM rerankers) have no alias: a YAML naming them fails with the known names listed.
 ALIASES: Final[dict[str, str]] = {
-    "sie_server.adapters.sentence_transformer:SentenceTransformerDenseAdapter": "sie.adapters.dense_torch:TorchDenseEncoder",
-    "sie_server.adapters.pytorch_embedding:PyTorchEmbeddingAdapter": "sie.adapters.dense_torch:TorchDenseEncoder",
-    "sie_server.adapters.bert_flash:BertFlashAdapter": "sie.adapters.dense_torch:TorchDenseEncoder",
+    "sie_server.adapters.sentence_transformer:SentenceTransformerDenseAdapter": _DENSE,
+    "sie_server.adapters.pytorch_embedding:PyTorchEmbeddingAdapter": _DENSE,
+    "sie_server.adapters.bert_flash:BertFlashAdapter": _DENSE,
+    "sie_server.adapters.xlm_roberta_flash:XLMRobertaFlashAdapter": _DENSE,
+    "sie_server.adapters.modernbert_flash:ModernBERTFlashAdapter": _DENSE,
+    "sie_server.adapters.qwen2_flash:Qwen2FlashAdapter": _DENSE,
+    "sie_server.adapters.splade_flash:SPLADEFlashAdapter": _SPLADE,
+    "sie_server.adapters.sentence_transformer:SentenceTransformerSparseAdapter": _SPLADE,
+    "sie_server.adapters.colbert:ColBERTAdapter": _COLBERT,
+    "sie_server.adapters.colbert_modernbert_flash:ColBERTModernBERTFlashAdapter": _COLBERT,
+    "sie_server.adapters.colbert_rotary_flash:ColBERTRotaryFlashAdapter": _COLBERT,
+    "sie_server.adapters.bge_m3_flash:BGEM3FlashAdapter": _BGE_M3,
+    "sie_server.adapters.bge_m3:BGEM3Adapter": _BGE_M3,
+    "sie_server.adapters.bert_flash_cross_encoder:BertFlashCrossEncoderAdapter": _CROSS_ENCODER,
+    "sie_server.adapters.modernbert_flash_cross_encoder:ModernBertFlashCrossEncoderAdapter": _CROSS_ENCODER,
+    "sie_server.adapters.cross_encoder:CrossEncoderAdapter": _CROSS_ENCODER,
 }
 
-KNOWN: Final = frozenset(
-    {"sie.adapters.dense_torch:TorchDenseEncoder", "sie.adapters.dense_onnx:OnnxDenseEncoder", *ALIASES}
+# Our own class paths (what ``canonical`` returns); a shipped YAML must name one of these.
+CANONICAL: Final = frozenset(
+    {_DENSE, "sie.adapters.dense_onnx:OnnxDenseEncoder", _SPLADE, _COLBERT, _BGE_M3, _CROSS_ENCODER}
 )
+
+KNOWN: Final = frozenset({*CANONICAL, *ALIASES})
 
 
 class UnknownAdapter(LookupError):

