@@ -38,6 +38,9 @@ class PostRoute:
     request: type
     response: type | None
     json_only: bool = False  # the OpenAI route speaks JSON alone
+    # Errors in OpenAI's ``{"error": {...}}`` envelope (with the table's OpenAI status and code) instead
+    # of the native ``{"detail": {...}}``; ``/openapi.json`` and the body-size limit follow it.
+    openai_errors: bool = False
 
     def route(self) -> Route:
         return Route(self.path, self.endpoint, methods=["POST"])
