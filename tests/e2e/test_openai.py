@@ -178,6 +178,16 @@ def test_bad_body_raises_the_clients_bad_request(client) -> None:
     assert error.value.code == "invalid_request"
 
 
+def test_lenient_like_pydantic(server) -> None:
+    """``1.0`` is an int and ``null`` the default format, as the public route's pydantic model reads them."""
+    body = {"model": MODEL, "input": "hello", "dimensions": 8.0, "encoding_format": None}
+    response = server.client.post("/v1/embeddings", json=body)
+    assert response.status_code == 200, response.text
+    (datum,) = response.json()["data"]
+    assert isinstance(datum["embedding"], list)
+    assert len(datum["embedding"]) == 8
+
+
 def test_server_keeps_serving(server, client) -> None:
     with pytest.raises(openai.BadRequestError):
         client.embeddings.create(model=MODEL, input=[])

@@ -76,6 +76,6 @@ class OpenAIEmbeddingsRequest(msgspec.Struct):
 
     model: str
     input: str | list[str | int | list[int]]
-    encoding_format: EncodingFormat = EncodingFormat.FLOAT
+    encoding_format: EncodingFormat | None = EncodingFormat.FLOAT  # null means float, as in public SIE
     dimensions: int | None = None
     user: str | None = None

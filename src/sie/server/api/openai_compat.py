@@ -2,6 +2,8 @@
 
 Beyond the public SIE: token-id inputs are accepted (decoded with the model's tokenizer), usage counts
 real tokens, and ``dimensions`` truncates and re-normalises (Matryoshka-style) instead of being refused.
+The body is decoded as leniently as the public route's pydantic model (``"dimensions": 1.0`` is an int,
+``"encoding_format": null`` means ``float``).
 
 Every error uses OpenAI's ``{"error": {...}}`` envelope from the engine's error table, a body that is
 not JSON or does not fit the schema included (400 ``invalid_request``). The public server answers
@@ -77,7 +79,7 @@ async def embeddings(request: Request) -> Response:
     """Dense embeddings in OpenAI's shape: ``float`` lists or ``base64`` little-endian float32."""
     engine = engine_of(request)
     try:
-        body = codec.decode(await request.body(), codec.JSON, OpenAIEmbeddingsRequest)
+        body = codec.decode(await request.body(), codec.JSON, OpenAIEmbeddingsRequest, strict=False)
         texts = await _texts(engine, body)
         await engine.wait_loaded(body.model)
         outcome = await engine.encode(body.model, [Item(text=t) for t in texts], None)
