@@ -11,6 +11,7 @@ are the public SIE's (msgspec's) words. This table is the one in the README:
 | ``{"items": [{"text": 1}]}``                                   | 400    | INVALID_INPUT       | ``Expected `str | null`, got `int` - at `$.items[0].text```                              |
 | ``{"items": [{}]}`` (no text)                                  | 400    | INVALID_INPUT       | ``SentenceTransformer adapters requires text input``                                     |
 | unknown model ``x/y``                                          | 404    | MODEL_NOT_FOUND     | ``Model 'x/y' not found``                                                                |
+| model id with a line break (``x%0Ay``)                         | 404    | MODEL_NOT_FOUND     | ``Model 'x\\ny' not found`` (not FastAPI's bare 404)                                     |
 | malformed msgpack (``c1 ff 00 ...``)                           | 400    | INVALID_INPUT       | ``MessagePack data is malformed: invalid opcode '\\xc1' (byte 0)``                       |
 | malformed JSON (``{not json``)                                 | 400    | INVALID_INPUT       | ``JSON is malformed: object keys must be strings (byte 1)``                              |
 | msgpack bytes without a msgpack ``Content-Type``               | 400    | INVALID_INPUT       | ``JSON is malformed: invalid character (byte 0)`` (the body is read as JSON)             |
@@ -152,6 +153,14 @@ def test_unknown_model(server, model: str) -> None:
     response = post_msgpack(server.client, {"items": [{"text": "hello"}]}, f"/v1/encode/{model}")
     assert assert_error(response, 404, "MODEL_NOT_FOUND") == f"Model '{model}' not found"
     server.assert_serving()
+
+
+def test_model_id_with_a_line_break_is_not_found(server) -> None:
+    """``{model:path}`` stops at a newline, so such an id matched no route; ``model_id`` spans it."""
+    response = post_msgpack(server.client, {"items": [{"text": "hello"}]}, "/v1/encode/x%0Ay")
+    assert assert_error(response, 404, "MODEL_NOT_FOUND") == "Model 'x\ny' not found"
+    response = server.client.get("/v1/models/x%0Ay")
+    assert assert_error(response, 404, "MODEL_NOT_FOUND") == "Model 'x\ny' not found"
 
 
 def test_malformed_msgpack(server) -> None:

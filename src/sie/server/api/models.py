@@ -45,7 +45,7 @@ async def list_models(engine: EngineDep) -> Response:
     return _json(ModelList([model_info(slot) for slot in engine.slots()]))
 
 
-@router.get("/v1/models/{model:path}")
+@router.get("/v1/models/{model:model_id}")
 async def get_model(model: str, engine: EngineDep) -> Response:
     engine.entry(model)
     slot = next(s for s in engine.slots() if s.entry.name == model)
