@@ -72,5 +72,6 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(BodyLimit, limit=settings.max_request_body_bytes, openai_routes=openai_routes)
     app.add_middleware(RequestMetrics, metrics=metrics)
     app.add_middleware(IdentityHeaders)
-    openapi_docs.install(app, __version__, inference)
+    example = preload[0] if preload else next(iter(catalog.names()), None)
+    openapi_docs.install(app, __version__, inference, models.STRUCTS, example)
     return app
