@@ -2,8 +2,9 @@
 
 ``server`` is one process for the whole session (the default model preloaded, a deep queue so the
 concurrency test is never refused). ``small_server`` is a second process with tight limits (queue of 8
-items, 1 MiB bodies, 64 KiB item texts) for the limit tests; it lives only as long as the module that
-asks for it. Both listen on a free loopback port, run with ``HF_HUB_OFFLINE=1`` and log to a file that
+items, 1 MiB bodies, 64 KiB item texts) for the limit tests, and ``single_model_server`` one that serves
+the default model alone (for the OpenAPI fuzzer); each lives only as long as the module that asks for
+it. Both listen on a free loopback port, run with ``HF_HUB_OFFLINE=1`` and log to a file that
 is printed when the process fails to become ready.
 
 Responses are decoded here with plain ``msgpack`` and numpy, not with the server's own codec, so a
@@ -314,6 +315,14 @@ def families(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     preload = [MINILM, SPLADE, RERANKER, COLBERT, f"{COLBERT}:muvera", M3, f"{M3}:sparse"]
     with run_server(root, env, "--preload", ",".join(preload)) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def single_model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """Serves the default model alone (``--models``): a fuzzer that reads ``/v1/models`` finds no other
+    id to send work to, so it never makes the process load a second model."""
+    with run_server(tmp_path_factory.mktemp("sie-single-model-server"), {}, "--models", MODEL) as running:
+        yield running
 
 
 @pytest.fixture(scope="session")

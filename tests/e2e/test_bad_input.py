@@ -11,6 +11,7 @@ are the public SIE's (msgspec's) words. This table is the one in the README:
 | ``{"items": [{"text": 1}]}``                                   | 400    | INVALID_INPUT       | ``Expected `str | null`, got `int` - at `$.items[0].text```                              |
 | ``{"items": [{}]}`` (no text)                                  | 400    | INVALID_INPUT       | ``SentenceTransformer adapters requires text input``                                     |
 | unknown model ``x/y``                                          | 404    | MODEL_NOT_FOUND     | ``Model 'x/y' not found``                                                                |
+| model id with a line break (``x%0Ay``)                         | 404    | MODEL_NOT_FOUND     | ``Model 'x\\ny' not found`` (not FastAPI's bare 404)                                     |
 | malformed msgpack (``c1 ff 00 ...``)                           | 400    | INVALID_INPUT       | ``MessagePack data is malformed: invalid opcode '\\xc1' (byte 0)``                       |
 | malformed JSON (``{not json``)                                 | 400    | INVALID_INPUT       | ``JSON is malformed: object keys must be strings (byte 1)``                              |
 | msgpack bytes without a msgpack ``Content-Type``               | 400    | INVALID_INPUT       | ``JSON is malformed: invalid character (byte 0)`` (the body is read as JSON)             |
@@ -26,6 +27,7 @@ are the public SIE's (msgspec's) words. This table is the one in the README:
 | items while the model's queue is full                          | 503    | QUEUE_FULL          | names the limit; ``Retry-After: 1``                                                      |
 | body over ``SIE_MAX_REQUEST_BODY_BYTES`` (length or chunked)   | 413    | PAYLOAD_TOO_LARGE   | ``Request body exceeds the limit of {n} bytes (SIE_MAX_REQUEST_BODY_BYTES)``             |
 | one item's text over ``SIE_MAX_ITEM_TEXT_BYTES`` (UTF-8 bytes) | 413    | PAYLOAD_TOO_LARGE   | ``Item {i} text exceeds the limit of {n} bytes (SIE_MAX_ITEM_TEXT_BYTES)``               |
+| ``POST /v1/embeddings`` body over the limit                    | 413    | (OpenAI envelope)   | ``{"error": {"code": "payload_too_large", ...}}``, the same message                      |
 | ``POST /v1/score/{embedding model}``                           | 400    | INVALID_INPUT       | ``Model '{model}' does not support scoring. Use an encoder model with /v1/encode instead, or use a reranker model.`` |
 | ``POST /v1/extract/{embedding model}``                         | 400    | INVALID_INPUT       | ``Model '{model}' does not support extraction. Use an extraction model like GLiNER, GLiClass, or Florence-2.`` |
 | ``GET /v1/encode/{model}``                                     | 405    | (FastAPI)           | ``{"detail": "Method Not Allowed"}``                                                     |
@@ -151,6 +153,14 @@ def test_unknown_model(server, model: str) -> None:
     response = post_msgpack(server.client, {"items": [{"text": "hello"}]}, f"/v1/encode/{model}")
     assert assert_error(response, 404, "MODEL_NOT_FOUND") == f"Model '{model}' not found"
     server.assert_serving()
+
+
+def test_model_id_with_a_line_break_is_not_found(server) -> None:
+    """``{model:path}`` stops at a newline, so such an id matched no route; ``model_id`` spans it."""
+    response = post_msgpack(server.client, {"items": [{"text": "hello"}]}, "/v1/encode/x%0Ay")
+    assert assert_error(response, 404, "MODEL_NOT_FOUND") == "Model 'x\ny' not found"
+    response = server.client.get("/v1/models/x%0Ay")
+    assert assert_error(response, 404, "MODEL_NOT_FOUND") == "Model 'x\ny' not found"
 
 
 def test_malformed_msgpack(server) -> None:
@@ -383,6 +393,25 @@ def test_chunked_body_over_the_limit(small_server) -> None:
     assert "content-length" not in response.request.headers
     message = assert_error(response, 413, "PAYLOAD_TOO_LARGE")
     assert message == (
+        f"Request body exceeds the limit of {SMALL_BODY_BYTES} bytes (SIE_MAX_REQUEST_BODY_BYTES)"
+    )
+    small_server.assert_serving()
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_body_over_the_limit_on_the_openai_route(small_server, chunked: bool) -> None:
+    """The OpenAI route refuses in OpenAI's envelope, whether the middleware or the route saw it."""
+    raw = json.dumps({"model": MODEL, "input": "x" * (SMALL_BODY_BYTES + 1)}).encode()
+    response = small_server.client.post(
+        "/v1/embeddings",
+        content=_chunks(raw) if chunked else raw,
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code == 413, response.text
+    error = response.json()["error"]
+    assert error["code"] == "payload_too_large"
+    assert error["type"] == "invalid_request_error"
+    assert error["message"] == (
         f"Request body exceeds the limit of {SMALL_BODY_BYTES} bytes (SIE_MAX_REQUEST_BODY_BYTES)"
     )
     small_server.assert_serving()

@@ -149,13 +149,43 @@ def test_empty_input(client, empty) -> None:
     assert "Input cannot be empty" in str(error.value)
 
 
-def test_malformed_json_is_fastapi_422(server) -> None:
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"{oops", "JSON is malformed"),
+        (b"", "truncated"),
+        (b'{"input": "hello"}', "Object missing required field `model`"),
+        (b'{"model": "m", "input": {"a": 1}}', "Expected `str | array`, got `object` - at `$.input`"),
+    ],
+    ids=["malformed", "empty", "no-model", "wrong-type"],
+)
+def test_bad_body_is_an_openai_400(server, body: bytes, says: str) -> None:
+    """Not FastAPI's 422 list (the public server's residual): the envelope the ``openai`` client reads."""
     response = server.client.post(
-        "/v1/embeddings", content=b"{oops", headers={"content-type": "application/json"}
+        "/v1/embeddings", content=body, headers={"content-type": "application/json"}
     )
-    assert response.status_code == 422
-    (detail,) = response.json()["detail"]
-    assert detail["type"] == "json_invalid"
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_request"
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] is None
+    assert says in error["message"]
+
+
+def test_bad_body_raises_the_clients_bad_request(client) -> None:
+    with pytest.raises(openai.BadRequestError) as error:
+        client.embeddings.create(model=MODEL, input="hello", extra_body={"dimensions": "many"})
+    assert error.value.code == "invalid_request"
+
+
+def test_lenient_like_pydantic(server) -> None:
+    """``1.0`` is an int and ``null`` the default format, as the public route's pydantic model reads them."""
+    body = {"model": MODEL, "input": "hello", "dimensions": 8.0, "encoding_format": None}
+    response = server.client.post("/v1/embeddings", json=body)
+    assert response.status_code == 200, response.text
+    (datum,) = response.json()["data"]
+    assert isinstance(datum["embedding"], list)
+    assert len(datum["embedding"]) == 8
 
 
 def test_server_keeps_serving(server, client) -> None:

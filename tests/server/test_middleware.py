@@ -49,6 +49,18 @@ async def test_body_limit_by_length_and_by_stream(app):
         assert streamed.headers["x-sie-runtime-instance"] == RUNTIME_INSTANCE
 
 
+async def test_body_limit_answers_an_openai_route_in_its_envelope():
+    openai_route = Route("/v1/embeddings", echo, methods=["POST"])
+    inner = Starlette(routes=[openai_route, Route("/", echo, methods=["POST"])])
+    app = BodyLimit(inner, limit=10, openai_routes=[openai_route])
+    async with client(app) as c:
+        too_big = await c.post("/v1/embeddings", content=b"x" * 11)
+        assert too_big.status_code == 413
+        assert too_big.json()["error"]["code"] == "payload_too_large"
+        native = await c.post("/", content=b"x" * 11)
+        assert native.json()["detail"]["code"] == "PAYLOAD_TOO_LARGE"
+
+
 async def test_sdk_skew_warns_once_per_version(caplog):
     inner = Starlette(routes=[Route("/", echo, methods=["POST"])])
     app = SdkVersionSkew(inner, server_version="0.10.0")

@@ -58,9 +58,13 @@ ERROR_TABLE: Final[dict[type[Exception], ErrorRule]] = {
     InferenceFailed: ErrorRule(500, ErrorCode.INFERENCE_ERROR, OpenAIRule(500, "inference_error")),
 }
 
+UNEXPECTED: Final = ErrorRule(500, ErrorCode.INTERNAL_ERROR, OpenAIRule(500, "internal_error"))
+"""What an exception outside the table becomes (its text stays in the log): kept beside the table so
+``/openapi.json``, which documents every rule, documents this one too."""
+
 
 def rule_for(exc: Exception) -> ErrorRule | None:
-    """The rule of the nearest class in ``exc``'s MRO; None means an unexpected error (a 500)."""
+    """The rule of the nearest class in ``exc``'s MRO; None means an unexpected error (``UNEXPECTED``)."""
     for cls in type(exc).__mro__:
         rule = ERROR_TABLE.get(cls)
         if rule is not None:

@@ -68,8 +68,10 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(Exception, handle_native_error)  # the outermost catch-all: JSON 500
     # Added innermost first; a request meets them in the reverse order (identity headers outermost).
     app.add_middleware(SdkVersionSkew, server_version=__version__)
-    app.add_middleware(BodyLimit, limit=settings.max_request_body_bytes)
+    openai_routes = [route.route() for route in inference if route.openai_errors]
+    app.add_middleware(BodyLimit, limit=settings.max_request_body_bytes, openai_routes=openai_routes)
     app.add_middleware(RequestMetrics, metrics=metrics)
     app.add_middleware(IdentityHeaders)
-    openapi_docs.install(app, __version__, inference)
+    example = preload[0] if preload else next(iter(catalog.names()), None)
+    openapi_docs.install(app, __version__, inference, models.STRUCTS, example)
     return app

@@ -4,23 +4,30 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Sequence
 from typing import Final
 
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sie.engine.errors import PayloadTooLarge
-from sie.server.errors import native_error_response
+from sie.server.errors import native_error_response, openai_error_response
 
 RUNTIME_INSTANCE: Final = secrets.token_hex(32)
 log = logging.getLogger(__name__)
 
 
 class BodyLimit:
-    """Answers 413 once a body passes ``limit`` bytes, without reading the rest into memory."""
+    """Answers 413 once a body passes ``limit`` bytes, without reading the rest into memory.
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    The refusal comes before any route runs, so it is rendered here in the envelope of the route that
+    was asked: OpenAI's on ``openai_routes`` (their clients parse nothing else), the native one elsewhere.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int, openai_routes: Sequence[BaseRoute] = ()) -> None:
         self.app = app
         self.limit = limit
+        self.openai_routes = tuple(openai_routes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -58,7 +65,10 @@ class BodyLimit:
         return f"Request body exceeds the limit of {self.limit} bytes (SIE_MAX_REQUEST_BODY_BYTES)"
 
     async def _reject(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await native_error_response(PayloadTooLarge(self._message()))(scope, receive, send)
+        exc = PayloadTooLarge(self._message())
+        openai = any(route.matches(scope)[0] is Match.FULL for route in self.openai_routes)
+        response = openai_error_response(exc) if openai else native_error_response(exc)
+        await response(scope, receive, send)
 
 
 class IdentityHeaders:

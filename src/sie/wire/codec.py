@@ -48,11 +48,13 @@ _MSGPACK_ENCODER: Final = msgspec.msgpack.Encoder(enc_hook=numpy_default)
 _JSON_ENCODER: Final = msgspec.json.Encoder(enc_hook=_json_default)
 
 
-def decode(body: bytes, content_type: str | None, into: type[T]) -> T:
+def decode(body: bytes, content_type: str | None, into: type[T], *, strict: bool = True) -> T:
+    """``strict=False`` is pydantic's lax mode in msgspec's words (``1.0`` and ``"1"`` for an int), for
+    a route whose public counterpart validates with pydantic; the native routes are strict msgspec."""
     try:
         if is_msgpack(content_type):
-            return msgspec.msgpack.decode(body, type=into)
-        return msgspec.json.decode(body, type=into)
+            return msgspec.msgpack.decode(body, type=into, strict=strict)
+        return msgspec.json.decode(body, type=into, strict=strict)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise WireDecodeError(str(exc)) from exc
     except UnicodeDecodeError as exc:

@@ -1,23 +1,41 @@
 """Typed request bodies. msgspec validates them, so its messages (``Object missing required field
-`items```) reach the client verbatim, as the public server's do. Unknown fields are ignored."""
+`items```) reach the client verbatim, as the public server's do. Unknown fields are ignored.
+
+Some rules are checked after decoding, with the public server's own messages (``Field 'items' must
+not be empty``); ``Meta(extra_json_schema=...)`` states them in the JSON Schema only, so
+``/openapi.json`` promises no more than the routes accept while the decoder's messages stay the public
+ones. ``JSON_SCHEMA_FIELDS`` does the same where msgspec cannot generate the schema at all.
+"""
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any, ClassVar, Final
 
 import msgspec
 
 from sie.core.options import OutputDType, OutputType
 
+Base64Bytes = Annotated[
+    bytes,
+    msgspec.Meta(
+        extra_json_schema={
+            "pattern": "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
+            "description": "raw bytes in msgpack; padded standard base64 in JSON",
+        }
+    ),
+]
+"""Bytes, which JSON carries as the padded standard base64 msgspec decodes (``contentEncoding`` alone
+would let a client send any string)."""
+
 
 class ImageInput(msgspec.Struct):
-    data: bytes
+    data: Base64Bytes
     format: str | None = None
 
 
 class MediaInput(msgspec.Struct):
-    data: bytes
+    data: Base64Bytes
     format: str | None = None
     sample_rate: int | None = None
 
@@ -39,14 +57,25 @@ class EncodeParams(msgspec.Struct, omit_defaults=True):
     options: dict[str, Any] | None = None
 
 
+NonEmptyItems = Annotated[
+    list[Item],
+    msgspec.Meta(
+        extra_json_schema={"minItems": 1},
+        examples=[[{"text": "Hello, world!"}, {"id": "q2", "text": "How are you?"}]],
+    ),
+]
+"""Every operation refuses an empty ``items`` (``require_items``, after decoding). The example, the
+public document's, is what "Try it out" (and a fuzzer's example phase) sends first."""
+
+
 class EncodeRequest(msgspec.Struct):
-    items: list[Item]
+    items: NonEmptyItems
     params: EncodeParams | None = None
 
 
 class ScoreRequest(msgspec.Struct):
     query: Item
-    items: list[Item]
+    items: NonEmptyItems
     instruction: str | None = None
     options: dict[str, Any] | None = None
 
@@ -59,7 +88,7 @@ class ExtractParams(msgspec.Struct, omit_defaults=True):
 
 
 class ExtractRequest(msgspec.Struct):
-    items: list[Item]
+    items: NonEmptyItems
     params: ExtractParams | None = None
 
 
@@ -68,16 +97,33 @@ class EncodingFormat(StrEnum):
     BASE64 = "base64"
 
 
+_TOKEN_IDS: Final = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}}
+
+
 class OpenAIEmbeddingsRequest(msgspec.Struct):
     """``POST /v1/embeddings``: ``input`` is a string, strings, token ids, or lists of token ids.
 
-    msgspec allows one list type per union, so the element union is checked for homogeneity later.
+    msgspec allows one list type per union, so the element union is checked for homogeneity later
+    (an empty or mixed list is refused there); ``JSON_SCHEMA_FIELDS`` documents what is accepted.
+    Token ids must also lie inside the model's vocabulary and ``dimensions`` within its width, which
+    no schema of a multi-model route can state.
     """
+
+    JSON_SCHEMA_FIELDS: ClassVar[dict[str, dict[str, Any]]] = {
+        "input": {
+            "anyOf": [
+                {"type": "string"},
+                {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                _TOKEN_IDS,
+                {"type": "array", "minItems": 1, "items": _TOKEN_IDS},
+            ]
+        }
+    }
 
     model: str
     input: str | list[str | int | list[int]]
-    encoding_format: EncodingFormat = EncodingFormat.FLOAT
-    dimensions: int | None = None
+    encoding_format: EncodingFormat | None = EncodingFormat.FLOAT  # null means float, as in public SIE
+    dimensions: Annotated[int | None, msgspec.Meta(extra_json_schema={"minimum": 1})] = None
     user: str | None = None
 
 
@@ -91,6 +137,6 @@ class RerankRequest(msgspec.Struct):
 
     model: str
     query: str
-    documents: list[str | RerankDocumentInput]
-    top_n: int | None = None
+    documents: Annotated[list[str | RerankDocumentInput], msgspec.Meta(extra_json_schema={"minItems": 1})]
+    top_n: Annotated[int | None, msgspec.Meta(extra_json_schema={"minimum": 1})] = None
     return_documents: bool = False

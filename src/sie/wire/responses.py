@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
@@ -26,7 +26,11 @@ class MultiVector(msgspec.Struct):
     token_dims: int
     num_tokens: int
     dtype: str
-    values: np.ndarray[Any, Any]
+    # One row per token: the schema says so, where a bare ndarray is documented as one flat row.
+    values: Annotated[
+        np.ndarray[Any, Any],
+        msgspec.Meta(extra_json_schema={"items": {"type": "array", "items": {"type": "number"}}}),
+    ]
 
 
 class EncodeResult(msgspec.Struct, omit_defaults=True):

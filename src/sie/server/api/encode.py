@@ -29,4 +29,4 @@ async def encode(request: Request) -> Response:
     return await negotiated(request, response, timing_headers(outcome.timing), values)
 
 
-ROUTES = (PostRoute("/v1/encode/{model:path}", encode, ("encode",), EncodeRequest, EncodeResponse),)
+ROUTES = (PostRoute("/v1/encode/{model:model_id}", encode, ("encode",), EncodeRequest, EncodeResponse),)

@@ -16,7 +16,16 @@ async def healthz() -> str:
     return "ok"
 
 
-@router.get("/readyz", response_class=PlainTextResponse)
+@router.get(
+    "/readyz",
+    response_class=PlainTextResponse,
+    responses={
+        503: {
+            "description": "Draining for shutdown",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        }
+    },
+)
 async def readyz(request: Request) -> PlainTextResponse:
     """Readiness: 503 while draining for shutdown."""
     if request.state.lifecycle.draining:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from sie.engine.error_rules import ERROR_TABLE
+from sie.engine.errors import ModelNotFound
 from sie.engine.loader import ModelSlot
 from sie.server.api.native import EngineDep
+from sie.server.openapi_docs import error_responses, struct_response
 from sie.wire import codec
 from sie.wire.responses import ModelError, ModelInfo, ModelList, ProfileInfo
 
@@ -39,14 +42,22 @@ def _json(value: object) -> Response:
     return Response(codec.encode_json(value), media_type=codec.JSON)
 
 
-@router.get("/v1/models")
+STRUCTS = (ModelList, ModelInfo)
+"""The bodies these routes document (``openapi_docs.install`` turns them into components)."""
+
+
+@router.get("/v1/models", responses={200: struct_response(ModelList)})
 async def list_models(engine: EngineDep) -> Response:
     """Every servable id, including ``{sie_id}:{profile}`` variants."""
     return _json(ModelList([model_info(slot) for slot in engine.slots()]))
 
 
-@router.get("/v1/models/{model:path}")
+@router.get(
+    "/v1/models/{model:model_id}",
+    responses={200: struct_response(ModelInfo), **error_responses([ERROR_TABLE[ModelNotFound]])},
+)
 async def get_model(model: str, engine: EngineDep) -> Response:
+    """One model's entry; an id that is not served answers 404 ``MODEL_NOT_FOUND``."""
     engine.entry(model)
     slot = next(s for s in engine.slots() if s.entry.name == model)
     return _json(model_info(slot))

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Final, TypeVar
 
 from fastapi import Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.routing import Route
 
 from sie import __version__
@@ -19,6 +20,24 @@ from sie.wire.requests import Item
 from sie.wire.responses import Timing
 
 T = TypeVar("T")
+
+
+class ModelIdConvertor(Convertor[str]):
+    """``{model:model_id}``: like Starlette's ``path`` (the id's ``/`` stays in it: ``BAAI/bge-m3``),
+    but across line breaks too. ``path`` matches ``.*``, which stops at a newline, so an id holding
+    one matched no route and got FastAPI's bare ``{"detail": "Not Found"}`` instead of
+    ``MODEL_NOT_FOUND``."""
+
+    regex = "(?s:.*)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("model_id", ModelIdConvertor())
 
 
 @dataclass(frozen=True)
@@ -38,6 +57,9 @@ class PostRoute:
     request: type
     response: type | None
     json_only: bool = False  # the OpenAI route speaks JSON alone
+    # Errors in OpenAI's ``{"error": {...}}`` envelope (with the table's OpenAI status and code) instead
+    # of the native ``{"detail": {...}}``; ``/openapi.json`` and the body-size limit follow it.
+    openai_errors: bool = False
 
     def route(self) -> Route:
         return Route(self.path, self.endpoint, methods=["POST"])

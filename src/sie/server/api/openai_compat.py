@@ -2,55 +2,42 @@
 
 Beyond the public SIE: token-id inputs are accepted (decoded with the model's tokenizer), usage counts
 real tokens, and ``dimensions`` truncates and re-normalises (Matryoshka-style) instead of being refused.
-Errors use OpenAI's ``{"error": {...}}`` envelope; a body that is not JSON gets
-FastAPI's 422 body, as the public server (a FastAPI route) answers.
+The body is decoded as leniently as the public route's pydantic model (``"dimensions": 1.0`` is an int,
+``"encoding_format": null`` means ``float``).
+
+Every error uses OpenAI's ``{"error": {...}}`` envelope from the engine's error table, a body that is
+not JSON or does not fit the schema included (400 ``invalid_request``). The public server answers
+that one with FastAPI's 422 ``{"detail": [...]}`` list, which no OpenAI client parses and which its
+own OpenAPI document calls a known residual; here the route's errors have one shape.
 """
 
 from __future__ import annotations
 
 import base64
 
-import msgspec
 import numpy as np
 from fastapi import Request, Response
-from fastapi.responses import JSONResponse
 
 from sie.engine.engine import Engine
-from sie.engine.error_rules import rule_for
-from sie.engine.errors import EngineError
 from sie.postprocess.quantize import l2_normalize
 from sie.server.api.native import PostRoute, engine_of, render_off_loop_if_big
+from sie.server.errors import openai_error, openai_error_response
 from sie.wire import codec
-from sie.wire.errors import openai_error_envelope
 from sie.wire.requests import EncodingFormat, Item, OpenAIEmbeddingsRequest
 from sie.wire.responses import OpenAIEmbedding, OpenAIEmbeddingsResponse, OpenAIUsage
 
 
 class OpenAIError(Exception):
+    """A refusal this route makes itself, with a code the engine's table does not know."""
+
     def __init__(
         self, status: int, message: str, code: str, error_type: str = "invalid_request_error"
     ) -> None:
         super().__init__(message)
         self.status, self.code, self.error_type = status, code, error_type
 
-    def response(self) -> JSONResponse:
-        headers = {"Retry-After": "1"} if self.status == 503 else None
-        body = openai_error_envelope(str(self), self.code, self.error_type)
-        return JSONResponse(body, status_code=self.status, headers=headers)
-
-
-def _unprocessable(exc: Exception) -> JSONResponse:
-    kind = "json_invalid" if isinstance(exc, msgspec.DecodeError) else "value_error"
-    detail = [
-        {
-            "type": kind,
-            "loc": ["body"],
-            "msg": "JSON decode error" if kind == "json_invalid" else str(exc),
-            "input": {},
-            "ctx": {"error": str(exc)},
-        }
-    ]
-    return JSONResponse({"detail": detail}, status_code=422)
+    def response(self) -> Response:
+        return openai_error(self.status, str(self), self.code, self.error_type)
 
 
 async def _texts(engine: Engine, request: OpenAIEmbeddingsRequest) -> list[str]:
@@ -92,10 +79,7 @@ async def embeddings(request: Request) -> Response:
     """Dense embeddings in OpenAI's shape: ``float`` lists or ``base64`` little-endian float32."""
     engine = engine_of(request)
     try:
-        body = msgspec.json.decode(await request.body(), type=OpenAIEmbeddingsRequest)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        return _unprocessable(exc)
-    try:
+        body = codec.decode(await request.body(), codec.JSON, OpenAIEmbeddingsRequest, strict=False)
         texts = await _texts(engine, body)
         await engine.wait_loaded(body.model)
         outcome = await engine.encode(body.model, [Item(text=t) for t in texts], None)
@@ -103,11 +87,8 @@ async def embeddings(request: Request) -> Response:
         matrix = _vectors(np.stack(dense), body.dimensions, body.model)
     except OpenAIError as exc:
         return exc.response()
-    except EngineError as exc:  # the engine's one error table, in OpenAI's envelope
-        rule = rule_for(exc)
-        if rule is None:
-            raise
-        return OpenAIError(rule.openai.status, str(exc), rule.openai.code, rule.openai.type).response()
+    except Exception as exc:  # the engine's one error table (a bad body included), in OpenAI's envelope
+        return openai_error_response(exc)
     usage = OpenAIUsage(prompt_tokens=outcome.tokens, total_tokens=outcome.tokens)
     content = await render_off_loop_if_big(matrix.size, _render, matrix, body, usage)
     return Response(content, media_type=codec.JSON, headers={"X-SIE-Served-By": "local"})
@@ -121,6 +102,7 @@ ROUTES = (
         OpenAIEmbeddingsRequest,
         OpenAIEmbeddingsResponse,
         json_only=True,
+        openai_errors=True,
     ),
 )
 

@@ -8,33 +8,22 @@ and a cold model is loaded before answering, since these clients do not honour `
 
 from __future__ import annotations
 
-import msgspec
 from fastapi import Request, Response
-from fastapi.responses import JSONResponse
 
-from sie.engine.error_rules import rule_for
-from sie.engine.errors import EngineError, InvalidInput, require_items
+from sie.engine.errors import InvalidInput, require_items
 from sie.server.api.native import PostRoute, engine_of
+from sie.server.errors import openai_error_response
 from sie.wire import codec
-from sie.wire.errors import ErrorCode, openai_error_envelope
 from sie.wire.requests import Item, RerankRequest
 from sie.wire.responses import RerankDocument, RerankResponse, RerankResult, Usage
-
-
-def _error(status: int, code: str, message: str) -> JSONResponse:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return JSONResponse(openai_error_envelope(message, code, kind), status_code=status)
 
 
 async def rerank(request: Request) -> Response:
     """The documents ranked against the query, best first, each with its index in the request."""
     engine = engine_of(request)
     try:
-        body = msgspec.json.decode(await request.body(), type=RerankRequest)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        return _error(400, ErrorCode.INVALID_INPUT, str(exc))
-    texts = [doc if isinstance(doc, str) else doc.text for doc in body.documents]
-    try:
+        body = codec.decode(await request.body(), codec.JSON, RerankRequest)
+        texts = [doc if isinstance(doc, str) else doc.text for doc in body.documents]
         require_items(texts)
         if body.top_n is not None and body.top_n < 1:
             raise InvalidInput(f"'top_n' must be at least 1, got {body.top_n}")
@@ -45,11 +34,8 @@ async def rerank(request: Request) -> Response:
             )
         await engine.wait_loaded(body.model)
         outcome = await engine.score(body.model, Item(text=body.query), [Item(text=t) for t in texts], None)
-    except EngineError as exc:
-        rule = rule_for(exc)
-        if rule is None:
-            raise
-        return _error(rule.status, rule.code, str(exc))
+    except Exception as exc:  # the engine's one error table (a bad body included), in OpenAI's envelope
+        return openai_error_response(exc, native_code=True)
     best = outcome.scores[: body.top_n] if body.top_n is not None else outcome.scores
     results = []
     for entry_score in best:
@@ -60,4 +46,8 @@ async def rerank(request: Request) -> Response:
     return Response(codec.encode_json(response), media_type=codec.JSON, headers={"X-SIE-Served-By": "local"})
 
 
-ROUTES = (PostRoute("/v1/rerank", rerank, ("rerank",), RerankRequest, RerankResponse, json_only=True),)
+ROUTES = (
+    PostRoute(
+        "/v1/rerank", rerank, ("rerank",), RerankRequest, RerankResponse, json_only=True, openai_errors=True
+    ),
+)

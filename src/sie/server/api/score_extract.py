@@ -43,6 +43,6 @@ async def extract(request: Request) -> Response:
 
 
 ROUTES = (
-    PostRoute("/v1/score/{model:path}", score, ("score",), ScoreRequest, ScoreResponse),
-    PostRoute("/v1/extract/{model:path}", extract, ("extract",), ExtractRequest, None),
+    PostRoute("/v1/score/{model:model_id}", score, ("score",), ScoreRequest, ScoreResponse),
+    PostRoute("/v1/extract/{model:model_id}", extract, ("extract",), ExtractRequest, None),
 )

@@ -1,0 +1,74 @@
+"""The document's error answers come from the one error table, for every declared route.
+
+The e2e schemathesis run checks the document against a live server; these check the contract that
+makes it generic: a route added as a ``PostRoute`` gets every status of ``ERROR_TABLE`` (and the
+catch-all 500) in its envelope without anyone listing them, and no 422 that nothing sends.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sie.engine.error_rules import ERROR_TABLE, UNEXPECTED
+from sie.server.api import encode, openai_compat, score_extract
+from sie.server.api.native import PostRoute
+from sie.server.app import create_app
+from sie.settings import Settings
+
+ROUTES = (*encode.ROUTES, *score_extract.ROUTES, *openai_compat.ROUTES)
+RULES = [*ERROR_TABLE.values(), UNEXPECTED]
+
+
+@pytest.fixture(scope="module")
+def document() -> dict:
+    return create_app(Settings()).openapi()
+
+
+def _op(document: dict, route: PostRoute) -> dict:
+    path = route.path.replace(":model_id", "")
+    return document["paths"][path]["post"]
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.path)
+def test_every_rule_is_documented_in_the_routes_envelope(document, route: PostRoute) -> None:
+    responses = _op(document, route)["responses"]
+    statuses = {r.openai.status if route.openai_errors else r.status for r in RULES}
+    assert set(responses) == {"200", *map(str, statuses)}
+    envelope = "OpenAIErrorResponse" if route.openai_errors else "ErrorResponse"
+    for status in statuses:
+        assert envelope in json.dumps(responses[str(status)]["content"]["application/json"])
+
+
+def test_native_codes_and_retry_after_follow_the_table(document) -> None:
+    responses = _op(document, encode.ROUTES[0])["responses"]
+    for rule in RULES:
+        answer = responses[str(rule.status)]
+        codes = answer["content"]["application/json"]["schema"]["properties"]["detail"]["properties"]
+        assert rule.code.value in codes["code"]["enum"]
+        if rule.retry_after:
+            assert "Retry-After" in answer["headers"]
+
+
+def test_no_422_and_no_validation_components(document) -> None:
+    text = json.dumps(document)
+    assert '"422"' not in text
+    assert "HTTPValidationError" not in text
+
+
+def test_fastapi_routes_document_what_they_send(document) -> None:
+    get_model = document["paths"]["/v1/models/{model}"]["get"]["responses"]
+    assert set(get_model) == {"200", "404"}
+    assert get_model["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ModelInfo"
+    }
+    assert set(document["paths"]["/readyz"]["get"]["responses"]) == {"200", "503"}
+    for name in ("ModelInfo", "ModelList", "ErrorResponse", "OpenAIErrorResponse"):
+        assert name in document["components"]["schemas"]
+
+
+def test_model_path_parameters_carry_a_served_id(document) -> None:
+    for path in ("/v1/encode/{model}", "/v1/models/{model}"):
+        (param,) = next(iter(document["paths"][path].values()))["parameters"]
+        assert "/" in param["example"]
