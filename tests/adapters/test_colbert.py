@@ -93,3 +93,14 @@ def test_a_wrong_token_dim_fails_the_load(colbert_dir: Path) -> None:
         ColbertEncoder.load(
             LoadSpec(colbert_dir, "cpu", ComputePrecision.FLOAT32, 512, loadtime={"token_dim": 128})
         )
+
+
+def test_query_expansion_can_be_turned_off(colbert_dir: Path) -> None:
+    loadtime = {"token_dim": TOKEN_DIM, "query_max_length": QUERY_LENGTH, "query_expansion": False}
+    encoder = ColbertEncoder.load(
+        LoadSpec(colbert_dir, "cpu", ComputePrecision.FLOAT32, 512, loadtime=loadtime)
+    )
+    (short,) = encoder.prepare(["tiny query"], True)
+    assert len(short.ids) < QUERY_LENGTH and encoder.tokenizer.token_id("[MASK]") not in short.ids.tolist()
+    (cut,) = encoder.prepare(QUERIES[1:], True)
+    assert len(cut.ids) == QUERY_LENGTH  # still cut to the query length

@@ -2,7 +2,8 @@
 
 Texts get a marker in front (``query_prefix`` / ``doc_prefix``, ``[Q] `` / ``[D] `` by default, as the
 public server); queries are cut to ``query_max_length`` tokens and padded up to it with ``[MASK]``
-tokens that the model attends to (query expansion), documents to ``doc_max_length``. Every token's
+tokens (``[MASK]`` or ``<mask>``) that the model attends to (query expansion, unless the YAML sets
+``query_expansion: false``), documents to ``doc_max_length``. Every token's
 last hidden state goes through the model's linear projection to ``token_dim`` and is L2-normalised;
 punctuation tokens are dropped from documents. The projection comes from a sentence-transformers /
 PyLate folder (``1_Dense``) or from the ``linear.weight`` beside the encoder in a colbert-ai checkpoint.
@@ -71,10 +72,12 @@ class ColbertEncoder(TransformerAdapter):
         self._doc_prefix = str(options.get("doc_prefix", "[D] "))
         self._query_length = int(options.get("query_max_length", 32))
         self._doc_length = int(options.get("doc_max_length", spec.max_seq_length or 512))
-        mask_id = self.tokenizer.token_id(str(options.get("mask_token", "[MASK]")))
-        if mask_id is None:
-            raise ValueError("the tokenizer has no [MASK] token for query expansion")
-        self._mask_id = mask_id
+        self._expand = bool(options.get("query_expansion", True))
+        names = [options["mask_token"]] if "mask_token" in options else ["[MASK]", "<mask>"]
+        mask_id = next((i for n in names if (i := self.tokenizer.token_id(str(n))) is not None), None)
+        if mask_id is None and self._expand:
+            raise ValueError(f"the tokenizer has none of {names} for query expansion")
+        self._mask_id = mask_id or 0
         self._skip = np.fromiter(
             (i for c in string.punctuation if (i := self.tokenizer.token_id(c)) is not None), dtype=np.int64
         )
@@ -88,7 +91,7 @@ class ColbertEncoder(TransformerAdapter):
         for ids in encoded:
             if len(ids) > limit:  # keep the closing separator, as the tokenizer's truncation does
                 ids = np.concatenate((ids[: limit - 1], ids[-1:]))
-            if is_query and len(ids) < limit:
+            if is_query and self._expand and len(ids) < limit:
                 ids = np.concatenate((ids, np.full(limit - len(ids), self._mask_id, dtype=ids.dtype)))
             prepared.append(Prepared(ids))
         return prepared
