@@ -305,3 +305,16 @@ def test_similarity_scoring_prepares_texts_like_encode(families: Server, unpack:
     expected = float(query["dense"]["values"] @ doc["dense"]["values"])
     assert abs(scored["score"] - expected) < 1e-5
     assert abs(plain["scores"][0]["score"] - expected) > 1e-3  # the instruction and templates changed it
+
+
+OUTPUT = {SPLADE: "sparse", COLBERT: "multivector", MINILM: "dense"}
+
+
+@pytest.mark.parametrize(
+    ("model", "family"), [(SPLADE, "SPLADE"), (COLBERT, "ColBERT"), (MINILM, "SentenceTransformer")]
+)
+def test_an_item_without_text_names_the_models_family(families: Server, model: str, family: str) -> None:
+    status, payload = error(
+        families, f"/v1/encode/{model}", {"items": [{"id": "x"}], "params": {"output_types": [OUTPUT[model]]}}
+    )
+    assert status == 400 and payload["detail"]["message"] == f"{family} adapters requires text input"

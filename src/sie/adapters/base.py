@@ -157,6 +157,7 @@ class Adapter(Protocol):
     """A loaded model of one family; see the module docstring for the two halves of the contract."""
 
     capabilities: frozenset[Capability]
+    family: str  # named in input errors ("SentenceTransformer adapters requires text input")
     # Output sizes: dense dims, sparse vocabulary, multivector token dims.
     dims: Mapping[Capability, int]
     default_pooling: Pooling

@@ -44,6 +44,7 @@ def _model_file(weights: Path, name: str | None) -> Path:
 
 
 class OnnxDenseEncoder:
+    family = _FAMILY
     capabilities = frozenset({Capability.DENSE})
     packs_tokens = False  # the exported graph takes a padded batch
 

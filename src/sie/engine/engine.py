@@ -254,7 +254,7 @@ class Engine:
             Forward(computed, plan.pooling, plan.is_query),
             Postprocess(keep, plan.normalize, plan.output_dtype, plan.muvera),
         )
-        texts: list[ModelInput] = [plan.text_for(item, "SentenceTransformer") for item in items]
+        texts: list[ModelInput] = [plan.text_for(item, model.adapter.family) for item in items]
         inference = await self._infer(name, model, worker, texts, group)
         dims = dict(model.adapter.dims)
         if plan.muvera and model.fixed_dims is not None:
@@ -307,7 +307,7 @@ class Engine:
                     EncodeParams(
                         types, instruction=instruction, options={**(options or {}), "is_query": is_query}
                     ),
-                ).text_for(item, "SentenceTransformer")
+                ).text_for(item, model.adapter.family)
                 for is_query, item in [(True, query), *((False, item) for item in items)]
             ]
             scores, timing, tokens = await self._similarity(
