@@ -9,9 +9,11 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import pytest
@@ -68,17 +70,111 @@ def _python312() -> str | None:
     return None
 
 
-def _has_public_sdk(python: Path) -> bool:
+def installed(python: Path, requirements: dict[str, str]) -> bool:
+    """Whether ``python`` exists and has exactly these distributions at these versions."""
     if not python.exists():
         return False
     probe = subprocess.run(
-        [str(python), "-c", "import importlib.metadata as m; print(m.version('sie-sdk'))"],
+        [
+            str(python),
+            "-c",
+            "import importlib.metadata as m, json, sys\n"
+            "want = json.loads(sys.argv[1])\n"
+            "def version(name):\n"
+            "    try:\n"
+            "        return m.version(name)\n"
+            "    except m.PackageNotFoundError:\n"
+            "        return None\n"
+            "sys.exit(0 if all(version(n) == v for n, v in want.items()) else 1)\n",
+            json.dumps(requirements),
+        ],
         capture_output=True,
-        text=True,
         timeout=60,
         check=False,
     )
-    return probe.returncode == 0 and probe.stdout.strip() == PUBLIC_SDK_VERSION
+    return probe.returncode == 0
+
+
+# pip's words for "this machine cannot get the packages" (no network, no index, no wheel for this
+# Python): a venv built with ``skip_when_unreachable`` skips with pip's own error lines; any other
+# install failure fails.
+UNREACHABLE: Final = (
+    "Could not find a version that satisfies",
+    "No matching distribution found",
+    "Failed to establish a new connection",
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "Network is unreachable",
+    "Connection refused",
+    "Read timed out",
+    "ProxyError",
+    "requires a different Python",
+)
+
+
+def python312_venv(
+    venv: Path,
+    requirements: dict[str, str],
+    no_python: str,
+    *,
+    pip_args: tuple[str, ...] = (),
+    timeout_s: float = 600,
+    skip_when_unreachable: bool = False,
+) -> Path:
+    """The python of a Python 3.12 venv holding exactly ``requirements``: reused when it does, built
+    (``--clear``) when it does not. Skips with ``no_python`` when no 3.12 exists; a failed install
+    fails the test, or skips it when ``skip_when_unreachable`` and pip could not reach the packages."""
+    python = venv / "bin" / "python"
+    if installed(python, requirements):
+        return python
+    base = _python312()
+    if base is None:
+        pytest.skip(no_python)
+    started = time.monotonic()
+    pins = [f"{name}=={version}" for name, version in requirements.items()]
+    for command in (
+        [base, "-m", "venv", "--clear", str(venv)],
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *pip_args, *pins],
+    ):
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            if skip_when_unreachable:
+                pytest.skip(f"installing {' '.join(pins)} took over {timeout_s:.0f} s (slow network?)")
+            raise
+        if done.returncode != 0:
+            errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")] or [
+                done.stderr[-2000:]
+            ]
+            if skip_when_unreachable and any(marker in done.stderr for marker in UNREACHABLE):
+                pytest.skip(f"pip cannot get {' '.join(pins)} on this machine: {' | '.join(errors)}")
+            pytest.fail(f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}", pytrace=False)
+    assert installed(python, requirements), f"{venv} lacks some of {pins} after pip install"
+    print(f"built {venv} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return python
+
+
+def script_runner(
+    python: Path, folder: Path, owner: str, env: dict[str, str], timeout_s: float
+) -> Callable[..., Any]:
+    """``run(script, *args, timeout_s=...)``: a script run by ``python`` (another venv's), whose stdout
+    is one JSON document, parsed and returned."""
+
+    def run(script: str, *args: str, timeout_s: float = timeout_s) -> Any:
+        path = folder / f"script_{len(list(folder.iterdir()))}.py"
+        path.write_text(script)
+        done = subprocess.run(
+            [str(python), str(path), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            env={**os.environ, "PYTHONWARNINGS": "ignore", **env},
+        )
+        assert done.returncode == 0, f"{owner} script failed:\n{done.stdout}\n{done.stderr}"
+        return json.loads(done.stdout)
+
+    return run
 
 
 @pytest.fixture(scope="session")
@@ -88,32 +184,11 @@ def public_sdk_python() -> Path:
     The venv is ``$SIE_PUBLIC_SDK_VENV`` (default ``.venv-public-sdk`` in the repository root), built
     on first use and reused afterwards. Tests that need it skip when no python3.12 can be found.
     """
-    venv = Path(os.environ.get("SIE_PUBLIC_SDK_VENV", REPO / ".venv-public-sdk"))
-    python = venv / "bin" / "python"
-    if _has_public_sdk(python):
-        return python
-    base = _python312()
-    if base is None:
-        pytest.skip(
-            f"sie-sdk {PUBLIC_SDK_VERSION} needs Python >= 3.12 and no python3.12 was found (PATH, ~/.pyenv)"
-        )
-    for command in (
-        [base, "-m", "venv", "--clear", str(venv)],
-        [
-            str(python),
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            f"sie-sdk=={PUBLIC_SDK_VERSION}",
-        ],
-    ):
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
-        if done.returncode != 0:
-            pytest.fail(f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}", pytrace=False)
-    assert _has_public_sdk(python)
-    return python
+    return python312_venv(
+        Path(os.environ.get("SIE_PUBLIC_SDK_VENV", REPO / ".venv-public-sdk")),
+        {"sie-sdk": PUBLIC_SDK_VERSION},
+        f"sie-sdk {PUBLIC_SDK_VERSION} needs Python >= 3.12 and no python3.12 was found (PATH, ~/.pyenv)",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -123,23 +198,7 @@ def run_public_sdk(public_sdk_python: Path, tmp_path_factory: pytest.TempPathFac
     The public package cannot be imported into this process, so a test hands it a script that makes
     the calls and prints one JSON document on stdout; the parsed document comes back.
     """
-    folder = tmp_path_factory.mktemp("public-sdk")
-
-    def run(script: str, *args: str, timeout_s: float = 180) -> Any:
-        path = folder / f"script_{len(list(folder.iterdir()))}.py"
-        path.write_text(script)
-        done = subprocess.run(
-            [str(public_sdk_python), str(path), *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-            env={**os.environ, "PYTHONWARNINGS": "ignore"},
-        )
-        assert done.returncode == 0, f"public SDK script failed:\n{done.stdout}\n{done.stderr}"
-        return json.loads(done.stdout)
-
-    return run
+    return script_runner(public_sdk_python, tmp_path_factory.mktemp("public-sdk"), "public SDK", {}, 180)
 
 
 def dense(adapter: Any, texts: list[str], pooling: Pooling | None = None) -> np.ndarray:

@@ -15,7 +15,6 @@ importing this file, which works under every pytest import mode.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -34,7 +33,7 @@ import numpy as np
 import pytest
 
 from tests import builders
-from tests.conftest import MODELS_DIR, PUBLIC_SDK_VERSION, REPO, _python312, package_folder
+from tests.conftest import MODELS_DIR, PUBLIC_SDK_VERSION, REPO, package_folder, python312_venv, script_runner
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM = MODEL
@@ -352,45 +351,6 @@ INTEGRATION_REQUIREMENTS = {
     "haystack-ai": "3.4.0",
 }
 INTEGRATIONS_INSTALL_TIMEOUT_S = 1200
-# pip's words for "this machine cannot get the packages" (no network, no index, no wheel for this
-# Python): the tests skip with pip's own error lines; any other install failure fails them.
-_UNREACHABLE = (
-    "Could not find a version that satisfies",
-    "No matching distribution found",
-    "Failed to establish a new connection",
-    "Temporary failure in name resolution",
-    "Name or service not known",
-    "Network is unreachable",
-    "Connection refused",
-    "Read timed out",
-    "ProxyError",
-    "requires a different Python",
-)
-
-
-def _installed(python: Path, requirements: dict[str, str]) -> bool:
-    """Whether ``python`` exists and has exactly these distributions at these versions."""
-    if not python.exists():
-        return False
-    probe = subprocess.run(
-        [
-            str(python),
-            "-c",
-            "import importlib.metadata as m, json, sys\n"
-            "want = json.loads(sys.argv[1])\n"
-            "def version(name):\n"
-            "    try:\n"
-            "        return m.version(name)\n"
-            "    except m.PackageNotFoundError:\n"
-            "        return None\n"
-            "sys.exit(0 if all(version(n) == v for n, v in want.items()) else 1)\n",
-            json.dumps(requirements),
-        ],
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    return probe.returncode == 0
 
 
 @pytest.fixture(scope="session")
@@ -402,75 +362,25 @@ def integrations_python() -> Path:
     built on first use and reused while it holds exactly ``INTEGRATION_REQUIREMENTS``. Tests that need
     it skip when no python3.12 exists or pip cannot reach the packages, with the reason.
     """
-    venv = Path(os.environ.get("SIE_INTEGRATIONS_VENV", REPO / ".venv-integrations"))
-    python = venv / "bin" / "python"
-    if _installed(python, INTEGRATION_REQUIREMENTS):
-        return python
-    base = _python312()
-    if base is None:
-        pytest.skip(
-            "sie-langchain/sie-llamaindex/sie-haystack 0.10.1 call sie-sdk 0.10.1, which needs Python >= 3.12, "
-            "and no python3.12 was found (PATH, ~/.pyenv)"
-        )
-    started = time.monotonic()
-    pins = [f"{name}=={version}" for name, version in INTEGRATION_REQUIREMENTS.items()]
-    for command in (
-        [base, "-m", "venv", "--clear", str(venv)],
-        [
-            str(python),
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-compile",
-            *pins,
-        ],
-    ):
-        try:
-            done = subprocess.run(
-                command, capture_output=True, text=True, timeout=INTEGRATIONS_INSTALL_TIMEOUT_S, check=False
-            )
-        except subprocess.TimeoutExpired:
-            pytest.skip(
-                f"installing {' '.join(pins)} took over {INTEGRATIONS_INSTALL_TIMEOUT_S} s (slow network?)"
-            )
-        if done.returncode != 0:
-            errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")] or [
-                done.stderr[-2000:]
-            ]
-            if any(marker in done.stderr for marker in _UNREACHABLE):
-                pytest.skip(f"pip cannot get the integrations on this machine: {' | '.join(errors)}")
-            pytest.fail(f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}", pytrace=False)
-    assert _installed(python, INTEGRATION_REQUIREMENTS), f"{venv} lacks some of {pins} after pip install"
-    print(f"built {venv} in {time.monotonic() - started:.0f} s", file=sys.stderr)
-    return python
+    return python312_venv(
+        Path(os.environ.get("SIE_INTEGRATIONS_VENV", REPO / ".venv-integrations")),
+        INTEGRATION_REQUIREMENTS,
+        "sie-langchain/sie-llamaindex/sie-haystack 0.10.1 call sie-sdk 0.10.1, which needs Python >= 3.12, "
+        "and no python3.12 was found (PATH, ~/.pyenv)",
+        pip_args=("--no-compile",),
+        timeout_s=INTEGRATIONS_INSTALL_TIMEOUT_S,
+        skip_when_unreachable=True,
+    )
 
 
 @pytest.fixture(scope="session")
 def run_integration(integrations_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """``run_integration(script, *args)``: run a script in the integrations' venv, parse its JSON stdout."""
-    folder = tmp_path_factory.mktemp("integrations")
     env = {
-        **os.environ,
-        "PYTHONWARNINGS": "ignore",
         # Haystack reports pipeline runs to PostHog unless told not to; nothing leaves this machine.
         "HAYSTACK_TELEMETRY_ENABLED": "False",
         "LANGSMITH_TRACING": "false",
     }
-
-    def run(script: str, *args: str, timeout_s: float = 300) -> Any:
-        path = folder / f"script_{len(list(folder.iterdir()))}.py"
-        path.write_text(script)
-        done = subprocess.run(
-            [str(integrations_python), str(path), *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-            env=env,
-        )
-        assert done.returncode == 0, f"integration script failed:\n{done.stdout}\n{done.stderr}"
-        return json.loads(done.stdout)
-
-    return run
+    return script_runner(
+        integrations_python, tmp_path_factory.mktemp("integrations"), "integration", env, 300
+    )
