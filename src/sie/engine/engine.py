@@ -299,7 +299,7 @@ class Engine:
         else:
             assert plan.weights is not None
             types = [OutputType(c.value) for c in plan.weights]
-            encoded = [
+            query_plan, doc_plan = (
                 plan_encode(
                     name,
                     entry.config.output_types(),
@@ -307,8 +307,13 @@ class Engine:
                     EncodeParams(
                         types, instruction=instruction, options={**(options or {}), "is_query": is_query}
                     ),
-                ).text_for(item, model.adapter.family)
-                for is_query, item in [(True, query), *((False, item) for item in items)]
+                )
+                for is_query in (True, False)
+            )
+            family = model.adapter.family
+            encoded = [
+                query_plan.text_for(query, family),
+                *(doc_plan.text_for(item, family) for item in items),
             ]
             scores, timing, tokens = await self._similarity(
                 name, model, worker, plan, encoded[0], encoded[1:]
