@@ -203,7 +203,8 @@ def run_public_sdk(public_sdk_python: Path, tmp_path_factory: pytest.TempPathFac
 
 def dense(adapter: Any, texts: list[str], pooling: Pooling | None = None) -> np.ndarray:
     """An adapter's raw dense vectors for ``texts`` in one batch (float32, not normalised)."""
-    out = adapter.run(adapter.prepare(texts, False), Forward(frozenset({Capability.DENSE}), pooling))
+    forward = Forward(frozenset({Capability.DENSE}), pooling)
+    out = adapter.run(adapter.prepare(texts, forward), forward)
     assert out.dense is not None
     vectors: np.ndarray = out.dense
     return vectors

@@ -44,7 +44,7 @@ def encoder(m3_dir: Path) -> BgeM3Encoder:
 
 
 def test_all_three_outputs_equal_flagembedding(encoder: BgeM3Encoder, reference: dict) -> None:
-    out = encoder.run(encoder.prepare(TEXTS, False), Forward(ALL))
+    out = encoder.run(encoder.prepare(TEXTS, Forward(ALL)), Forward(ALL))
     assert out.dense is not None and out.sparse is not None and out.multivector is not None
     np.testing.assert_allclose(l2_normalize(out.dense), reference["dense_vecs"], atol=1e-5)
     for ours, theirs in zip(out.sparse, reference["lexical_weights"], strict=True):
@@ -56,7 +56,7 @@ def test_all_three_outputs_equal_flagembedding(encoder: BgeM3Encoder, reference:
 
 
 def test_any_subset_from_the_same_forward(encoder: BgeM3Encoder) -> None:
-    batch = encoder.prepare(TEXTS, False)
+    batch = encoder.prepare(TEXTS, Forward(ALL))
     everything = encoder.run(batch, Forward(ALL))
     sparse_only = encoder.run(batch, Forward(frozenset({Capability.SPARSE})))
     assert sparse_only.dense is None and sparse_only.multivector is None
@@ -68,4 +68,4 @@ def test_any_subset_from_the_same_forward(encoder: BgeM3Encoder) -> None:
 
 def test_pairs_are_refused(encoder: BgeM3Encoder) -> None:
     with pytest.raises(UnsupportedInput):
-        encoder.prepare([("q", "d")], False)
+        encoder.prepare([("q", "d")], Forward(ALL))

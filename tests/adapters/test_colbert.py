@@ -76,7 +76,9 @@ def test_equals_plain_torch_reference(colbert_dir: Path, is_query: bool, packed:
         LoadSpec(colbert_dir, "cpu", ComputePrecision.FLOAT32, 512, loadtime=loadtime)
     )
     texts = QUERIES if is_query else DOCS
-    ours = encoder.run(encoder.prepare(texts, is_query), Forward(MULTI, is_query=is_query)).multivector
+    ours = encoder.run(
+        encoder.prepare(texts, Forward(MULTI, is_query=is_query)), Forward(MULTI, is_query=is_query)
+    ).multivector
     expected = reference(colbert_dir, texts, is_query)
     assert ours is not None and len(ours) == len(expected)
     for got, want in zip(ours, expected, strict=True):
@@ -85,7 +87,7 @@ def test_equals_plain_torch_reference(colbert_dir: Path, is_query: bool, packed:
     if is_query:
         assert all(len(v) == QUERY_LENGTH for v in ours)  # expanded or cut to the query length
     else:
-        assert len(ours[0]) < len(encoder.prepare(DOCS[:1], False)[0].ids)  # punctuation dropped
+        assert len(ours[0]) < len(encoder.prepare(DOCS[:1], Forward(MULTI))[0].ids)  # punctuation dropped
 
 
 def test_a_wrong_token_dim_fails_the_load(colbert_dir: Path) -> None:
@@ -100,7 +102,7 @@ def test_query_expansion_can_be_turned_off(colbert_dir: Path) -> None:
     encoder = ColbertEncoder.load(
         LoadSpec(colbert_dir, "cpu", ComputePrecision.FLOAT32, 512, loadtime=loadtime)
     )
-    (short,) = encoder.prepare(["tiny query"], True)
+    (short,) = encoder.prepare(["tiny query"], Forward(MULTI, is_query=True))
     assert len(short.ids) < QUERY_LENGTH and encoder.tokenizer.token_id("[MASK]") not in short.ids.tolist()
-    (cut,) = encoder.prepare(QUERIES[1:], True)
+    (cut,) = encoder.prepare(QUERIES[1:], Forward(MULTI, is_query=True))
     assert len(cut.ids) == QUERY_LENGTH  # still cut to the query length

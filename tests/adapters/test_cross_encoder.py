@@ -36,7 +36,7 @@ def test_scores_equal_sentence_transformers_cross_encoder(build, splade_dir: Pat
     folder = build(splade_dir, tmp_path / "reranker")
     reference = CrossEncoder(str(folder), device="cpu", max_length=256).predict(PAIRS)
     scorer = CrossEncoderScorer.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256))
-    scores = scorer.run(scorer.prepare(PAIRS, False), SCORE).scores
+    scores = scorer.run(scorer.prepare(PAIRS, SCORE), SCORE).scores
     assert scores is not None
     np.testing.assert_allclose(scores, reference, atol=1e-5)
     assert np.ptp(scores) > 1e-4  # the pairs really differ, so equality is not vacuous
@@ -49,7 +49,7 @@ def test_packed_bert_equals_its_padded_forward(splade_dir: Path, tmp_path: Path)
         LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256, loadtime={"packed": False})
     )
     assert packed.packs_tokens and not padded.packs_tokens
-    batch = packed.prepare(PAIRS, False)
+    batch = packed.prepare(PAIRS, SCORE)
     np.testing.assert_allclose(packed.run(batch, SCORE).scores, padded.run(batch, SCORE).scores, atol=1e-6)
 
 
@@ -58,4 +58,4 @@ def test_single_texts_are_refused(splade_dir: Path, tmp_path: Path) -> None:
         LoadSpec(builders.bert_reranker(splade_dir, tmp_path / "bert"), "cpu", ComputePrecision.FLOAT32, 256)
     )
     with pytest.raises(UnsupportedInput, match="pairs"):
-        scorer.prepare(["just a text"], False)
+        scorer.prepare(["just a text"], SCORE)

@@ -30,7 +30,8 @@ def load(folder: Path, **loadtime: object) -> SpladeEncoder:
 
 
 def dense_rows(encoder: SpladeEncoder, texts: list[str], is_query: bool = False) -> np.ndarray:
-    vectors = encoder.run(encoder.prepare(texts, is_query), Forward(SPARSE.outputs, is_query=is_query)).sparse
+    forward = Forward(SPARSE.outputs, is_query=is_query)
+    vectors = encoder.run(encoder.prepare(texts, forward), forward).sparse
     assert vectors is not None
     rows = np.zeros((len(texts), encoder.dims[Capability.SPARSE]), dtype=np.float32)
     for row, vector in zip(rows, vectors, strict=True):

@@ -1,11 +1,18 @@
+from types import SimpleNamespace
+
 import pytest
 
-from sie.core.options import OutputDType, OutputType, Pooling
+from sie.adapters.base import TEXT_ONLY, ImageData
+from sie.core.options import Modality, OutputDType, OutputType, Pooling
 from sie.engine.encode_plan import plan_encode
 from sie.engine.errors import InvalidInput
-from sie.wire.requests import EncodeParams, Item
+from sie.wire.requests import EncodeParams, ImageInput, Item
 
 DENSE = {"dense"}
+# What a plan reads of an adapter: its family (named in errors) and the inputs it takes.
+NAMED_A = SimpleNamespace(family="A", inputs=TEXT_ONLY)
+NAMED_ST = SimpleNamespace(family="SentenceTransformer", inputs=TEXT_ONLY)
+VISION = SimpleNamespace(family="CLIP", inputs=frozenset({Modality.TEXT, Modality.IMAGE}))
 
 
 def test_defaults():
@@ -39,13 +46,13 @@ def test_templates_and_instruction_shape_the_text():
         {"query_template": "query: {text}", "doc_template": "passage: {text}"},
         EncodeParams(options={"is_query": True}),
     )
-    assert query.text_for(Item(text="x"), "A") == "query: x"
+    assert query.text_for(Item(text="x"), NAMED_A) == "query: x"
     doc = plan_encode(
         "m", DENSE, {"query_template": "query: {text}", "doc_template": "passage: {text}"}, None
     )
-    assert doc.text_for(Item(text="x"), "A") == "passage: x"
+    assert doc.text_for(Item(text="x"), NAMED_A) == "passage: x"
     instructed = plan_encode("m", DENSE, {}, EncodeParams(instruction="Represent this"))
-    assert instructed.text_for(Item(text="x"), "A") == "Represent this x"
+    assert instructed.text_for(Item(text="x"), NAMED_A) == "Represent this x"
 
 
 @pytest.mark.parametrize(
@@ -69,4 +76,20 @@ def test_invalid_requests_name_the_bad_value(params, message):
 
 def test_item_without_text_is_invalid():
     with pytest.raises(InvalidInput, match="requires text input"):
-        plan_encode("m", DENSE, {}, None).text_for(Item(), "SentenceTransformer")
+        plan_encode("m", DENSE, {}, None).text_for(Item(), NAMED_ST)
+
+
+def test_an_image_goes_to_a_model_that_takes_images_and_text_otherwise():
+    plan = plan_encode("m", DENSE, {"query_template": "q: {text}"}, EncodeParams(options={"is_query": True}))
+    image = ImageInput(b"\x89PNG...", "png")
+    assert plan.input_for(Item(text="a", images=[image]), "m", VISION) == ImageData(b"\x89PNG...", "png")
+    assert plan.input_for(Item(text="a"), "m", VISION) == "q: a"
+
+
+def test_an_image_to_a_text_only_model_or_several_images_are_invalid():
+    plan = plan_encode("m", DENSE, {}, None)
+    image = ImageInput(b"x", "jpeg")
+    with pytest.raises(InvalidInput, match="Model 'm' does not support image input"):
+        plan.input_for(Item(images=[image]), "m", NAMED_ST)
+    with pytest.raises(InvalidInput, match="one image per item, got 2"):
+        plan.input_for(Item(images=[image, image]), "m", VISION)

@@ -87,9 +87,9 @@ async def test_admission_limit_and_errors(tmp_path):
     with pytest.raises(InvalidInput, match="admits at most 4 at once"):
         await engine.encode(INT8, [Item(text="x")] * 5, None)
     model, worker = engine.ready_model(INT8)
-    first = worker.submit(model.adapter.prepare(["a", "b", "c"], False), DENSE_GROUP)
+    first = worker.submit(model.adapter.prepare(["a", "b", "c"], DENSE_GROUP.forward), DENSE_GROUP)
     with pytest.raises(Overloaded, match="would pass the limit of 4"):
-        worker.submit(model.adapter.prepare(["d", "e"], False), DENSE_GROUP)
+        worker.submit(model.adapter.prepare(["d", "e"], DENSE_GROUP.forward), DENSE_GROUP)
     assert len(await asyncio.gather(*first)) == 3
     assert worker.pending_items == 0
     with pytest.raises(InvalidInput, match="must not be empty"):

@@ -84,7 +84,9 @@ async def test_worker_runs_idle_housekeeping_only_once_the_device_is_idle(tmp_pa
     executor = ThreadPoolExecutor(1)
     worker = _worker(model, executor, lambda: calls.append(worker.pending_items), idle_after_s=0.2)
     for _ in range(3):  # back-to-back requests, 0.05 s apart: the device never idles for 0.2 s
-        await asyncio.gather(*worker.submit(model.adapter.prepare(["a b c"] * 10, False), DENSE_GROUP))
+        await asyncio.gather(
+            *worker.submit(model.adapter.prepare(["a b c"] * 10, DENSE_GROUP.forward), DENSE_GROUP)
+        )
         await asyncio.sleep(0.05)
     assert calls == []
     await asyncio.sleep(0.5)
@@ -104,10 +106,12 @@ async def test_a_failing_idle_hook_is_logged_and_the_worker_keeps_serving(tmp_pa
         raise OSError("no trim today")
 
     worker = _worker(model, executor, broken, idle_after_s=0.05)
-    await asyncio.gather(*worker.submit(model.adapter.prepare(["a b c"], False), DENSE_GROUP))
+    await asyncio.gather(*worker.submit(model.adapter.prepare(["a b c"], DENSE_GROUP.forward), DENSE_GROUP))
     await asyncio.sleep(0.3)
     assert "idle housekeeping for model t failed: OSError('no trim today')" in caplog.text
-    results = await asyncio.gather(*worker.submit(model.adapter.prepare(["d e f"], False), DENSE_GROUP))
+    results = await asyncio.gather(
+        *worker.submit(model.adapter.prepare(["d e f"], DENSE_GROUP.forward), DENSE_GROUP)
+    )
     assert results[0].outputs.dense.shape == (384,)
     await worker.close()
     executor.shutdown()

@@ -57,12 +57,12 @@ async def test_a_failing_statistics_hook_still_answers_every_item(loaded, execut
 
     worker = start_worker(model, executor, broken)
     results = await asyncio.wait_for(
-        asyncio.gather(*worker.submit(model.adapter.prepare(["one", "two words"], False), GROUP)), 10
+        asyncio.gather(*worker.submit(model.adapter.prepare(["one", "two words"], GROUP.forward), GROUP)), 10
     )
     assert [r.outputs.dense.shape for r in results] == [(384,), (384,)]
     assert "batch statistics for model t failed" in caplog.text
     again = await asyncio.wait_for(
-        asyncio.gather(*worker.submit(model.adapter.prepare(["three"], False), GROUP)), 10
+        asyncio.gather(*worker.submit(model.adapter.prepare(["three"], GROUP.forward), GROUP)), 10
     )
     assert again[0].outputs.dense.shape == (384,)
     await worker.close()
@@ -75,7 +75,7 @@ async def test_a_dead_loop_fails_queued_work_and_refuses_new_work(loaded, execut
     runner.cancel()  # the run loop ends while the worker is open, as if it had crashed
     await asyncio.gather(runner, return_exceptions=True)
     with pytest.raises(InferenceFailed, match="worker stopped"):
-        worker.submit(model.adapter.prepare(["after the crash"], False), GROUP)
+        worker.submit(model.adapter.prepare(["after the crash"], GROUP.forward), GROUP)
     await worker.close()
 
 
@@ -116,7 +116,9 @@ async def test_items_wanting_different_postprocessing_share_one_forward(loaded, 
     int8 = BatchGroup(GROUP.forward, Postprocess(GROUP.post.keep, True, OutputDType.INT8))
     raw = BatchGroup(GROUP.forward, Postprocess(GROUP.post.keep, False, OutputDType.FLOAT32))
     texts = ["the same text", "another text"]
-    asked = [worker.submit(model.adapter.prepare(texts, False), group) for group in (GROUP, int8, raw)]
+    asked = [
+        worker.submit(model.adapter.prepare(texts, group.forward), group) for group in (GROUP, int8, raw)
+    ]
     normal, quantised, unnormalised = [await asyncio.gather(*futures) for futures in asked]
     assert [b.items for b in batches] == [6]  # one forward for all three requests
     for a, b, c in zip(normal, quantised, unnormalised, strict=True):

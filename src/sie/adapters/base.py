@@ -1,13 +1,15 @@
 """The contract between the engine and a model family.
 
-An adapter does two things, on two threads. ``prepare`` turns texts (or query-document pairs) into
-``Prepared`` items on the CPU pool: tokenization, plus whatever the family adds (ColBERT's markers and
-query expansion, a pair's segments). ``run`` takes a batch of prepared items on the device thread and
+An adapter does two things, on two threads. ``prepare`` turns inputs (texts, query-document pairs or
+images) into ``Prepared`` items on the CPU pool: tokenization or image decoding, plus whatever the
+family adds (ColBERT's markers and query expansion, a pair's segments, an NLI model's hypotheses). ``run`` takes a batch of prepared items on the device thread and
 returns every output the ``Forward`` asks for, as NumPy, in one ``BatchOutputs``. One forward may
 yield several outputs (BGE-M3 gives dense, sparse and multivector from one pass). What an adapter can
 produce is declared up front (``capabilities``), so the engine refuses a request before any work.
-Output dtypes, normalisation and MUVERA are the engine's postprocessing, never the adapter's. An
-adapter never sees a request, HTTP or the queue.
+Both halves are told the ``Forward`` the items will take: whether they are queries, the extraction
+task (labels and the family's options) and the LoRA to run with. Output dtypes, normalisation and
+MUVERA are the engine's postprocessing, never the adapter's. An adapter never sees a request, HTTP or
+the queue.
 """
 
 from __future__ import annotations
@@ -15,28 +17,44 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from sie.adapters.tokenizer import TextTokenizer
-from sie.core.options import AttentionBackend, Capability, ComputePrecision, Pooling
+from sie.core.extraction import Extraction
+from sie.core.options import AttentionBackend, Capability, ComputePrecision, Modality, Pooling
 
-# What ``prepare`` takes: a text, or a (query, document) pair for models that score pairs.
-ModelInput = str | tuple[str, str]
+
+@dataclass(frozen=True, slots=True)
+class ImageData:
+    """An image as the client sent it (JPEG, PNG, ...): decoded by ``prepare``, on the CPU pool."""
+
+    data: bytes
+    format: str | None = None
+
+
+# What ``prepare`` takes: a text, a (query, document) pair for models that score pairs, or an image.
+ModelInput = str | tuple[str, str] | ImageData
+
+_NO_IDS = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """One item ready for the device: token ids (a pair's two segments joined) and, for pairs, the
-    segment of each token. Its cost for batching is its token count."""
+    segment of each token. ``payload`` holds what else the family's ``run`` needs (an image's pixels,
+    GLiNER's words, an NLI model's hypothesis pairs), opaque to the engine. Its cost for batching is
+    ``weight`` when the family sets one, else its token count."""
 
-    ids: np.ndarray
+    ids: np.ndarray = field(default_factory=lambda: _NO_IDS)
     type_ids: np.ndarray | None = None
+    payload: Any = None
+    weight: int | None = None
 
     @property
     def cost(self) -> int:
-        return len(self.ids)
+        return self.weight if self.weight is not None else len(self.ids)
 
 
 @dataclass(frozen=True)
@@ -64,12 +82,42 @@ class TokenBatch:
 
 
 @dataclass(frozen=True)
+class Task:
+    """An extraction request's parameters: its ``labels``, ``instruction`` and runtime options (the
+    profile's overlaid by the request's, as sorted pairs so a ``Task`` hashes). Each family reads the
+    options it knows (``threshold``, ``flat_ner``, ``hypothesis_template``...) with its own defaults."""
+
+    labels: tuple[str, ...] = ()
+    options: tuple[tuple[str, Any], ...] = ()
+    instruction: str | None = None
+
+    @classmethod
+    def of(cls, labels: Sequence[str], options: Mapping[str, Any], instruction: str | None = None) -> Task:
+        frozen = tuple(sorted((key, _hashable(value)) for key, value in options.items()))
+        return cls(tuple(labels), frozen, instruction)
+
+    def option(self, key: str, default: Any) -> Any:
+        return next((value for name, value in self.options if name == key), default)
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+@dataclass(frozen=True)
 class Forward:
-    """What one forward must produce; items are batched together only when this is equal."""
+    """What one forward must produce and how; items are batched together only when this is equal, so a
+    batch never mixes LoRAs, extraction labels or query and document preparation."""
 
     outputs: frozenset[Capability]
     pooling: Pooling | None = None  # dense pooling; None means the model's own
     is_query: bool = False
+    task: Task | None = None  # extraction only
+    lora: str | None = None  # a LoRA the adapter has loaded (``TakesLora``); None is the base model
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +132,7 @@ class ItemOutputs:
     sparse: SparseVector | None = None
     multivector: np.ndarray | None = None  # [tokens, token_dims]
     score: float | None = None
+    extraction: Extraction | None = None
 
 
 @dataclass
@@ -96,6 +145,7 @@ class BatchOutputs:
     sparse: list[SparseVector] | None = None
     multivector: list[np.ndarray] | None = None
     scores: np.ndarray | None = None  # [items]
+    extractions: list[Extraction] | None = None
 
     @classmethod
     def concat(cls, parts: Sequence[BatchOutputs]) -> BatchOutputs:
@@ -113,6 +163,9 @@ class BatchOutputs:
             scores=np.concatenate([p.scores for p in parts if p.scores is not None])
             if first.scores is not None
             else None,
+            extractions=[e for p in parts for e in p.extractions or ()]
+            if first.extractions is not None
+            else None,
         )
 
     def take(self, rows: list[int]) -> BatchOutputs:
@@ -122,6 +175,7 @@ class BatchOutputs:
             sparse=[self.sparse[i] for i in rows] if self.sparse is not None else None,
             multivector=[self.multivector[i] for i in rows] if self.multivector is not None else None,
             scores=self.scores[rows] if self.scores is not None else None,
+            extractions=[self.extractions[i] for i in rows] if self.extractions is not None else None,
         )
 
     def items(self, count: int) -> list[ItemOutputs]:
@@ -131,6 +185,7 @@ class BatchOutputs:
                 sparse=self.sparse[i] if self.sparse is not None else None,
                 multivector=self.multivector[i] if self.multivector is not None else None,
                 score=float(self.scores[i]) if self.scores is not None else None,
+                extraction=self.extractions[i] if self.extractions is not None else None,
             )
             for i in range(count)
         ]
@@ -157,6 +212,7 @@ class Adapter(Protocol):
     """A loaded model of one family; see the module docstring for the two halves of the contract."""
 
     capabilities: frozenset[Capability]
+    inputs: frozenset[Modality]  # what an item may carry; the engine refuses the rest before any work
     family: str  # named in input errors ("SentenceTransformer adapters requires text input")
     # Output sizes: dense dims, sparse vocabulary, multivector token dims.
     dims: Mapping[Capability, int]
@@ -166,8 +222,9 @@ class Adapter(Protocol):
     # engine then sends a whole batch in one call instead of cutting it into length chunks.
     packs_tokens: bool
 
-    def prepare(self, inputs: Sequence[ModelInput], is_query: bool) -> list[Prepared]:
-        """CPU pool: tokenize; raises ``UnsupportedInput`` for an input the family cannot take."""
+    def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
+        """CPU pool: tokenize or decode; raises ``UnsupportedInput`` for an input the family cannot
+        take (the engine answers 400 with its message)."""
         ...
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
@@ -179,12 +236,29 @@ class Adapter(Protocol):
         ...
 
 
+@runtime_checkable
+class TakesLora(Protocol):
+    """An adapter that runs PEFT LoRA adapters per request (``Forward.lora``). Both methods run on the
+    device thread, between batches; the engine decides what is loaded and evicts (LRU)."""
+
+    def load_lora(self, name: str, path: Path) -> None:
+        """Load the PEFT adapter in ``path`` under ``name``; raises if it does not fit the model."""
+        ...
+
+    def unload_lora(self, name: str) -> None: ...
+
+
+TEXT_ONLY: frozenset[Modality] = frozenset({Modality.TEXT})
+
+
 class UnsupportedInput(ValueError):
     """An item lacks what the adapter needs (e.g. a pair sent to a model that embeds single texts)."""
 
 
 def texts_only(inputs: Sequence[ModelInput], family: str) -> list[str]:
     """The inputs of an adapter that embeds single texts; a pair is refused with the family's name."""
+    if any(isinstance(one, ImageData) for one in inputs):
+        raise UnsupportedInput(f"{family} models take text, not images")
     if any(not isinstance(one, str) for one in inputs):
         raise UnsupportedInput(f"{family} models embed single texts, not query-document pairs")
     return [one for one in inputs if isinstance(one, str)]

@@ -82,7 +82,8 @@ class ColbertEncoder(TransformerAdapter):
             (i for c in string.punctuation if (i := self.tokenizer.token_id(c)) is not None), dtype=np.int64
         )
 
-    def prepare(self, inputs: Sequence[ModelInput], is_query: bool) -> list[Prepared]:
+    def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
+        is_query = forward.is_query
         prefix, limit = (
             (self._query_prefix, self._query_length) if is_query else (self._doc_prefix, self._doc_length)
         )

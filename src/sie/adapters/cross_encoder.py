@@ -34,7 +34,7 @@ class CrossEncoderScorer(TransformerAdapter):
         self._pooler = getattr(self.backbone.base, "pooler", None)
         self.packs_tokens = self.backbone.packed is not None and self._pooler is not None
 
-    def prepare(self, inputs: Sequence[ModelInput], is_query: bool) -> list[Prepared]:
+    def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
         pairs = [one for one in inputs if isinstance(one, tuple)]
         if len(pairs) != len(inputs):
             raise UnsupportedInput("Cross-encoder models score (query, document) pairs, not single texts")

@@ -15,6 +15,7 @@ import onnxruntime as ort
 import torch
 
 from sie.adapters.base import (
+    TEXT_ONLY,
     BatchOutputs,
     Forward,
     LoadSpec,
@@ -46,6 +47,7 @@ def _model_file(weights: Path, name: str | None) -> Path:
 class OnnxDenseEncoder:
     family = _FAMILY
     capabilities = frozenset({Capability.DENSE})
+    inputs = TEXT_ONLY
     packs_tokens = False  # the exported graph takes a padded batch
 
     def __init__(
@@ -74,7 +76,7 @@ class OnnxDenseEncoder:
         session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
         return cls(session, spec.tokenizer(), Pooling(spec.loadtime.get("pooling", "mean")))
 
-    def prepare(self, inputs: Sequence[ModelInput], is_query: bool) -> list[Prepared]:
+    def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
         return [Prepared(ids) for ids in self.tokenizer.encode(texts_only(inputs, _FAMILY))]
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:

@@ -20,11 +20,11 @@ from transformers import AutoConfig, AutoModel
 from transformers.utils import logging as hf_logging
 
 from sie.adapters.attention import AttentionPlan, plan_attention
-from sie.adapters.base import LoadSpec, ModelInput, Prepared, TokenBatch, texts_only
+from sie.adapters.base import TEXT_ONLY, Forward, LoadSpec, ModelInput, Prepared, TokenBatch, texts_only
 from sie.adapters.packed_bert import PackedBert, PackedTokens, host_to_device
 from sie.adapters.pooling import unpad
 from sie.core.heap import collect_unloaded
-from sie.core.options import ComputePrecision
+from sie.core.options import ComputePrecision, Modality
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +159,7 @@ class TransformerAdapter:
 
     family: ClassVar[str]
     auto_class: ClassVar[Any] = AutoModel
+    inputs: ClassVar[frozenset[Modality]] = TEXT_ONLY
 
     def __init__(self, spec: LoadSpec) -> None:
         self.tokenizer = spec.tokenizer()
@@ -169,7 +170,7 @@ class TransformerAdapter:
     def load(cls, spec: LoadSpec) -> Self:
         return cls(spec)
 
-    def prepare(self, inputs: Sequence[ModelInput], is_query: bool) -> list[Prepared]:
+    def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
         return [Prepared(ids) for ids in self.tokenizer.encode(texts_only(inputs, self.family))]
 
     def close(self) -> None:

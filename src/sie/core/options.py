@@ -53,10 +53,18 @@ class OutputDType(StrEnum):
 
 
 class Capability(StrEnum):
-    """What an adapter can produce from one forward; encode output types plus ``score`` (extraction's
-    outputs join later). An adapter declares a set of these, so a request is refused before any work."""
+    """What an adapter can produce from one forward: the encode output types, ``score`` and
+    ``extract``. An adapter declares a set of these, so a request is refused before any work."""
 
     DENSE = "dense"
     SPARSE = "sparse"
     MULTIVECTOR = "multivector"
     SCORE = "score"
+    EXTRACT = "extract"
+
+
+class Modality(StrEnum):
+    """What an item carries that an adapter can take (the public ``inputs`` of a model)."""
+
+    TEXT = "text"
+    IMAGE = "image"

@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sie.adapters.base import Adapter, ModelInput
 from sie.core.options import OutputDType, OutputType, Pooling
 from sie.engine.errors import InvalidInput
+from sie.engine.inputs import image_of, text_of
 from sie.wire.requests import EncodeParams, Item
 
 
@@ -29,19 +31,23 @@ class EncodePlan:
     doc_template: str | None
     muvera: bool = False  # dense from the multivector (a profile's ``muvera`` option)
 
-    def text_for(self, item: Item, adapter_name: str) -> str:
+    def input_for(self, item: Item, model: str, adapter: Adapter) -> ModelInput:
+        """The item's image for a model that takes images, else ``text_for`` its text."""
+        image = image_of(item, model, adapter)
+        return image if image is not None else self.text_for(item, adapter)
+
+    def text_for(self, item: Item, adapter: Adapter) -> str:
         """The text the tokenizer sees: templates first, else ``"{instruction} {text}"``."""
-        if item.text is None:
-            raise InvalidInput(f"{adapter_name} adapters requires text input")
+        text = text_of(item, adapter)
         template = self.query_template if self.is_query else self.doc_template
         if template:
             try:
-                return template.format(text=item.text, instruction=self.instruction or "")
+                return template.format(text=text, instruction=self.instruction or "")
             except (KeyError, IndexError, ValueError) as exc:
                 raise InvalidInput(f"Invalid template {template!r}: {exc}") from exc
         if self.instruction:
-            return f"{self.instruction} {item.text}"
-        return item.text
+            return f"{self.instruction} {text}"
+        return text
 
 
 def _typed(options: dict[str, Any], key: str, kind: type, default: Any) -> Any:

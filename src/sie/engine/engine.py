@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from sie.adapters.base import Forward, ModelInput, UnsupportedInput
+from sie.adapters.base import Forward, ImageData, ModelInput, Task, UnsupportedInput
 from sie.core import heap
 from sie.core.options import Capability, OutputDType, OutputType
 from sie.engine.batcher import BatchLimits
@@ -32,16 +32,17 @@ from sie.engine.errors import (
     ModelNotFound,
     require_items,
 )
+from sie.engine.inputs import image_of, text_of
 from sie.engine.loader import LoadedModel, LoadSettings, ModelLoader, ModelSlot, ModelState
-from sie.engine.results import encode_result, ranked
+from sie.engine.results import encode_result, extract_result, item_id, ranked
 from sie.engine.runner import BatchGroup, ModelRunner
 from sie.engine.score_plan import ScorePlan, plan_score
 from sie.engine.worker import BatchStats, ItemResult, ModelWorker
 from sie.observability.metrics import Metrics
 from sie.postprocess.outputs import Postprocess
 from sie.postprocess.similarity import cosine, maxsim, sparse_dot
-from sie.wire.requests import EncodeParams, Item
-from sie.wire.responses import EncodeResult, ScoreEntry, Timing
+from sie.wire.requests import EncodeParams, ExtractParams, Item
+from sie.wire.responses import EncodeResult, ExtractResult, ScoreEntry, Timing
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,13 @@ log = logging.getLogger(__name__)
 # thread wake-ups). Longer texts go to the pool so the loop keeps admitting requests meanwhile.
 INLINE_TOKENIZE_CHARS: Final = 160
 
+
+# Request options the engine itself reads; the rest of an extract request's options go to the adapter.
+ENGINE_OPTIONS: Final = frozenset({"profile", "lora_id"})
+
+EXTRACT_HINT: Final = (
+    "does not support extraction. Use an extraction model like GLiNER, GLiClass, or Florence-2."
+)
 
 # Sparse weights are not quantised to integers: their scale carries the ranking across documents.
 SPARSE_DTYPES: Final = frozenset({OutputDType.FLOAT32, OutputDType.FLOAT16})
@@ -91,6 +99,14 @@ class EncodeOutcome:
 
 
 @dataclass(frozen=True)
+class ExtractOutcome:
+    model: str
+    items: list[ExtractResult]
+    timing: Timing
+    tokens: int
+
+
+@dataclass(frozen=True)
 class ScoreOutcome:
     model: str
     scores: list[ScoreEntry]  # best first
@@ -99,7 +115,15 @@ class ScoreOutcome:
 
 
 def _input_chars(inputs: Sequence[ModelInput]) -> int:
-    return sum(len(one) if isinstance(one, str) else len(one[0]) + len(one[1]) for one in inputs)
+    """Text size, for choosing where to prepare; an image always goes to the pool (decoding is slow)."""
+    return sum(
+        len(one)
+        if isinstance(one, str)
+        else len(one.data)
+        if isinstance(one, ImageData)
+        else len(one[0]) + len(one[1])
+        for one in inputs
+    )
 
 
 class Engine:
@@ -204,14 +228,16 @@ class Engine:
         self, name: str, model: LoadedModel, worker: ModelWorker, inputs: list[ModelInput], group: BatchGroup
     ) -> Inference:
         """The one submit path: prepare (on the loop when tiny, else on the CPU pool), queue, await."""
-        adapter, is_query = model.adapter, group.forward.is_query
+        adapter = model.adapter
         started = time.perf_counter()
         try:
             if _input_chars(inputs) <= INLINE_TOKENIZE_CHARS:
-                prepared = adapter.prepare(inputs, is_query)
+                prepared = adapter.prepare(inputs, group.forward)
             else:
                 loop = asyncio.get_running_loop()
-                prepared = await loop.run_in_executor(self._tokenize_pool, adapter.prepare, inputs, is_query)
+                prepared = await loop.run_in_executor(
+                    self._tokenize_pool, adapter.prepare, inputs, group.forward
+                )
         except UnsupportedInput as exc:
             raise InvalidInput(str(exc)) from exc
         tokenization_ms = (time.perf_counter() - started) * 1000
@@ -254,7 +280,7 @@ class Engine:
             Forward(computed, plan.pooling, plan.is_query),
             Postprocess(keep, plan.normalize, plan.output_dtype, plan.muvera),
         )
-        texts: list[ModelInput] = [plan.text_for(item, model.adapter.family) for item in items]
+        texts: list[ModelInput] = [plan.input_for(item, name, model.adapter) for item in items]
         inference = await self._infer(name, model, worker, texts, group)
         dims = dict(model.adapter.dims)
         if plan.muvera and model.fixed_dims is not None:
@@ -310,16 +336,47 @@ class Engine:
                 )
                 for is_query in (True, False)
             )
-            family = model.adapter.family
+            adapter = model.adapter
             encoded = [
-                query_plan.text_for(query, family),
-                *(doc_plan.text_for(item, family) for item in items),
+                query_plan.text_for(query, adapter),
+                *(doc_plan.text_for(item, adapter) for item in items),
             ]
             scores, timing, tokens = await self._similarity(
                 name, model, worker, plan, encoded[0], encoded[1:]
             )
-        ids = [item.id if item.id is not None else f"item-{i}" for i, item in enumerate(items)]
+        ids = [item_id(item.id, i) for i, item in enumerate(items)]
         return ScoreOutcome(name, ranked(ids, scores), timing, tokens)
+
+    async def extract(self, name: str, items: list[Item], params: ExtractParams | None) -> ExtractOutcome:
+        """Entities, classes and the like from each item: the adapter gets the labels, the instruction and
+        the runtime options (profile's, overlaid by the request's) as one ``Task``, and items batch
+        together only with items of an equal task."""
+        started = time.perf_counter()
+        require_items(items)
+        params = params or ExtractParams()
+        name = self.resolve(name, params.options)
+        entry = self.entry(name)
+        if entry.config.tasks.extract is None:
+            raise InvalidInput(f"Model '{name}' {EXTRACT_HINT}")
+        options = {**entry.profile.runtime, **(params.options or {})}
+        model, worker = self.ready_model(name)
+        self._check_outputs(name, model, frozenset({Capability.EXTRACT}))
+        instruction = params.instruction or options.get("instruction")
+        task = Task.of(
+            params.labels or (),
+            {k: v for k, v in options.items() if k not in ENGINE_OPTIONS},
+            instruction if isinstance(instruction, str) else None,
+        )
+        extract = frozenset({Capability.EXTRACT})
+        group = BatchGroup(Forward(extract, task=task), Postprocess(extract))
+        adapter = model.adapter
+        inputs: list[ModelInput] = [image_of(item, name, adapter) or text_of(item, adapter) for item in items]
+        inference = await self._infer(name, model, worker, inputs, group)
+        results = [
+            extract_result(item_id(item.id, i), result.outputs.extraction)
+            for i, (item, result) in enumerate(zip(items, inference.results, strict=True))
+        ]
+        return ExtractOutcome(name, results, inference.timing(started, postprocessed=False), inference.tokens)
 
     async def _similarity(
         self,

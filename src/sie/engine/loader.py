@@ -19,7 +19,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from sie.adapters.base import Adapter, Forward, LoadSpec, ModelInput
+from sie.adapters.base import Adapter, Forward, LoadSpec, ModelInput, Task
 from sie.adapters.device import effective_precision
 from sie.adapters.registry import UnknownAdapter, adapter_class
 from sie.core import heap
@@ -111,10 +111,17 @@ def load_model(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel:
 
 
 def warm_up(adapter: Adapter) -> None:
-    """One tiny forward of every output the adapter has, so lazy initialisation is not paid by a user."""
-    outputs = adapter.capabilities - {Capability.SCORE} or frozenset({Capability.SCORE})
-    inputs: list[ModelInput] = [("warm", "up")] if Capability.SCORE in outputs else ["warm up"]
-    adapter.run(adapter.prepare(inputs, False), Forward(outputs))
+    """One tiny forward of the adapter's main output, so lazy initialisation is not paid by a user:
+    its embeddings when it has any, else its pair scores, else an extraction with one label."""
+    embeddings = adapter.capabilities - {Capability.SCORE, Capability.EXTRACT}
+    inputs: list[ModelInput] = ["warm up"]
+    if embeddings:
+        forward = Forward(embeddings)
+    elif Capability.SCORE in adapter.capabilities:
+        forward, inputs = Forward(frozenset({Capability.SCORE})), [("warm", "up")]
+    else:
+        forward = Forward(frozenset({Capability.EXTRACT}), task=Task(labels=("thing",)))
+    adapter.run(adapter.prepare(inputs, forward), forward)
 
 
 def load_and_warm_up(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel:

@@ -1,4 +1,4 @@
-"""Engine outputs to wire results: the envelopes of each output type, and ranked scores."""
+"""Engine outputs to wire results: the envelopes of each output type, ranked scores, extractions."""
 
 from __future__ import annotations
 
@@ -7,9 +7,17 @@ from collections.abc import Mapping
 import numpy as np
 
 from sie.adapters.base import ItemOutputs
+from sie.core.extraction import Extraction
 from sie.core.options import Capability, OutputDType
 from sie.postprocess.quantize import wire_dtype_name
-from sie.wire.responses import DenseVector, EncodeResult, MultiVector, ScoreEntry, SparseVector
+from sie.wire.responses import (
+    DenseVector,
+    EncodeResult,
+    ExtractResult,
+    MultiVector,
+    ScoreEntry,
+    SparseVector,
+)
 
 
 def encode_result(
@@ -36,3 +44,15 @@ def ranked(item_ids: list[str], scores: np.ndarray) -> list[ScoreEntry]:
     """Best first; equal scores keep the request's order."""
     order = np.argsort(-scores, kind="stable")
     return [ScoreEntry(item_ids[i], float(scores[i]), rank) for rank, i in enumerate(order)]
+
+
+def item_id(given: str | None, index: int) -> str:
+    """Score and extract name an item without an id by its position, as the public server does."""
+    return given if given is not None else f"item-{index}"
+
+
+def extract_result(item_id: str, extraction: Extraction | None) -> ExtractResult:
+    found = extraction or Extraction()
+    return ExtractResult(
+        item_id, found.entities, found.relations, found.classifications, found.objects, found.data
+    )

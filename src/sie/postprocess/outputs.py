@@ -2,7 +2,8 @@
 
 Dense vectors are normalised (when asked) and quantised; a multivector can become a fixed dense vector
 (MUVERA) and is quantised per token; sparse values become float16 when that dtype is asked and stay
-float32 otherwise (as the public server does for int8/uint8/binary); scores pass through. Outputs the
+float32 otherwise (as the public server does for int8/uint8/binary); scores and extractions pass
+through. Outputs the
 response does not carry (a multivector that only fed MUVERA) are dropped here.
 """
 
@@ -39,7 +40,7 @@ def finish(
         if fixed is None or outputs.multivector is None:
             raise ValueError("MUVERA needs the model's multivector output and its MUVERA configuration")
         dense = fixed(outputs.multivector, is_query)
-    result = BatchOutputs(scores=outputs.scores)
+    result = BatchOutputs(scores=outputs.scores, extractions=outputs.extractions)
     if Capability.DENSE in spec.keep and dense is not None:
         result.dense = quantize(dense, spec.output_dtype)
     if Capability.MULTIVECTOR in spec.keep and outputs.multivector is not None:

@@ -8,6 +8,8 @@ from typing import Annotated, Any
 import msgspec
 import numpy as np
 
+from sie.core.extraction import Classification, DetectedObject, Entity, Relation
+
 
 class DenseVector(msgspec.Struct):
     dims: int
@@ -131,4 +133,21 @@ class RerankResult(msgspec.Struct, omit_defaults=True):
 class RerankResponse(msgspec.Struct):
     model: str
     results: list[RerankResult]
+    usage: Usage
+
+
+class ExtractResult(msgspec.Struct):
+    """Every item carries all six keys, whichever parts its model fills (as the public server's)."""
+
+    id: str
+    entities: list[Entity]
+    relations: list[Relation]
+    classifications: list[Classification]
+    objects: list[DetectedObject]
+    data: dict[str, Any]
+
+
+class ExtractResponse(msgspec.Struct):
+    model: str
+    items: list[ExtractResult]
     usage: Usage

@@ -1,0 +1,34 @@
+"""Which input of an item a model gets: its image when it has one, else its text.
+
+The rule is the same for every operation and family, so it lives here rather than in each adapter:
+a model declares the modalities it takes (``Adapter.inputs``), and an item it cannot take is refused
+with 400 before any work.
+"""
+
+from __future__ import annotations
+
+from sie.adapters.base import Adapter, ImageData
+from sie.core.options import Modality
+from sie.engine.errors import InvalidInput
+from sie.wire.requests import Item
+
+
+def image_of(item: Item, model: str, adapter: Adapter) -> ImageData | None:
+    """The item's image, or None when it has none; refused when the model takes no images, and when
+    there are several (every image model here embeds one image per item)."""
+    if not item.images:
+        return None
+    if Modality.IMAGE not in adapter.inputs:
+        raise InvalidInput(f"Model '{model}' does not support image input; it takes text")
+    if len(item.images) > 1:
+        raise InvalidInput(
+            f"Model '{model}' takes one image per item, got {len(item.images)}; send them as separate items"
+        )
+    image = item.images[0]
+    return ImageData(image.data, image.format)
+
+
+def text_of(item: Item, adapter: Adapter) -> str:
+    if item.text is None:
+        raise InvalidInput(f"{adapter.family} adapters requires text input")
+    return item.text
