@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -102,4 +103,20 @@ def bge_m3(splade_dir: Path, folder: Path) -> Path:
     shutil.copy(splade_dir / "tokenizer.json", folder / "tokenizer.json")
     tokenizer_config = json.loads((splade_dir / "tokenizer_config.json").read_text())
     (folder / "tokenizer_config.json").write_text(json.dumps({**tokenizer_config, "eos_token": "[SEP]"}))
+    return folder
+
+
+def lora(base: Path, folder: Path, seed: int, targets: list[str], auto_class: Any = None) -> Path:
+    """A PEFT LoRA for the model in ``base`` with seeded, non-zero updates (a fresh LoRA's B is zero,
+    which would leave the model unchanged and make every comparison pass)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModel
+
+    torch.manual_seed(seed)
+    model = (auto_class or AutoModel).from_pretrained(str(base))
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=targets))
+    for name, parameter in peft_model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(parameter, std=0.05)
+    peft_model.save_pretrained(str(folder))
     return folder

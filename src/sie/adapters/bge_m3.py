@@ -79,7 +79,7 @@ class BgeM3Encoder(TransformerAdapter):
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         out = BatchOutputs()
-        with self.backbone.running():
+        with self.backbone.running(forward.lora):
             hidden, tokens = self.backbone.token_states(batch)
             if Capability.DENSE in forward.outputs:
                 out.dense = pool(hidden, tokens, forward.pooling or Pooling.CLS).cpu().numpy()

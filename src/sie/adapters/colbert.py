@@ -98,7 +98,7 @@ class ColbertEncoder(TransformerAdapter):
         return prepared
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
-        with self.backbone.running():
+        with self.backbone.running(forward.lora):
             hidden, tokens = self.backbone.token_states(batch)
             vectors = F.normalize(hidden.float() @ self._projection.T, dim=-1).cpu().numpy()
         cuts = np.cumsum(tokens.host_lengths)[:-1]

@@ -41,7 +41,7 @@ class CrossEncoderScorer(TransformerAdapter):
         return [Prepared(ids, types) for ids, types in self.tokenizer.encode_pairs(pairs)]
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
-        with self.backbone.running():
+        with self.backbone.running(forward.lora):
             logits = self._packed_logits(batch) if self.packs_tokens else self._padded_logits(batch)
             return BatchOutputs(scores=torch.sigmoid(logits.float()).view(-1).cpu().numpy())
 

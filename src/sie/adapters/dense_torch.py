@@ -21,7 +21,7 @@ class TorchDenseEncoder(TransformerAdapter):
         self.default_pooling = read_default_pooling(spec.weights)
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
-        with self.backbone.running():
+        with self.backbone.running(forward.lora):
             hidden, tokens = self.backbone.token_states(batch)
             pooled = pool(hidden, tokens, forward.pooling or self.default_pooling)
             return BatchOutputs(dense=pooled.cpu().numpy())

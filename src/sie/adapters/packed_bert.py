@@ -16,7 +16,7 @@ take a whole batch, whatever its spread of lengths.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, partial
 from typing import Any, Final
 
@@ -254,6 +254,40 @@ class Layer:
             out_norm=out.LayerNorm,
         )
 
+    def with_lora(self, layer: Any, name: str) -> Layer:
+        """This layer with LoRA ``name``'s updates merged into copies of the weights it adapts (W + BA,
+        PEFT's own delta); the weights it leaves alone are shared, not copied."""
+        attention = layer.attention.self
+        deltas = [_lora_delta(part, name) for part in (attention.query, attention.key, attention.value)]
+        qkv = self.qkv
+        if any(delta is not None for delta in deltas):
+            size = qkv.weight.shape[0] // 3
+            merged = qkv.weight.clone()
+            for index, delta in enumerate(deltas):
+                if delta is not None:
+                    merged[index * size : (index + 1) * size] += delta.to(merged.dtype)
+            qkv = replace(qkv, weight=merged)
+        return replace(
+            self,
+            qkv=qkv,
+            attention_out=_merged(self.attention_out, layer.attention.output.dense, name),
+            intermediate=_merged(self.intermediate, layer.intermediate.dense, name),
+            out=_merged(self.out, layer.output.dense, name),
+        )
+
+
+def _lora_delta(module: Any, name: str) -> torch.Tensor | None:
+    """PEFT's weight update of LoRA ``name`` on ``module``, or None when the LoRA leaves it alone."""
+    if name not in getattr(module, "lora_A", {}):
+        return None
+    delta: torch.Tensor = module.get_delta_weight(name).detach()
+    return delta
+
+
+def _merged(dense: Dense, module: Any, name: str) -> Dense:
+    delta = _lora_delta(module, name)
+    return dense if delta is None else replace(dense, weight=dense.weight + delta.to(dense.weight.dtype))
+
 
 class PackedBert:
     """Wraps a loaded ``transformers`` ``BertModel``; ``supports`` says whether a model qualifies."""
@@ -266,6 +300,20 @@ class PackedBert:
         self._hidden = int(config.hidden_size)
         self._head_dim = self.head_dim(config)
         self._layers = [Layer.of(layer, config.hidden_act) for layer in model.encoder.layer]
+        self._lora_layers: dict[str, list[Layer]] = {}
+
+    def add_lora(self, name: str) -> None:
+        """Merged weights for LoRA ``name``, already injected into the wrapped model by PEFT. The packed
+        forward runs its own copies of the layer weights, not the model's modules, so the PEFT layers
+        would be bypassed here: each LoRA gets layers with its update merged in instead. (Embeddings and
+        heads are called as modules, so PEFT's active adapter reaches them directly.)"""
+        self._lora_layers[name] = [
+            base.with_lora(layer, name)
+            for base, layer in zip(self._layers, self._model.encoder.layer, strict=True)
+        ]
+
+    def remove_lora(self, name: str) -> None:
+        self._lora_layers.pop(name, None)
 
     @staticmethod
     def supports(model: Any) -> bool:
@@ -285,9 +333,10 @@ class PackedBert:
     def head_dim(config: Any) -> int:
         return int(config.hidden_size) // int(config.num_attention_heads)
 
-    def hidden_states(self, tokens: PackedTokens) -> torch.Tensor:
-        """Last hidden states of the real tokens, ``[tokens, hidden]``, in batch order. SDPA calls run on
-        whatever backends the caller allows (``AttentionPlan.sdpa_backends``)."""
+    def hidden_states(self, tokens: PackedTokens, lora: str | None = None) -> torch.Tensor:
+        """Last hidden states of the real tokens, ``[tokens, hidden]``, in batch order, with LoRA ``lora``
+        (added by ``add_lora``) or the base weights. SDPA calls run on whatever backends the caller
+        allows (``AttentionPlan.sdpa_backends``)."""
         device = tokens.ids.device
         if self._plan.packed is PackedAttention.VARLEN:
             attend = partial(self._attend_varlen, tokens)
@@ -299,7 +348,7 @@ class PackedBert:
             padded = self._new_scratch(layout)
             attend = partial(self._attend_by_layout, layout, padded)
         hidden = self._embed(tokens)
-        for layer in self._layers:
+        for layer in self._layers if lora is None else self._lora_layers[lora]:
             context = attend(layer.qkv(hidden))
             hidden = layer.attention_norm(layer.attention_out(context) + hidden)
             hidden = layer.out_norm(layer.out(layer.intermediate(hidden)) + hidden)

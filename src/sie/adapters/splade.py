@@ -99,7 +99,7 @@ class SpladeEncoder(TransformerAdapter):
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         if forward.is_query and self._idf is not None:
             return BatchOutputs(sparse=[self._idf_vector(item.ids) for item in batch])
-        with self.backbone.running():
+        with self.backbone.running(forward.lora):
             hidden, tokens = self.backbone.token_states(batch)
             return BatchOutputs(sparse=to_sparse(self._term_weights(hidden, tokens)))
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import inspect
 import logging
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, ClassVar, Self
 
 import torch
+from safetensors import safe_open
 from transformers import AutoConfig, AutoModel
 from transformers.utils import logging as hf_logging
 
@@ -53,6 +56,24 @@ def linear_weights_to(model: torch.nn.Module, dtype: torch.dtype) -> None:
             module.to(dtype)
 
 
+def _check_lora_loaded(model: Any, name: str, path: Path) -> None:
+    """Every LoRA matrix in the adapter's file has a place in the model: a LoRA saved for another
+    architecture would otherwise run as freshly initialised (B = 0), silently the base model."""
+    files = list(path.glob("adapter_model*.safetensors"))
+    if not files:
+        return  # a .bin adapter: transformers checked it while loading
+    with safe_open(str(files[0]), framework="pt") as weights:
+        expected = sum(1 for key in weights.keys() if ".lora_A." in key or ".lora_B." in key)  # noqa: SIM118
+    placed = sum(
+        1 for key, _ in model.named_parameters() if f".lora_A.{name}." in key or f".lora_B.{name}." in key
+    )
+    if placed != expected:
+        model.delete_adapter(name)
+        raise ValueError(
+            f"LoRA at {path} does not fit this model: {placed} of {expected} LoRA weights have a place"
+        )
+
+
 class Transformer:
     """``model`` is what ``auto_class`` loaded (e.g. a masked-LM or a classifier); ``base`` its encoder."""
 
@@ -72,6 +93,8 @@ class Transformer:
         self.pad_id = pad_id
         self.packed = packed
         self._autocast = autocast
+        self._loras: set[str] = set()
+        self._lora: str | None = None  # what the model's PEFT layers run now
         self._takes_types = "token_type_ids" in inspect.signature(self.base.forward).parameters
 
     @classmethod
@@ -112,9 +135,62 @@ class Transformer:
     def hidden_size(self) -> int:
         return int(self.model.config.hidden_size)
 
+    def add_lora(self, name: str, path: Path) -> None:
+        """Inject the PEFT adapter in ``path`` under ``name`` (transformers' PEFT integration wraps the
+        targeted layers); the packed forward gets merged weights of its own (``PackedBert.add_lora``)."""
+        if not (path / "adapter_config.json").is_file():
+            raise ValueError(f"{path} holds no PEFT adapter (adapter_config.json is missing)")
+        # transformers' load report lists every *other* adapter's weights as missing: quiet it, and
+        # check this adapter's weights all arrived instead.
+        report = logging.getLogger("transformers.integrations.peft")
+        level = report.level
+        report.setLevel(logging.ERROR)
+        try:
+            with warnings.catch_warnings():  # several adapters on one model is the point here
+                warnings.filterwarnings("ignore", message="Already found a `peft_config`")
+                self.model.load_adapter(str(path), adapter_name=name)
+        finally:
+            report.setLevel(level)
+        self._loras.add(name)
+        _check_lora_loaded(self.model, name, path)
+        self.model.enable_adapters()  # loading leaves the state unclear: make it explicit
+        self.model.set_adapter(name)
+        self._lora = name
+        if self.packed is not None:
+            self.packed.add_lora(name)
+
+    def remove_lora(self, name: str) -> None:
+        if name not in self._loras:
+            return
+        if self.packed is not None:
+            self.packed.remove_lora(name)
+        self._select(None)
+        with warnings.catch_warnings():  # PEFT names another active adapter; ``_select`` decides that
+            warnings.filterwarnings("ignore", message="Adapter .* was active which is now deleted")
+            self.model.delete_adapter(name)
+        self._loras.discard(name)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def _select(self, lora: str | None) -> None:
+        """Point the PEFT layers at ``lora`` (None: bypass them); free while no LoRA was ever loaded."""
+        if lora == self._lora or not self._loras:
+            return
+        if lora is None:
+            self.model.disable_adapters()
+        else:
+            if lora not in self._loras:
+                raise ValueError(f"LoRA {lora!r} is not loaded")
+            if self._lora is None:
+                self.model.enable_adapters()
+            self.model.set_adapter(lora)
+        self._lora = lora
+
     @contextmanager
-    def running(self) -> Iterator[None]:
-        """Inference mode, the precision's autocast and the attention plan's SDPA backends."""
+    def running(self, lora: str | None = None) -> Iterator[None]:
+        """Inference mode, the precision's autocast, the attention plan's SDPA backends and the LoRA
+        (None: the base model) every module and the packed forward run with."""
+        self._select(lora)
         with (
             torch.inference_mode(),
             torch.autocast(
@@ -129,7 +205,7 @@ class Transformer:
         ``running``)."""
         tokens = PackedTokens.of(batch, self.device)
         if self.packed is not None:
-            return self.packed.hidden_states(tokens), tokens
+            return self.packed.hidden_states(tokens, self._lora), tokens
         padded = self.pad(batch)
         hidden = self.base(**padded).last_hidden_state
         return unpad(hidden, padded["attention_mask"]), tokens
@@ -172,6 +248,12 @@ class TransformerAdapter:
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
         return [Prepared(ids) for ids in self.tokenizer.encode(texts_only(inputs, self.family))]
+
+    def load_lora(self, name: str, path: Path) -> None:
+        self.backbone.add_lora(name, path)
+
+    def unload_lora(self, name: str) -> None:
+        self.backbone.remove_lora(name)
 
     def close(self) -> None:
         self.backbone.close()
