@@ -40,6 +40,9 @@ class Settings(BaseSettings):
         10.0, ge=0, description="Most ms a queued item waits for its batch to fill while the model is busy."
     )
     max_concurrent_requests: int = Field(512, ge=1, description="Most items queued or running per model.")
+    max_loras_per_model: int = Field(
+        10, ge=1, description="LoRA adapters kept loaded per model; the least recently used is evicted."
+    )
     preprocessor_workers: int | None = Field(
         None, ge=1, description="Tokenization threads (unset: 4, or 1 when models run on the CPU)."
     )

@@ -36,5 +36,6 @@ def build_engine(settings: Settings, catalog: Catalog, metrics: Metrics) -> Engi
         max_batch_wait_ms=settings.max_batch_wait_ms,
         max_pending_items=settings.max_concurrent_requests,
         preprocessor_workers=settings.tokenizer_threads(device),
+        max_loras_per_model=settings.max_loras_per_model,
     )
     return Engine(catalog, load, limits, metrics)

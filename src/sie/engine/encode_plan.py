@@ -30,6 +30,7 @@ class EncodePlan:
     query_template: str | None
     doc_template: str | None
     muvera: bool = False  # dense from the multivector (a profile's ``muvera`` option)
+    lora: str | None = None  # ``lora_id``: the LoRA adapter to run with
 
     def input_for(self, item: Item, model: str, adapter: Adapter) -> ModelInput:
         """The item's image for a model that takes images, else ``text_for`` its text."""
@@ -101,4 +102,5 @@ def plan_encode(
         query_template=_typed(options, "query_template", str, None),
         doc_template=_typed(options, "doc_template", str, None),
         muvera=muvera,
+        lora=_typed(options, "lora_id", str, None),
     )

@@ -13,12 +13,15 @@ import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 
-from sie.adapters.base import Forward, ImageData, ModelInput, Task, UnsupportedInput
+from sie.adapters.base import Forward, ImageData, ModelInput, TakesLora, Task, UnsupportedInput
 from sie.core import heap
 from sie.core.options import Capability, OutputDType, OutputType
 from sie.engine.batcher import BatchLimits
@@ -34,6 +37,7 @@ from sie.engine.errors import (
 )
 from sie.engine.inputs import image_of, text_of
 from sie.engine.loader import LoadedModel, LoadSettings, ModelLoader, ModelSlot, ModelState
+from sie.engine.loras import Loras
 from sie.engine.results import encode_result, extract_result, item_id, ranked
 from sie.engine.runner import BatchGroup, ModelRunner
 from sie.engine.score_plan import ScorePlan, plan_score
@@ -69,6 +73,7 @@ class EngineLimits:
     max_batch_wait_ms: float
     max_pending_items: int
     preprocessor_workers: int
+    max_loras_per_model: int = 10
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,16 @@ class ScoreOutcome:
     tokens: int
 
 
+@dataclass(frozen=True)
+class _ScoreRequest:
+    query: Item
+    items: list[Item]
+    options: dict[str, Any] | None
+    instruction: str | None
+    lora: str | None
+    started: float
+
+
 def _input_chars(inputs: Sequence[ModelInput]) -> int:
     """Text size, for choosing where to prepare; an image always goes to the pool (decoding is slow)."""
     return sum(
@@ -134,6 +149,8 @@ class Engine:
         self._metrics = metrics
         self._slots = {name: ModelSlot(catalog.get(name)) for name in catalog.names()}  # type: ignore[arg-type]
         self._workers: dict[str, ModelWorker] = {}
+        self._loras: dict[str, Loras] = {}
+        self._weights = load.weights
         self._tokenize_pool = ThreadPoolExecutor(limits.preprocessor_workers, thread_name_prefix="sie-tok")
         # Every load and forward runs on this one thread: see loader.load_and_warm_up for why.
         self._device_executor = ThreadPoolExecutor(1, thread_name_prefix="sie-device")
@@ -178,7 +195,38 @@ class Engine:
         )
         worker.start()
         self._workers[name] = worker
+        if isinstance(model.adapter, TakesLora):
+            loras = Loras(
+                name,
+                model.adapter,
+                self._limits.max_loras_per_model,
+                partial(self._locate_lora, slot.entry),
+                self._device_executor,
+            )
+            self._loras[name] = loras
+            profile_lora = slot.entry.profile.runtime.get("lora_id")
+            if isinstance(profile_lora, str):
+                loras.preload(profile_lora)
         self._metrics.model_loaded.labels(name, model.device).set(1)
+
+    def _locate_lora(self, entry: CatalogEntry, lora_id: str) -> Path:
+        """A LoRA's folder: a path (absolute, ``~``, or relative to the model's YAML), else an id
+        looked up in the weight tiers like a model's ``hf_id``."""
+        is_path = lora_id.startswith(("/", "./", "../", "~"))
+        return self._weights.resolve(None if is_path else lora_id, lora_id, entry.config_dir)
+
+    def _lora(self, name: str, model: LoadedModel, lora_id: object) -> AbstractContextManager[str | None]:
+        """The request's LoRA held for its duration (``Loras.using``); None runs the base model."""
+        if lora_id is None:
+            return nullcontext(None)
+        if not isinstance(lora_id, str) or not lora_id:
+            raise InvalidInput("Option 'lora_id' must be a non-empty string")
+        loras = self._loras.get(name)
+        if loras is None:
+            raise InvalidInput(
+                f"Model '{name}' does not support LoRA adapters ({model.adapter.family} adapter)"
+            )
+        return loras.using(lora_id)
 
     def _record_batch(self, name: str, stats: BatchStats) -> None:
         self._metrics.batch_size.labels(name).observe(stats.items)
@@ -276,12 +324,13 @@ class Engine:
         self._check_outputs(name, model, computed)
         if plan.muvera and model.fixed_dense is None:
             raise InvalidInput(f"Model '{name}' has no MUVERA configuration")
-        group = BatchGroup(
-            Forward(computed, plan.pooling, plan.is_query),
-            Postprocess(keep, plan.normalize, plan.output_dtype, plan.muvera),
-        )
         texts: list[ModelInput] = [plan.input_for(item, name, model.adapter) for item in items]
-        inference = await self._infer(name, model, worker, texts, group)
+        with self._lora(name, model, plan.lora) as lora:
+            group = BatchGroup(
+                Forward(computed, plan.pooling, plan.is_query, lora=lora),
+                Postprocess(keep, plan.normalize, plan.output_dtype, plan.muvera),
+            )
+            inference = await self._infer(name, model, worker, texts, group)
         dims = dict(model.adapter.dims)
         if plan.muvera and model.fixed_dims is not None:
             dims[Capability.DENSE] = model.fixed_dims
@@ -314,10 +363,31 @@ class Engine:
         texts = [item.text for item in [query, *items]]
         if any(text is None for text in texts):
             raise InvalidInput("Score requires text on the query and on every item")
-        query_text, documents = str(query.text), [str(text) for text in texts[1:]]
+        with self._lora(name, model, runtime.get("lora_id")) as lora:
+            request = _ScoreRequest(query, items, options, instruction, lora, started)
+            return await self._score(name, model, worker, plan, request)
+
+    async def _score(
+        self,
+        name: str,
+        model: LoadedModel,
+        worker: ModelWorker,
+        plan: ScorePlan,
+        request: _ScoreRequest,
+    ) -> ScoreOutcome:
+        query, items, options, instruction, lora = (
+            request.query,
+            request.items,
+            request.options,
+            request.instruction,
+            request.lora,
+        )
+        started = request.started
+        entry = self.entry(name)
+        query_text, documents = str(query.text), [str(item.text) for item in items]
         if plan.pairs:
             self._check_outputs(name, model, frozenset({Capability.SCORE}))
-            group = BatchGroup(Forward(frozenset({Capability.SCORE})), Postprocess(frozenset()))
+            group = BatchGroup(Forward(frozenset({Capability.SCORE}), lora=lora), Postprocess(frozenset()))
             pairs: list[ModelInput] = [(query_text, doc) for doc in documents]
             inference = await self._infer(name, model, worker, pairs, group)
             scores = np.array([r.outputs.score for r in inference.results], dtype=np.float32)
@@ -342,7 +412,7 @@ class Engine:
                 *(doc_plan.text_for(item, adapter) for item in items),
             ]
             scores, timing, tokens = await self._similarity(
-                name, model, worker, plan, encoded[0], encoded[1:]
+                name, model, worker, plan, encoded[0], encoded[1:], lora
             )
         ids = [item_id(item.id, i) for i, item in enumerate(items)]
         return ScoreOutcome(name, ranked(ids, scores), timing, tokens)
@@ -368,10 +438,11 @@ class Engine:
             instruction if isinstance(instruction, str) else None,
         )
         extract = frozenset({Capability.EXTRACT})
-        group = BatchGroup(Forward(extract, task=task), Postprocess(extract))
         adapter = model.adapter
         inputs: list[ModelInput] = [image_of(item, name, adapter) or text_of(item, adapter) for item in items]
-        inference = await self._infer(name, model, worker, inputs, group)
+        with self._lora(name, model, options.get("lora_id")) as lora:
+            group = BatchGroup(Forward(extract, task=task, lora=lora), Postprocess(extract))
+            inference = await self._infer(name, model, worker, inputs, group)
         results = [
             extract_result(item_id(item.id, i), result.outputs.extraction)
             for i, (item, result) in enumerate(zip(items, inference.results, strict=True))
@@ -386,6 +457,7 @@ class Engine:
         plan: ScorePlan,
         query: str,
         documents: list[str],
+        lora: str | None,
     ) -> tuple[np.ndarray, Timing, int]:
         assert plan.weights is not None
         outputs = frozenset(plan.weights)
@@ -393,7 +465,7 @@ class Engine:
         started = time.perf_counter()
 
         def group(is_query: bool) -> BatchGroup:
-            return BatchGroup(Forward(outputs, is_query=is_query), Postprocess(outputs))
+            return BatchGroup(Forward(outputs, is_query=is_query, lora=lora), Postprocess(outputs))
 
         asked, answered = await asyncio.gather(
             self._infer(name, model, worker, [query], group(True)),
@@ -439,6 +511,8 @@ class Engine:
         Models are closed on the device thread, where they were loaded and ran (freeing device memory
         and collecting their objects takes a while), and the pools are joined off the loop."""
         self._closed = True
+        for loras in self._loras.values():
+            loras.close()
         await asyncio.gather(*(w.close() for w in self._workers.values()))
         loop = asyncio.get_running_loop()
         for slot in self._slots.values():

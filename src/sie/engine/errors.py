@@ -33,6 +33,15 @@ class ModelLoading(EngineError):
         self.model = model
 
 
+class LoraLoading(EngineError):
+    """A LoRA adapter is loading in the background; the caller should retry in a second."""
+
+    def __init__(self, model: str, lora: str) -> None:
+        super().__init__(f"LoRA '{lora}' for model '{model}' is loading. Retry shortly.")
+        self.model = model
+        self.lora = lora
+
+
 class ModelLoadFailed(EngineError):
     def __init__(self, model: str, reason: str, attempts: int, permanent: bool) -> None:
         super().__init__(f"Model '{model}' failed to load: {reason}")

