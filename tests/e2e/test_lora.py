@@ -6,6 +6,7 @@ window; a profile's LoRA is preloaded with the model; at most ``SIE_MAX_LORAS_PE
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -188,3 +189,23 @@ def test_a_lora_for_a_model_that_takes_none_is_a_400(lora_server: Server, loras:
     assert "does not support LoRA adapters" in detail["message"] and ONNX_MODEL in detail["message"]
     bad = post(lora_server, TEXTS, lora_id=7)
     assert bad.status_code == 400 and "lora_id" in bad.json()["detail"]["message"]
+
+
+PUBLIC_SDK_SCRIPT = """
+import json, sys
+from sie_sdk import SIEClient
+
+url, model, lora = sys.argv[1], sys.argv[2], sys.argv[3]
+with SIEClient(url, timeout_s=120) as client:
+    results = client.encode(model, [{"text": t} for t in json.loads(sys.argv[4])], options={"lora_id": lora})
+print(json.dumps([r["dense"].tolist() for r in results]))
+"""
+
+
+def test_the_public_sdk_retries_lora_loading_and_gets_the_lora_result(
+    lora_server: Server, loras: dict[str, Path], minilm_dir: Path, run_public_sdk: Any, tmp_path: Path
+) -> None:
+    fresh = builders.lora(minilm_dir, tmp_path / "fresh", 9, ["value", "dense"])  # never loaded before
+    vectors = run_public_sdk(PUBLIC_SDK_SCRIPT, lora_server.url, MINILM, str(fresh), json.dumps(TEXTS))
+    np.testing.assert_allclose(np.array(vectors), reference(minilm_dir, fresh, TEXTS), atol=2e-5)
+    assert f"LoRA {fresh} for {MINILM} loaded" in lora_server.log()
