@@ -49,7 +49,7 @@ def test_models_lists_the_catalogue(empty_cache_server: Server) -> None:
     m3 = models["BAAI/bge-m3"]
     assert m3["outputs"] == ["dense", "multivector", "sparse", "score"]
     assert m3["dims"] == {"dense": 1024, "sparse": 250002, "multivector": 1024}
-    assert set(m3["profiles"]) == {"default", "dense", "sparse", "multivector"}
+    assert set(m3["profiles"]) == {"default", "dense", "sparse", "multivector", "banking", "medical-vn"}
     assert models["BAAI/bge-m3:sparse"]["profiles"]["sparse"] == {"is_default": True}
     colbert = models["colbert-ir/colbertv2.0:muvera"]
     assert colbert["dims"] == {"multivector": 128} and colbert["outputs"] == ["multivector"]

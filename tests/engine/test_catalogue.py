@@ -175,8 +175,10 @@ def test_bge_m3_facts():
     assert config.tasks.encode.dims() == {"dense": 1024, "sparse": 250002, "multivector": 1024}
     assert config.tasks.score == {}
     assert config.max_sequence_length == 8192
-    # LoRA profiles and the FlagEmbedding duplicate are not shipped (see the README).
-    assert set(config.profiles) == {"default", "dense", "sparse", "multivector"}
+    # The FlagEmbedding duplicate is not shipped (see the README); the LoRA profiles are.
+    assert set(config.profiles) == {"default", "dense", "sparse", "multivector", "banking", "medical-vn"}
+    assert config.resolve_profile("medical-vn").runtime["lora_id"] == "doanbao/bge-m3-medical-vn-lora"
+    assert config.resolve_profile("banking").runtime["instruction"] == "Classify banking intent"
     for output in ("dense", "sparse", "multivector"):
         assert config.resolve_profile(output).runtime["output_types"] == [output]
 
