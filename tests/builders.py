@@ -103,3 +103,27 @@ def bge_m3(splade_dir: Path, folder: Path) -> Path:
     tokenizer_config = json.loads((splade_dir / "tokenizer_config.json").read_text())
     (folder / "tokenizer_config.json").write_text(json.dumps({**tokenizer_config, "eos_token": "[SEP]"}))
     return folder
+
+
+GLINER_HEAD_STD = 0.1  # spreads a random head's span scores over about 0.3-0.7 instead of all near 0.5
+
+
+def gliner(splade_dir: Path, folder: Path, span_mode: str = "markerV0") -> Path:
+    """A GLiNER over the packaged tiny BERT, saved as ``GLiNER.save_pretrained`` writes a checkpoint
+    (``gliner_config.json`` with the backbone's config inside, weights, tokenizer). Its head is drawn
+    wider than gliner's initialisation so that some spans clear a threshold and others do not;
+    ``span_mode="token_level"`` gives a NuNER-Zero-like model that scores words, not spans."""
+    from gliner import GLiNER, GLiNERConfig  # imported here: 5 s that only GLiNER tests should pay
+
+    torch.manual_seed(0)
+    config = GLiNERConfig(
+        model_name=str(splade_dir), max_width=8, hidden_size=64, max_len=384, span_mode=span_mode
+    )
+    model = GLiNER.from_config(config, local_files_only=True)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, param in model.model.named_parameters():
+            if not name.startswith("token_rep_layer") and param.dim() == 2:
+                param.normal_(0.0, GLINER_HEAD_STD, generator=generator)
+    model.save_pretrained(folder)
+    return folder
