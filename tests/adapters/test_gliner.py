@@ -80,6 +80,34 @@ def test_entities_equal_gliner_predict_entities_alone_and_batched(
         assert_same(ours, expected, text)
 
 
+# The tiny bi-encoder's config has no class-token index, so each load of it warns that gliner does not
+# resize a bi-encoder's embeddings; and gliner warns when it cuts a text to ``max_len`` words.
+@pytest.mark.filterwarnings("ignore:Resizing embeddings is not supported for bi-encoder models")
+@pytest.mark.filterwarnings("ignore:Sentence of length")
+def test_bi_encoder_entities_equal_gliner_and_loadtime_max_len_applies(
+    splade_dir: Path, tmp_path: Path
+) -> None:
+    """GLiNER-bi (labels through their own encoder) runs through the same adapter unchanged; a
+    loadtime ``max_len`` reaches the library (fewer words read, so no entity past them)."""
+    folder = builders.gliner(splade_dir, tmp_path / "bi", bi_encoder=True)
+    reference = GLiNER.from_pretrained(str(folder), local_files_only=True)
+    assert type(reference).__name__ == "BiEncoderSpanGLiNER"
+    model = {"adapter": GlinerExtractor.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, None))}
+    options = {"threshold": 0.45, "precompute_labels": True}
+    expected = [reference.predict_entities(text, LABELS, threshold=0.45) for text in TEXTS]
+    assert sum(map(len, expected)) >= 3
+    for text, ours, want in zip(TEXTS, extract(model, options, TEXTS), expected, strict=True):
+        assert_same(ours, want, text)
+    short = {
+        "adapter": GlinerExtractor.load(
+            LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, None, {"max_len": 8})
+        )
+    }
+    (cut,) = extract(short, options, TEXTS[3:])
+    assert cut and max(e.end or 0 for e in cut) < max(e["end"] for e in expected[3])
+    assert max(e.end or 0 for e in cut) <= len(" ".join(TEXTS[3].split()[:8]))
+
+
 def test_threshold_keeps_fewer_entities(span_model: dict[str, Any]) -> None:
     low = extract(span_model, {"threshold": 0.45}, TEXTS)
     high = extract(span_model, {"threshold": 0.6}, TEXTS)

@@ -97,6 +97,8 @@ EXPECTED = {
         "NeuML/gliner-bert-tiny",
         "numind/NuNER_Zero",
         "numind/NuNER_Zero-span",
+        "knowledgator/gliner-bi-base-v2.0",
+        "knowledgator/modern-gliner-bi-base-v1.0",
     },
 }
 
@@ -218,6 +220,8 @@ def test_gliner_models_extract_only_with_the_public_profile_options():
         "gliner-community/gliner_medium-v2.5": 0.55,
         "gliner-community/gliner_large-v2.5": 0.75,
         "Ihor/gliner-biomed-large-v1.0": 0.8,
+        "knowledgator/gliner-bi-base-v2.0": 0.3,
+        "knowledgator/modern-gliner-bi-base-v1.0": 0.3,
     }
     for sie_id in EXPECTED[GLINER]:
         runtime = BY_ID[sie_id].resolve_profile("default").runtime
@@ -226,6 +230,10 @@ def test_gliner_models_extract_only_with_the_public_profile_options():
         assert runtime.get("merge_adjacent_entities", False) is merged, sie_id
     assert BY_ID["numind/NuNER_Zero"].max_sequence_length == 384
     assert registry.canonical("sie_server.adapters.gliner:GLiNERAdapter") == GLINER
+    assert registry.canonical("sie_server.adapters.gliner_bi:GLiNERBiAdapter") == GLINER
+    modern = BY_ID["knowledgator/modern-gliner-bi-base-v1.0"]
+    assert modern.resolve_profile("default").loadtime == {"max_len": 2048}
+    assert modern.resolve_profile("sdpa").loadtime == {"max_len": 2048, "attn_implementation": "sdpa"}
 
 
 def test_every_runtime_default_plans():

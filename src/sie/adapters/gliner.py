@@ -6,7 +6,9 @@ than re-implementing them, and our results are the library's. ``prepare`` still 
 backbone's tokenizer on the CPU pool: those ids are what batching weighs and what ``usage`` counts
 (the text's tokens with the tokenizer's specials, as the public server bills). Token-level checkpoints
 (NuNER Zero) predict one span per word; ``merge_adjacent_entities`` joins neighbouring words of the
-same label back into one entity.
+same label back into one entity. Bi-encoder checkpoints (GLiNER-bi: labels encoded by a second
+encoder) load and run through the same calls; the public ``precompute_labels`` option only caches
+label embeddings there, so it changes no result and is accepted and ignored here.
 """
 
 from __future__ import annotations
@@ -96,14 +98,21 @@ class GlinerExtractor:
 
     @classmethod
     def load(cls, spec: LoadSpec) -> Self:
-        """The folder as ``GLiNER.from_pretrained`` reads it; a checkpoint without its own tokenizer
-        files names its backbone's, which the hub cache supplies (the environment decides offline).
+        """The folder as ``GLiNER.from_pretrained`` reads it, whichever architecture its config names
+        (uni- or bi-encoder, span or token level); a checkpoint without its own tokenizer files names
+        its backbone's, which the hub cache supplies (the environment decides offline). Loadtime
+        ``max_len`` (words read at once) and ``attn_implementation`` override the checkpoint's.
 
         CPU runs float32 whatever the precision, as the public server does: spans are kept by
         comparing scores to a threshold, and bfloat16 moves scores across it."""
         if spec.threads and spec.device.startswith("cpu"):
             torch.set_num_threads(spec.threads)
-        model = GLiNER.from_pretrained(str(spec.weights), map_location="cpu")
+        overrides = {
+            key: spec.loadtime[name]
+            for name, key in (("max_len", "max_length"), ("attn_implementation", "_attn_implementation"))
+            if name in spec.loadtime
+        }
+        model = GLiNER.from_pretrained(str(spec.weights), map_location="cpu", **overrides)
         precision = ComputePrecision.FLOAT32 if spec.device.startswith("cpu") else spec.precision
         model.to(device=torch.device(spec.device), dtype=getattr(torch, precision.value))
         model.eval()

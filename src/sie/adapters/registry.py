@@ -38,6 +38,7 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.modernbert_flash_cross_encoder:ModernBertFlashCrossEncoderAdapter": _CROSS_ENCODER,
     "sie_server.adapters.cross_encoder:CrossEncoderAdapter": _CROSS_ENCODER,
     "sie_server.adapters.gliner:GLiNERAdapter": _GLINER,
+    "sie_server.adapters.gliner_bi:GLiNERBiAdapter": _GLINER,  # gliner runs bi-encoders through the same calls
 }
 
 # Our own class paths (what ``canonical`` returns); a shipped YAML must name one of these.
