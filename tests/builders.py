@@ -120,3 +120,33 @@ def lora(base: Path, folder: Path, seed: int, targets: list[str], auto_class: An
             torch.nn.init.normal_(parameter, std=0.05)
     peft_model.save_pretrained(str(folder))
     return folder
+
+
+GLINER_HEAD_STD = 0.1  # spreads a random head's span scores over about 0.3-0.7 instead of all near 0.5
+
+
+def gliner(splade_dir: Path, folder: Path, span_mode: str = "markerV0", bi_encoder: bool = False) -> Path:
+    """A GLiNER over the packaged tiny BERT, saved as ``GLiNER.save_pretrained`` writes a checkpoint
+    (``gliner_config.json`` with the backbone's config inside, weights, tokenizer). Its head is drawn
+    wider than gliner's initialisation so that some spans clear a threshold and others do not;
+    ``span_mode="token_level"`` gives a NuNER-Zero-like model that scores words, not spans, and
+    ``bi_encoder`` a GLiNER-bi whose labels go through a second copy of the BERT."""
+    from gliner import GLiNER, GLiNERConfig  # imported here: 5 s that only GLiNER tests should pay
+
+    torch.manual_seed(0)
+    config = GLiNERConfig(
+        model_name=str(splade_dir),
+        labels_encoder=str(splade_dir) if bi_encoder else None,
+        max_width=8,
+        hidden_size=64,
+        max_len=384,
+        span_mode=span_mode,
+    )
+    model = GLiNER.from_config(config, local_files_only=True)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, param in model.model.named_parameters():
+            if not name.startswith("token_rep_layer") and param.dim() == 2:
+                param.normal_(0.0, GLINER_HEAD_STD, generator=generator)
+    model.save_pretrained(folder)
+    return folder

@@ -233,6 +233,7 @@ SPLADE = "rasyosef/splade-tiny"  # shipped YAML; real weights from the cassetteq
 RERANKER = "test/bert-reranker"
 COLBERT = "test/colbert"
 M3 = "test/bge-m3"
+GLINER = "test/gliner"
 QUERY = "what causes high blood pressure"
 DOCS = [
     "The film ran for three hours and the popcorn was stale.",
@@ -287,6 +288,18 @@ profiles:
     adapter_options:
       runtime: {{output_types: [sparse]}}
 """,
+    "gliner.yaml": f"""
+sie_id: {GLINER}
+weights_path: "@gliner@"
+tasks:
+  extract: {{}}
+profiles:
+  default: {{max_batch_tokens: 8192, adapter_path: "sie_server.adapters.gliner:GLiNERAdapter"}}
+  merged:
+    extends: default
+    adapter_options:
+      runtime: {{merge_adjacent_entities: true, threshold: 0.45}}
+""",
 }
 
 
@@ -294,13 +307,15 @@ profiles:
 def families(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A server of every family: the packaged models (MiniLM, the tiny SPLADE ``rasyosef/splade-tiny``)
     and models built from configs (tests/builders.py): a BERT reranker, a ColBERT with a ``muvera``
-    profile, a BGE-M3 with a ``sparse`` profile; all preloaded, float32."""
+    profile, a BGE-M3 with a ``sparse`` profile, a GLiNER (under the public adapter name) with a
+    ``merged`` profile; all preloaded, float32."""
     root = tmp_path_factory.mktemp("families")
     splade = package_folder("cognition", "model")
     folders = {
         "reranker": builders.bert_reranker(splade, root / "reranker"),
         "colbert": builders.colbert(splade, (root / "colbert")),
         "m3": builders.bge_m3(splade, root / "m3"),
+        "gliner": builders.gliner(splade, root / "gliner"),
     }
     models = root / "models"
     models.mkdir()
@@ -311,7 +326,17 @@ def families(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             text = text.replace(f"@{key}@", str(folder))
         (models / name).write_text(text)
     env = {"SIE_MODELS_DIR": str(models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
-    preload = [MINILM, SPLADE, RERANKER, COLBERT, f"{COLBERT}:muvera", M3, f"{M3}:sparse"]
+    preload = [
+        MINILM,
+        SPLADE,
+        RERANKER,
+        COLBERT,
+        f"{COLBERT}:muvera",
+        M3,
+        f"{M3}:sparse",
+        GLINER,
+        f"{GLINER}:merged",
+    ]
     with run_server(root, env, "--preload", ",".join(preload)) as server:
         yield server
 

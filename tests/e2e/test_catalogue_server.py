@@ -29,6 +29,7 @@ def expected_info(name: str) -> dict[str, Any]:
     assert entry is not None
     config = entry.config
     outputs = sorted(config.output_types()) + (["score"] if config.tasks.score is not None else [])
+    outputs += ["json"] if config.tasks.extract is not None else []
     return {
         "inputs": config.inputs.names(),
         "outputs": outputs,
@@ -56,6 +57,8 @@ def test_models_lists_the_catalogue(empty_cache_server: Server) -> None:
     reranker = models["cross-encoder/ms-marco-MiniLM-L-6-v2"]
     assert reranker["outputs"] == ["score"] and reranker["dims"] == {}
     assert models["rasyosef/splade-tiny"]["dims"] == {"sparse": 30522}
+    gliner = models["urchade/gliner_multi-v2.1"]
+    assert gliner["outputs"] == ["json"] and gliner["dims"] == {} and gliner["max_sequence_length"] == 384
 
 
 # (model id, route, body): one of each family, and a profile variant.
@@ -65,6 +68,11 @@ ABSENT = [
     ("colbert-ir/colbertv2.0:muvera", "encode", {"items": [{"text": "hello"}]}),
     ("BAAI/bge-m3:sparse", "encode", {"items": [{"text": "hello"}]}),
     ("cross-encoder/ms-marco-MiniLM-L-6-v2", "score", {"query": {"text": "q"}, "items": [{"text": "d"}]}),
+    (
+        "urchade/gliner_small-v2.1",
+        "extract",
+        {"items": [{"text": "hello"}], "params": {"labels": ["person"]}},
+    ),
 ]
 
 

@@ -8,7 +8,8 @@ server's ``503 MODEL_LOADING`` + ``Retry-After`` on its own.
 
 The second half does the same against the ``families`` server (tests/e2e/conftest.py) for every
 other output: SPLADE sparse, ColBERT multivectors and their MUVERA dense form, BGE-M3's three outputs,
-int8/float16 output dtypes, and ``score`` (cross-encoder, and embedding models scoring by similarity).
+int8/float16 output dtypes, ``score`` (cross-encoder, and embedding models scoring by similarity) and
+``extract`` (GLiNER entities).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.e2e.conftest import COLBERT, M3, MINILM, RERANKER, SPLADE
+from tests.e2e.conftest import COLBERT, GLINER, M3, MINILM, RERANKER, SPLADE
 from tests.e2e.conftest import DOCS as FAMILY_DOCS
 from tests.e2e.conftest import QUERY as FAMILY_QUERY
 
@@ -284,6 +285,20 @@ FAMILY_CALLS: list[tuple[str, str, str, list[Any], dict[str, Any]]] = [
         [FAMILY_QUERY_ITEM, DOC_ITEMS],
         {"options": {"score_mode": "maxsim"}},
     ),
+    (
+        "gliner-extract",
+        "extract",
+        GLINER,
+        [DOC_ITEMS],
+        {"labels": ["person", "location", "food"], "options": {"threshold": 0.45}},
+    ),
+    (
+        "gliner-extract-single",
+        "extract",
+        GLINER,
+        [{"text": "Alice lives in Paris.", "id": "x1"}],
+        {"labels": ["person"], "options": {"threshold": 0.4}},
+    ),
 ]
 
 FAMILY_SCRIPT = textwrap.dedent(inspect.getsource(to_plain)) + textwrap.dedent(
@@ -351,6 +366,10 @@ def test_our_sdk_decodes_every_output_as_the_public_sdk(
             assert wanted <= set(result), f"{name}: {sorted(result)} lacks {sorted(wanted)}"
             assert any(key in result for key in ("dense", "sparse", "multivector"))
         assert _arrays(public), f"{name}: the public SDK decoded no arrays"
+    elif operation == "extract":
+        results = public if isinstance(public, list) else [public]
+        assert len(results) == len(_as_list(args[0]))
+        assert any(result["entities"] for result in results), f"{name}: no entity came back"
     else:
         assert len(public["scores"]) == len(args[1])
         assert [s["rank"] for s in public["scores"]] == list(range(len(args[1])))

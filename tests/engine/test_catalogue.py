@@ -12,6 +12,8 @@ from collections import Counter
 import pytest
 
 from sie.adapters import registry
+from sie.adapters.base import Task
+from sie.adapters.gliner import GlinerOptions
 from sie.core.options import OutputType
 from sie.engine.catalog import Catalog
 from sie.engine.encode_plan import plan_encode
@@ -28,6 +30,7 @@ SPLADE = "sie.adapters.splade:SpladeEncoder"
 COLBERT = "sie.adapters.colbert:ColbertEncoder"
 BGE_M3 = "sie.adapters.bge_m3:BgeM3Encoder"
 CROSS_ENCODER = "sie.adapters.cross_encoder:CrossEncoderScorer"
+GLINER = "sie.adapters.gliner:GlinerExtractor"
 
 # Every shipped sie_id by the class that runs it: the catalogue a release promises.
 EXPECTED = {
@@ -79,6 +82,23 @@ EXPECTED = {
         "cross-encoder/ms-marco-MiniLM-L-6-v2",
         "cross-encoder/ms-marco-MiniLM-L-12-v2",
         "Alibaba-NLP/gte-reranker-modernbert-base",
+    },
+    GLINER: {
+        "urchade/gliner_small-v2.1",
+        "urchade/gliner_medium-v2.1",
+        "urchade/gliner_large-v2.1",
+        "urchade/gliner_multi-v2.1",
+        "urchade/gliner_multi_pii-v1",
+        "gliner-community/gliner_small-v2.5",
+        "gliner-community/gliner_medium-v2.5",
+        "gliner-community/gliner_large-v2.5",
+        "EmergentMethods/gliner_large_news-v2.1",
+        "Ihor/gliner-biomed-large-v1.0",
+        "NeuML/gliner-bert-tiny",
+        "numind/NuNER_Zero",
+        "numind/NuNER_Zero-span",
+        "knowledgator/gliner-bi-base-v2.0",
+        "knowledgator/modern-gliner-bi-base-v1.0",
     },
 }
 
@@ -189,6 +209,33 @@ def test_rerankers_score_and_do_not_encode():
         assert plan_score(config.sie_id, True, config.output_types(), {}).pairs
     assert BY_ID["cross-encoder/ms-marco-MiniLM-L-6-v2"].max_sequence_length == 512
     assert BY_ID["BAAI/bge-reranker-v2-m3"].max_sequence_length == 8192
+
+
+def test_gliner_models_extract_only_with_the_public_profile_options():
+    for config in of_family(GLINER):
+        assert config.tasks.extract == {} and config.tasks.encode is None and config.tasks.score is None
+        assert config.inputs.names() == ["text"] and config.hf_revision
+        runtime = config.resolve_profile("default").runtime
+        GlinerOptions.of(Task.of(["person"], runtime))  # every shipped option is one the adapter accepts
+    thresholds = {
+        "gliner-community/gliner_small-v2.5": 0.6,
+        "gliner-community/gliner_medium-v2.5": 0.55,
+        "gliner-community/gliner_large-v2.5": 0.75,
+        "Ihor/gliner-biomed-large-v1.0": 0.8,
+        "knowledgator/gliner-bi-base-v2.0": 0.3,
+        "knowledgator/modern-gliner-bi-base-v1.0": 0.3,
+    }
+    for sie_id in EXPECTED[GLINER]:
+        runtime = BY_ID[sie_id].resolve_profile("default").runtime
+        assert runtime.get("threshold") == thresholds.get(sie_id), sie_id
+        merged = sie_id in {"numind/NuNER_Zero", "NeuML/gliner-bert-tiny"}
+        assert runtime.get("merge_adjacent_entities", False) is merged, sie_id
+    assert BY_ID["numind/NuNER_Zero"].max_sequence_length == 384
+    assert registry.canonical("sie_server.adapters.gliner:GLiNERAdapter") == GLINER
+    assert registry.canonical("sie_server.adapters.gliner_bi:GLiNERBiAdapter") == GLINER
+    modern = BY_ID["knowledgator/modern-gliner-bi-base-v1.0"]
+    assert modern.resolve_profile("default").loadtime == {"max_len": 2048}
+    assert modern.resolve_profile("sdpa").loadtime == {"max_len": 2048, "attn_implementation": "sdpa"}
 
 
 def test_every_runtime_default_plans():

@@ -1,0 +1,187 @@
+"""GLiNER zero-shot NER: the request's labels are the entity types, found as character spans of the text.
+
+The ``gliner`` library owns the model: its word splitting, label prompt, span (or token) scoring and
+decoding are what the checkpoints were trained with, so ``run`` calls its batch ``inference`` rather
+than re-implementing them, and our results are the library's. ``prepare`` still tokenizes with the
+backbone's tokenizer on the CPU pool: those ids are what batching weighs and what ``usage`` counts
+(the text's tokens with the tokenizer's specials, as the public server bills). Token-level checkpoints
+(NuNER Zero) predict one span per word; ``merge_adjacent_entities`` joins neighbouring words of the
+same label back into one entity. Bi-encoder checkpoints (GLiNER-bi: labels encoded by a second
+encoder) load and run through the same calls; the public ``precompute_labels`` option only caches
+label embeddings there, so it changes no result and is accepted and ignored here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from numbers import Real
+from typing import Any, Final, Self
+
+import torch
+from gliner import GLiNER
+from tokenizers import Tokenizer
+
+from sie.adapters.base import (
+    TEXT_ONLY,
+    BatchOutputs,
+    Forward,
+    LoadSpec,
+    ModelInput,
+    Prepared,
+    Task,
+    UnsupportedInput,
+    texts_only,
+)
+from sie.adapters.tokenizer import TextTokenizer
+from sie.core.extraction import Entity, Extraction
+from sie.core.heap import collect_unloaded
+from sie.core.options import Capability, ComputePrecision, Pooling
+
+_FAMILY: Final = "GLiNER"
+NO_LABELS: Final = "GLiNER requires labels parameter for extraction"
+BLANK_TEXT: Final = "GLiNER requires non-blank text for extraction"
+
+
+@dataclass(frozen=True)
+class GlinerOptions:
+    """A request's runtime options with the public defaults; bad values are the client's error."""
+
+    threshold: float = 0.5
+    flat_ner: bool = True
+    multi_label: bool = False
+    merge_adjacent_entities: bool = False
+
+    @classmethod
+    def of(cls, task: Task) -> GlinerOptions:
+        threshold = _number(task.option("threshold", cls.threshold))
+        if not (math.isfinite(threshold) and 0.0 <= threshold <= 1.0):
+            raise UnsupportedInput("GLiNER threshold must be a finite number between 0 and 1")
+        return cls(
+            threshold,
+            _flag(task, "flat_ner", cls.flat_ner),
+            _flag(task, "multi_label", cls.multi_label),
+            _flag(task, "merge_adjacent_entities", cls.merge_adjacent_entities),
+        )
+
+
+def _number(value: Any) -> float:
+    """``value`` as a float, NaN for anything that is not a number (a bool, a string, 10**400)."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:
+        return math.nan
+
+
+def _flag(task: Task, name: str, default: bool) -> bool:
+    # A string "false" would be truthy: refuse it rather than silently do the opposite.
+    value = task.option(name, default)
+    if not isinstance(value, bool):
+        raise UnsupportedInput(f"GLiNER {name} must be true or false")
+    return value
+
+
+class GlinerExtractor:
+    family = _FAMILY
+    capabilities = frozenset({Capability.EXTRACT})
+    inputs = TEXT_ONLY
+    dims: dict[Capability, int] = {}  # noqa: RUF012  # extraction only
+    default_pooling = Pooling.CLS  # unused: no embeddings
+    packs_tokens = False  # gliner pads each batch itself
+
+    def __init__(self, model: Any, tokenizer: TextTokenizer) -> None:
+        self._model = model
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def load(cls, spec: LoadSpec) -> Self:
+        """The folder as ``GLiNER.from_pretrained`` reads it, whichever architecture its config names
+        (uni- or bi-encoder, span or token level); a checkpoint without its own tokenizer files names
+        its backbone's, which the hub cache supplies (the environment decides offline). Loadtime
+        ``max_len`` (words read at once) and ``attn_implementation`` override the checkpoint's.
+
+        CPU runs float32 whatever the precision, as the public server does: spans are kept by
+        comparing scores to a threshold, and bfloat16 moves scores across it."""
+        if spec.threads and spec.device.startswith("cpu"):
+            torch.set_num_threads(spec.threads)
+        overrides = {
+            key: spec.loadtime[name]
+            for name, key in (("max_len", "max_length"), ("attn_implementation", "_attn_implementation"))
+            if name in spec.loadtime
+        }
+        model = GLiNER.from_pretrained(str(spec.weights), map_location="cpu", **overrides)
+        precision = ComputePrecision.FLOAT32 if spec.device.startswith("cpu") else spec.precision
+        model.to(device=torch.device(spec.device), dtype=getattr(torch, precision.value))
+        model.eval()
+        # A copy: TextTokenizer sets its own truncation and padding, gliner's tokenizer must keep its own.
+        backend = model.data_processor.transformer_tokenizer.backend_tokenizer
+        tokenizer = TextTokenizer(Tokenizer.from_str(backend.to_str()), spec.max_seq_length)
+        return cls(model, tokenizer)
+
+    def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
+        task = forward.task
+        if task is None or not task.labels:
+            raise UnsupportedInput(NO_LABELS)
+        GlinerOptions.of(task)  # refuse bad options before the item is queued
+        texts = texts_only(inputs, self.family)
+        if any(not text.strip() for text in texts):
+            raise UnsupportedInput(BLANK_TEXT)
+        return [
+            Prepared(ids, payload=text) for ids, text in zip(self.tokenizer.encode(texts), texts, strict=True)
+        ]
+
+    def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
+        assert forward.task is not None
+        options = GlinerOptions.of(forward.task)
+        texts: list[str] = [item.payload for item in batch]
+        with torch.inference_mode():
+            found = self._model.inference(
+                texts,
+                list(forward.task.labels),
+                flat_ner=options.flat_ner,
+                threshold=options.threshold,
+                multi_label=options.multi_label,
+                batch_size=len(texts),
+            )
+        extractions = []
+        for text, spans in zip(texts, found, strict=True):
+            entities = [_entity(span) for span in spans]
+            if options.merge_adjacent_entities:
+                entities = merge_adjacent(entities, text)
+            extractions.append(Extraction(entities=entities))
+        return BatchOutputs(extractions=extractions)
+
+    def close(self) -> None:
+        on_cuda = self._model.device.type == "cuda"
+        del self._model
+        collect_unloaded()
+        if on_cuda:
+            torch.cuda.empty_cache()
+
+
+def _entity(span: dict[str, Any]) -> Entity:
+    return Entity(
+        text=str(span["text"]),
+        label=str(span["label"]),
+        score=float(span["score"]),
+        start=int(span["start"]),
+        end=int(span["end"]),
+    )
+
+
+def merge_adjacent(entities: list[Entity], text: str) -> list[Entity]:
+    """Entities of one label that touch (or are one character apart, a space) become one, scored by
+    their best part: a token-level model (NuNER Zero) finds "Steve" and "Jobs", a reader wants
+    "Steve Jobs". The merged text is sliced from the item, so offsets still slice back to it."""
+    merged: list[Entity] = []
+    for entity in sorted(entities, key=lambda e: e.start or 0):
+        last = merged[-1] if merged else None
+        if last is None or entity.label != last.label or (entity.start or 0) > (last.end or 0) + 1:
+            merged.append(entity)
+            continue
+        start, end = last.start or 0, max(last.end or 0, entity.end or 0)
+        merged[-1] = Entity(text[start:end], last.label, max(last.score, entity.score), start, end)
+    return merged

@@ -1,0 +1,173 @@
+"""GLiNER extraction against the ``gliner`` library's own ``predict_entities`` on the same weights.
+
+No GLiNER ships on PyPI, so the tests build one over the packaged tiny BERT (tests/builders.py) with a
+head wide enough that some spans clear the threshold. Its entities are meaningless; that ours are the
+library's (spans, labels, offsets, scores), alone and batched with texts of other lengths, is the point.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gliner import GLiNER
+
+from sie.adapters.base import Forward, LoadSpec, Task, UnsupportedInput
+from sie.adapters.gliner import NO_LABELS, GlinerExtractor, merge_adjacent
+from sie.core.extraction import Entity
+from sie.core.options import Capability, ComputePrecision
+from tests import builders
+
+LABELS = ["person", "location", "organization"]
+TEXTS = [
+    "Alice lives in Paris.",
+    "Bob has worked at Google in Mountain View, California, since 2019, and before that at a bakery.",
+    "ok",
+    " ".join(["Marie Curie was born in Warsaw and worked in Paris at the Sorbonne."] * 6),
+]
+
+
+def extract(folder_of: Any, options: dict[str, Any], texts: list[str]) -> list[list[Entity]]:
+    adapter: GlinerExtractor = folder_of["adapter"]
+    forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of(LABELS, options))
+    outputs = adapter.run(adapter.prepare(texts, forward), forward).extractions
+    assert outputs is not None
+    return [one.entities for one in outputs]
+
+
+@pytest.fixture(scope="module")
+def span_model(splade_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    folder = builders.gliner(splade_dir, tmp_path_factory.mktemp("gliner"))
+    return {
+        "reference": GLiNER.from_pretrained(str(folder), local_files_only=True),
+        "adapter": GlinerExtractor.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, None)),
+    }
+
+
+def assert_same(ours: list[Entity], reference: list[dict[str, Any]], text: str) -> None:
+    assert [(e.text, e.label, e.start, e.end) for e in ours] == [
+        (r["text"], r["label"], r["start"], r["end"]) for r in reference
+    ]
+    for entity, expected in zip(ours, reference, strict=True):
+        assert entity.score == pytest.approx(expected["score"], abs=1e-5)
+        assert entity.start is not None and text[entity.start : entity.end] == entity.text
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"threshold": 0.55}, {"threshold": 0.45, "flat_ner": False, "multi_label": True}],
+    ids=["defaults", "threshold", "nested-multi-label"],
+)
+def test_entities_equal_gliner_predict_entities_alone_and_batched(
+    span_model: dict[str, Any], options: dict[str, Any]
+) -> None:
+    reference = [
+        span_model["reference"].predict_entities(
+            text,
+            LABELS,
+            threshold=options.get("threshold", 0.5),
+            flat_ner=options.get("flat_ner", True),
+            multi_label=options.get("multi_label", False),
+        )
+        for text in TEXTS
+    ]
+    assert sum(map(len, reference)) >= 3, "the head is too weak for any span to clear the threshold"
+    for text, expected in zip(TEXTS, reference, strict=True):
+        (alone,) = extract(span_model, options, [text])
+        assert_same(alone, expected, text)
+    for text, ours, expected in zip(TEXTS, extract(span_model, options, TEXTS), reference, strict=True):
+        assert_same(ours, expected, text)
+
+
+# The tiny bi-encoder's config has no class-token index, so each load of it warns that gliner does not
+# resize a bi-encoder's embeddings; and gliner warns when it cuts a text to ``max_len`` words.
+@pytest.mark.filterwarnings("ignore:Resizing embeddings is not supported for bi-encoder models")
+@pytest.mark.filterwarnings("ignore:Sentence of length")
+def test_bi_encoder_entities_equal_gliner_and_loadtime_max_len_applies(
+    splade_dir: Path, tmp_path: Path
+) -> None:
+    """GLiNER-bi (labels through their own encoder) runs through the same adapter unchanged; a
+    loadtime ``max_len`` reaches the library (fewer words read, so no entity past them)."""
+    folder = builders.gliner(splade_dir, tmp_path / "bi", bi_encoder=True)
+    reference = GLiNER.from_pretrained(str(folder), local_files_only=True)
+    assert type(reference).__name__ == "BiEncoderSpanGLiNER"
+    model = {"adapter": GlinerExtractor.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, None))}
+    options = {"threshold": 0.45, "precompute_labels": True}
+    expected = [reference.predict_entities(text, LABELS, threshold=0.45) for text in TEXTS]
+    assert sum(map(len, expected)) >= 3
+    for text, ours, want in zip(TEXTS, extract(model, options, TEXTS), expected, strict=True):
+        assert_same(ours, want, text)
+    short = {
+        "adapter": GlinerExtractor.load(
+            LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, None, {"max_len": 8})
+        )
+    }
+    (cut,) = extract(short, options, TEXTS[3:])
+    assert cut and max(e.end or 0 for e in cut) < max(e["end"] for e in expected[3])
+    assert max(e.end or 0 for e in cut) <= len(" ".join(TEXTS[3].split()[:8]))
+
+
+def test_threshold_keeps_fewer_entities(span_model: dict[str, Any]) -> None:
+    low = extract(span_model, {"threshold": 0.45}, TEXTS)
+    high = extract(span_model, {"threshold": 0.6}, TEXTS)
+    assert sum(map(len, high)) < sum(map(len, low))
+    assert all(e.score >= 0.6 for found in high for e in found)
+
+
+def test_usage_tokens_are_the_backbone_tokens_with_specials(span_model: dict[str, Any]) -> None:
+    forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of(LABELS, {}))
+    (item,) = span_model["adapter"].prepare(["Alice lives in Paris."], forward)
+    assert item.cost == 7 and item.payload == "Alice lives in Paris."  # the public server bills 7
+
+
+@pytest.mark.parametrize(
+    ("labels", "options", "text", "message"),
+    [
+        ([], {}, "Alice lives in Paris.", NO_LABELS),
+        (LABELS, {}, "   ", "GLiNER requires non-blank text for extraction"),
+        (LABELS, {"threshold": 1.5}, "Alice", "GLiNER threshold must be a finite number between 0 and 1"),
+        (LABELS, {"threshold": "high"}, "Alice", "GLiNER threshold must be a finite number between 0 and 1"),
+        (LABELS, {"flat_ner": "false"}, "Alice", "GLiNER flat_ner must be true or false"),
+    ],
+)
+def test_bad_requests_are_refused_with_the_public_messages(
+    span_model: dict[str, Any], labels: list[str], options: dict[str, Any], text: str, message: str
+) -> None:
+    forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of(labels, options))
+    with pytest.raises(UnsupportedInput) as refused:
+        span_model["adapter"].prepare([text], forward)
+    assert str(refused.value) == message
+
+
+def test_token_level_model_merges_adjacent_words_when_asked(splade_dir: Path, tmp_path: Path) -> None:
+    """A NuNER-Zero-like model scores words; merging joins neighbouring words of one label into one
+    entity that still slices back to the text, and covers exactly the characters the words did."""
+    folder = builders.gliner(splade_dir, tmp_path / "token", span_mode="token_level")
+    model = {"adapter": GlinerExtractor.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, None))}
+    reference = GLiNER.from_pretrained(str(folder), local_files_only=True)
+    text = TEXTS[1]
+    (words,) = extract(model, {"threshold": 0.3}, [text])
+    assert_same(words, reference.predict_entities(text, LABELS, threshold=0.3), text)
+    (merged,) = extract(model, {"threshold": 0.3, "merge_adjacent_entities": True}, [text])
+    assert len(merged) < len(words)
+    assert merged == merge_adjacent(words, text)
+    for entity in merged:
+        assert entity.start is not None and text[entity.start : entity.end] == entity.text
+        assert entity.score == max(w.score for w in words if entity.start <= w.start < entity.end)  # type: ignore[operator]
+
+
+def test_merge_adjacent_joins_only_touching_entities_of_one_label() -> None:
+    text = "Steve Jobs met Tim Cook"
+    parts = [
+        Entity("Steve", "person", 0.6, 0, 5),
+        Entity("Jobs", "person", 0.9, 6, 10),
+        Entity("met", "event", 0.7, 11, 14),
+        Entity("Tim", "person", 0.8, 15, 18),
+        Entity("Cook", "person", 0.5, 19, 23),
+    ]
+    assert merge_adjacent(parts, text) == [
+        Entity("Steve Jobs", "person", 0.9, 0, 10),
+        Entity("met", "event", 0.7, 11, 14),
+        Entity("Tim Cook", "person", 0.8, 15, 23),
+    ]
