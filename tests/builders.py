@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import (
     AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
     BertModel,
     ModernBertConfig,
     ModernBertForSequenceClassification,
@@ -102,4 +103,49 @@ def bge_m3(splade_dir: Path, folder: Path) -> Path:
     shutil.copy(splade_dir / "tokenizer.json", folder / "tokenizer.json")
     tokenizer_config = json.loads((splade_dir / "tokenizer_config.json").read_text())
     (folder / "tokenizer_config.json").write_text(json.dumps({**tokenizer_config, "eos_token": "[SEP]"}))
+    return folder
+
+
+# BIO tags plus one IO-style type (no prefix), so the tests cover both ways of tagging.
+NER_LABELS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC", "MISC")
+
+
+def token_ner(splade_dir: Path, folder: Path) -> Path:
+    """The packaged tiny BERT with a seeded token-classification head over ``NER_LABELS``, scaled up
+    so neighbouring tokens disagree often enough to make many short and long entity groups."""
+    torch.manual_seed(3)
+    model = AutoModelForTokenClassification.from_pretrained(
+        str(splade_dir),
+        num_labels=len(NER_LABELS),
+        id2label=dict(enumerate(NER_LABELS)),
+        label2id={label: i for i, label in enumerate(NER_LABELS)},
+    )
+    with torch.no_grad():
+        model.classifier.weight.mul_(20.0)
+    model.save_pretrained(folder)
+    _copy_tokenizer(splade_dir, folder)
+    return folder
+
+
+# The MNLI order (facebook/bart-large-mnli, roberta-large-mnli) and the one with entailment first.
+NLI_ORDERS = {
+    "mnli": ("contradiction", "neutral", "entailment"),
+    "entailment-first": ("entailment", "neutral", "contradiction"),
+}
+
+
+def nli(splade_dir: Path, folder: Path, order: str = "mnli") -> Path:
+    """The packaged tiny BERT with a seeded three-class NLI head (classes named in ``order``)."""
+    torch.manual_seed(4)
+    names = NLI_ORDERS[order]
+    model = AutoModelForSequenceClassification.from_pretrained(
+        str(splade_dir),
+        num_labels=3,
+        id2label=dict(enumerate(names)),
+        label2id={label: i for i, label in enumerate(names)},
+    )
+    with torch.no_grad():
+        model.classifier.weight.mul_(10.0)
+    model.save_pretrained(folder)
+    _copy_tokenizer(splade_dir, folder)
     return folder
