@@ -233,6 +233,9 @@ SPLADE = "rasyosef/splade-tiny"  # shipped YAML; real weights from the cassetteq
 RERANKER = "test/bert-reranker"
 COLBERT = "test/colbert"
 M3 = "test/bge-m3"
+NER = "test/token-ner"
+RAMPART = "nationaldesignstudio/rampart"  # shipped YAML; real ONNX weights from a package
+NLI = "test/nli"
 QUERY = "what causes high blood pressure"
 DOCS = [
     "The film ran for three hours and the popcorn was stale.",
@@ -287,20 +290,45 @@ profiles:
     adapter_options:
       runtime: {{output_types: [sparse]}}
 """,
+    "ner.yaml": f"""
+sie_id: {NER}
+weights_path: "@ner@"
+tasks:
+  extract: {{}}
+max_sequence_length: 256
+profiles:
+  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.token_ner:TorchTokenNer"}}
+""",
+    "nli.yaml": f"""
+sie_id: {NLI}
+weights_path: "@nli@"
+tasks:
+  extract: {{}}
+max_sequence_length: 256
+profiles:
+  default:
+    max_batch_tokens: 8192
+    adapter_path: "sie.adapters.nli_zero_shot:NliZeroShotClassifier"
+    adapter_options:
+      runtime: {{hypothesis_template: "This text is about {{}}.", multi_label: false}}
+""",
 }
 
 
 @pytest.fixture(scope="session")
 def families(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A server of every family: the packaged models (MiniLM, the tiny SPLADE ``rasyosef/splade-tiny``)
-    and models built from configs (tests/builders.py): a BERT reranker, a ColBERT with a ``muvera``
-    profile, a BGE-M3 with a ``sparse`` profile; all preloaded, float32."""
+    and the Rampart PII tagger (ONNX), and models built from configs (tests/builders.py): a BERT
+    reranker, a ColBERT with a ``muvera`` profile, a BGE-M3 with a ``sparse`` profile, a BIO token
+    tagger and an NLI zero-shot classifier; all preloaded, float32."""
     root = tmp_path_factory.mktemp("families")
     splade = package_folder("cognition", "model")
     folders = {
         "reranker": builders.bert_reranker(splade, root / "reranker"),
         "colbert": builders.colbert(splade, (root / "colbert")),
         "m3": builders.bge_m3(splade, root / "m3"),
+        "ner": builders.token_ner(splade, root / "ner"),
+        "nli": builders.nli(splade, root / "nli"),
     }
     models = root / "models"
     models.mkdir()
@@ -311,7 +339,7 @@ def families(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             text = text.replace(f"@{key}@", str(folder))
         (models / name).write_text(text)
     env = {"SIE_MODELS_DIR": str(models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
-    preload = [MINILM, SPLADE, RERANKER, COLBERT, f"{COLBERT}:muvera", M3, f"{M3}:sparse"]
+    preload = [MINILM, SPLADE, RERANKER, COLBERT, f"{COLBERT}:muvera", M3, f"{M3}:sparse", NER, RAMPART, NLI]
     with run_server(root, env, "--preload", ",".join(preload)) as server:
         yield server
 

@@ -29,6 +29,7 @@ def expected_info(name: str) -> dict[str, Any]:
     assert entry is not None
     config = entry.config
     outputs = sorted(config.output_types()) + (["score"] if config.tasks.score is not None else [])
+    outputs += ["json"] if config.tasks.extract is not None else []  # the public name of extraction
     return {
         "inputs": config.inputs.names(),
         "outputs": outputs,
@@ -65,6 +66,11 @@ ABSENT = [
     ("colbert-ir/colbertv2.0:muvera", "encode", {"items": [{"text": "hello"}]}),
     ("BAAI/bge-m3:sparse", "encode", {"items": [{"text": "hello"}]}),
     ("cross-encoder/ms-marco-MiniLM-L-6-v2", "score", {"query": {"text": "q"}, "items": [{"text": "d"}]}),
+    (
+        "MoritzLaurer/deberta-v3-base-zeroshot-v2.0",
+        "extract",
+        {"items": [{"text": "hello"}], "params": {"labels": ["greeting"]}},
+    ),
 ]
 
 

