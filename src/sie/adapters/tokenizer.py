@@ -37,9 +37,9 @@ class TextTokenizer:
     @classmethod
     def from_folder(cls, folder: Path, max_length: int | None) -> TextTokenizer:
         path = folder / "tokenizer.json"
-        if not path.exists():
-            raise FileNotFoundError(f"{folder} has no tokenizer.json")
-        return cls(Tokenizer.from_file(str(path)), max_length)
+        if path.exists():
+            return cls(Tokenizer.from_file(str(path)), max_length)
+        return cls(_converted(folder), max_length)
 
     @staticmethod
     def _pad_id(tokenizer: Tokenizer) -> int:
@@ -104,3 +104,21 @@ class TextTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return self._tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def _converted(folder: Path) -> Tokenizer:
+    """The fast tokenizer transformers builds from a folder that ships only the slow tokenizer's files
+    (a SentencePiece ``spm.model`` as DeBERTa-v3's repositories, a ``vocab.txt``): the same conversion
+    transformers' own pipelines run on it."""
+    from transformers import AutoTokenizer  # only here: most folders carry tokenizer.json
+
+    try:
+        loaded = AutoTokenizer.from_pretrained(str(folder))
+    except (OSError, ValueError) as exc:
+        raise FileNotFoundError(
+            f"{folder} has no tokenizer.json and transformers cannot build one: {exc}"
+        ) from exc
+    backend = getattr(loaded, "backend_tokenizer", None)
+    if not isinstance(backend, Tokenizer):
+        raise FileNotFoundError(f"{folder} has no tokenizer.json and its tokenizer has no fast form")
+    return backend
