@@ -149,3 +149,57 @@ def nli(splade_dir: Path, folder: Path, order: str = "mnli") -> Path:
     model.save_pretrained(folder)
     _copy_tokenizer(splade_dir, folder)
     return folder
+
+
+def deberta_nli(folder: Path) -> Path:
+    """A tiny DeBERTa-v2 NLI classifier (entailment first) whose folder ships only ``spm.model`` and
+    ``tokenizer_config.json``, as DeBERTa-v3 repositories may: a SentencePiece model trained here on a
+    few sentences, so the conversion to a fast tokenizer is exercised too."""
+    import sentencepiece
+    from transformers import DebertaV2Config, DebertaV2ForSequenceClassification, DebertaV2Tokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    corpus = [
+        "The central bank raised interest rates again to fight inflation.",
+        "Messi scored twice in the final of the league.",
+        "This text is about economy, sports, health and weather.",
+        "A new vaccine trial reported strong results against the flu.",
+    ]
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus * 50),
+        model_prefix=str(folder / "spm"),
+        vocab_size=60,
+        pad_id=0,
+        bos_id=1,
+        eos_id=2,
+        unk_id=3,
+        pad_piece="[PAD]",
+        bos_piece="[CLS]",
+        eos_piece="[SEP]",
+        unk_piece="[UNK]",
+        minloglevel=2,
+    )
+    tokenizer = DebertaV2Tokenizer(vocab_file=str(folder / "spm.model"))
+    tokenizer.save_pretrained(str(folder))
+    (folder / "tokenizer.json").unlink()
+    torch.manual_seed(5)
+    names = NLI_ORDERS["entailment-first"]
+    config = DebertaV2Config(
+        vocab_size=64,  # the 60 pieces and the special tokens transformers adds
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        type_vocab_size=0,
+        relative_attention=True,
+        position_buckets=16,
+        pos_att_type=["p2c", "c2p"],
+        initializer_range=0.5,  # the default 0.02 leaves every pair with nearly the same logits
+        pad_token_id=tokenizer.pad_token_id,
+        num_labels=3,
+        id2label=dict(enumerate(names)),
+        label2id={label: i for i, label in enumerate(names)},
+    )
+    DebertaV2ForSequenceClassification(config).save_pretrained(folder)
+    return folder

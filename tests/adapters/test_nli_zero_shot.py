@@ -122,3 +122,22 @@ def test_long_texts_are_truncated_not_their_hypotheses(nli_dir: Path, reference:
     (got,) = classify(short, [TEXTS[3]], forward)
     assert [c.label for c in got] == expected["labels"]
     np.testing.assert_allclose([c.score for c in got], expected["scores"], atol=1e-5)
+
+
+@pytest.mark.parametrize("multi", [False, True])
+def test_deberta_without_tokenizer_json_equals_the_pipeline(tmp_path: Path, multi: bool) -> None:
+    """DeBERTa-v2/v3, the public zero-shot ids' backbone: the padded transformers forward and the
+    tokenizer converted from ``spm.model`` (no tokenizer.json in the folder), held to the pipeline."""
+    folder = builders.deberta_nli(tmp_path / "deberta")
+    assert not (folder / "tokenizer.json").exists()
+    ours = NliZeroShotClassifier.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 128))
+    assert ours.entailment == 0
+    reference = pipeline("zero-shot-classification", model=str(folder), device="cpu")
+    texts = ["The central bank raised interest rates.", "Messi scored twice in the final of the league."]
+    labels = ["economy", "sports", "health"]
+    for text, got in zip(texts, classify(ours, texts, extract(labels, multi_label=multi)), strict=True):
+        expected = reference(
+            text, candidate_labels=labels, hypothesis_template=DEFAULT_TEMPLATE, multi_label=multi
+        )
+        assert [c.label for c in got] == expected["labels"]
+        np.testing.assert_allclose([c.score for c in got], expected["scores"], atol=1e-5)
