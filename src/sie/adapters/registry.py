@@ -15,6 +15,7 @@ _COLBERT = "sie.adapters.colbert:ColbertEncoder"
 _BGE_M3 = "sie.adapters.bge_m3:BgeM3Encoder"
 _CROSS_ENCODER = "sie.adapters.cross_encoder:CrossEncoderScorer"
 _GLINER = "sie.adapters.gliner:GlinerExtractor"
+_NLI = "sie.adapters.nli_zero_shot:NliZeroShotClassifier"
 
 # The public server splits a family over flash kernels and their fallbacks; here one class runs each
 # family, so every public name of it maps there. Public adapters for models that need code from the
@@ -39,6 +40,8 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.cross_encoder:CrossEncoderAdapter": _CROSS_ENCODER,
     "sie_server.adapters.gliner:GLiNERAdapter": _GLINER,
     "sie_server.adapters.gliner_bi:GLiNERBiAdapter": _GLINER,  # gliner runs bi-encoders through the same calls
+    "sie_server.adapters.nli_classification:NLIClassificationAdapter": _NLI,
+    "sie_server.adapters.nli_classification_flash:NLIClassificationFlashAdapter": _NLI,
 }
 
 # Our own class paths (what ``canonical`` returns); a shipped YAML must name one of these.
@@ -51,6 +54,10 @@ CANONICAL: Final = frozenset(
         _BGE_M3,
         _CROSS_ENCODER,
         _GLINER,
+        _NLI,
+        # Token-classification NER has no public adapter (the public server runs NER through GLiNER).
+        "sie.adapters.token_ner:TorchTokenNer",
+        "sie.adapters.token_ner_onnx:OnnxTokenNer",
     }
 )
 

@@ -6,10 +6,20 @@ tokenizer releases the GIL, which lets the preprocessing pool run beside the for
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer
+
+
+@dataclass(frozen=True, slots=True)
+class TokenSpans:
+    """One text's token ids, each token's ``[start, end)`` character offsets and its special-token flag."""
+
+    ids: np.ndarray
+    offsets: np.ndarray  # [tokens, 2] int64
+    special: np.ndarray  # [tokens] bool
 
 
 class TextTokenizer:
@@ -20,15 +30,16 @@ class TextTokenizer:
         else:
             tokenizer.no_truncation()
         self._tokenizer = tokenizer
+        self.max_length = max_length
         self.pad_id = self._pad_id(tokenizer)
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
 
     @classmethod
     def from_folder(cls, folder: Path, max_length: int | None) -> TextTokenizer:
         path = folder / "tokenizer.json"
-        if not path.exists():
-            raise FileNotFoundError(f"{folder} has no tokenizer.json")
-        return cls(Tokenizer.from_file(str(path)), max_length)
+        if path.exists():
+            return cls(Tokenizer.from_file(str(path)), max_length)
+        return cls(_converted(folder), max_length)
 
     @staticmethod
     def _pad_id(tokenizer: Tokenizer) -> int:
@@ -53,6 +64,28 @@ class TextTokenizer:
             (np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64)) for e in encodings
         ]
 
+    def encode_spans(self, texts: list[str]) -> list[TokenSpans]:
+        """Ids with each token's character span in its text and whether it is a special token, for the
+        families that map token predictions back onto the text (token-classification NER)."""
+        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=True)
+        return [
+            TokenSpans(
+                np.asarray(e.ids, dtype=np.int64),
+                np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2),
+                np.asarray(e.special_tokens_mask, dtype=np.bool_),
+            )
+            for e in encodings
+        ]
+
+    def truncating_first_only(self) -> TextTokenizer:
+        """A copy that truncates only a pair's first text, never the second (an NLI hypothesis must
+        stay whole, as transformers' zero-shot pipeline keeps it); the original keeps its strategy."""
+        copy = TextTokenizer(Tokenizer.from_str(self._tokenizer.to_str()), None)
+        copy.max_length = self.max_length
+        if self.max_length:
+            copy._tokenizer.enable_truncation(max_length=self.max_length, strategy="only_first")
+        return copy
+
     def token_id(self, token: str) -> int | None:
         found: int | None = self._tokenizer.token_to_id(token)
         return found
@@ -71,3 +104,21 @@ class TextTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return self._tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def _converted(folder: Path) -> Tokenizer:
+    """The fast tokenizer transformers builds from a folder that ships only the slow tokenizer's files
+    (a SentencePiece ``spm.model`` as DeBERTa-v3's repositories, a ``vocab.txt``): the same conversion
+    transformers' own pipelines run on it."""
+    from transformers import AutoTokenizer  # only here: most folders carry tokenizer.json
+
+    try:
+        loaded = AutoTokenizer.from_pretrained(str(folder))
+    except (OSError, ValueError) as exc:
+        raise FileNotFoundError(
+            f"{folder} has no tokenizer.json and transformers cannot build one: {exc}"
+        ) from exc
+    backend = getattr(loaded, "backend_tokenizer", None)
+    if not isinstance(backend, Tokenizer):
+        raise FileNotFoundError(f"{folder} has no tokenizer.json and its tokenizer has no fast form")
+    return backend

@@ -74,6 +74,23 @@ def _check_lora_loaded(model: Any, name: str, path: Path) -> None:
         )
 
 
+def _from_pretrained(
+    auto_class: Any, spec: LoadSpec, dtype: torch.dtype, asked: str | None, planned: str
+) -> Any:
+    """The model with the YAML's attention implementation, else the plan's; an architecture that has
+    no such kernel in transformers (DeBERTa-v2/v3 has no SDPA path) gets its eager attention instead
+    of failing the load."""
+    if asked is not None:
+        return auto_class.from_pretrained(str(spec.weights), dtype=dtype, attn_implementation=asked)
+    try:
+        return auto_class.from_pretrained(str(spec.weights), dtype=dtype, attn_implementation=planned)
+    except ValueError as exc:
+        if planned == "eager" or "attention implementation" not in str(exc):
+            raise
+        log.info("%s has no %s attention in transformers; using eager", spec.weights, planned)
+        return auto_class.from_pretrained(str(spec.weights), dtype=dtype, attn_implementation="eager")
+
+
 class Transformer:
     """``model`` is what ``auto_class`` loaded (e.g. a masked-LM or a classifier); ``base`` its encoder."""
 
@@ -112,10 +129,12 @@ class Transformer:
             autocast or weights_dtype,
             PackedBert.head_dim(config) if packable else None,
         )
-        model = auto_class.from_pretrained(
-            str(spec.weights),
-            dtype=weights_dtype,
-            attn_implementation=spec.loadtime.get("attn_implementation", attention.transformers_impl),
+        model = _from_pretrained(
+            auto_class,
+            spec,
+            weights_dtype,
+            spec.loadtime.get("attn_implementation"),
+            attention.transformers_impl,
         )
         model.eval().to(device)
         if autocast is not None:

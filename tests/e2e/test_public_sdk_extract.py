@@ -1,0 +1,65 @@
+"""The PUBLIC ``sie-sdk==0.10.1`` decodes our extract answers: Rampart's PII entities and the NLI model's
+classifications, the values our server sends on the wire (tests/e2e/test_extract_families.py holds
+those to the adapters). Runs in the public SDK's Python 3.12 venv, skipped where none exists.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import NLI, RAMPART, Server
+
+PII = "My name is John Smith, email john.smith@example.com, I live in London."
+TOPICS = "The central bank raised interest rates again."
+LABELS = ["economy", "sports", "weather"]
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from sie_sdk import SIEClient
+
+    url, rampart, nli, pii, topics, labels = sys.argv[1:7]
+    with SIEClient(url, timeout_s=120) as client:
+        found = client.extract(rampart, [{"text": pii, "id": "p"}])
+        ranked = client.extract(nli, {"text": topics}, labels=json.loads(labels), options={"multi_label": True})
+    print(json.dumps({"rampart": [dict(r) for r in found], "nli": dict(ranked)}))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def public(families: Server, run_public_sdk: Any) -> dict[str, Any]:
+    result: dict[str, Any] = run_public_sdk(
+        SCRIPT, families.url, RAMPART, NLI, PII, TOPICS, json.dumps(LABELS)
+    )
+    return result
+
+
+def wire(server: Server, model: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    response = httpx.post(
+        f"{server.url}/v1/extract/{model}", json=body, headers={"accept": "application/json"}, timeout=60
+    )
+    assert response.status_code == 200, response.text
+    items: list[dict[str, Any]] = response.json()["items"]
+    return items
+
+
+def test_public_sdk_decodes_entities(families: Server, public: dict[str, Any]) -> None:
+    (item,) = public["rampart"]
+    assert item["id"] == "p"
+    assert [(e["label"], e["text"]) for e in item["entities"]][2] == ("EMAIL", "john.smith@example.com")
+    assert all(PII[e["start"] : e["end"]] == e["text"] for e in item["entities"])
+    (expected,) = wire(families, RAMPART, {"items": [{"text": PII, "id": "p"}]})
+    assert item["entities"] == expected["entities"]
+
+
+def test_public_sdk_decodes_classifications(families: Server, public: dict[str, Any]) -> None:
+    body = {"items": [{"text": TOPICS}], "params": {"labels": LABELS, "options": {"multi_label": True}}}
+    (expected,) = wire(families, NLI, body)
+    assert public["nli"]["classifications"] == expected["classifications"]
+    assert sorted(c["label"] for c in public["nli"]["classifications"]) == sorted(LABELS)
