@@ -14,6 +14,8 @@ _SPLADE = "sie.adapters.splade:SpladeEncoder"
 _COLBERT = "sie.adapters.colbert:ColbertEncoder"
 _BGE_M3 = "sie.adapters.bge_m3:BgeM3Encoder"
 _CROSS_ENCODER = "sie.adapters.cross_encoder:CrossEncoderScorer"
+_CLIP = "sie.adapters.clip:ClipEncoder"
+_SIGLIP = "sie.adapters.clip:SiglipEncoder"
 
 # The public server splits a family over flash kernels and their fallbacks; here one class runs each
 # family, so every public name of it maps there. Public adapters for models that need code from the
@@ -36,11 +38,22 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.bert_flash_cross_encoder:BertFlashCrossEncoderAdapter": _CROSS_ENCODER,
     "sie_server.adapters.modernbert_flash_cross_encoder:ModernBertFlashCrossEncoderAdapter": _CROSS_ENCODER,
     "sie_server.adapters.cross_encoder:CrossEncoderAdapter": _CROSS_ENCODER,
+    "sie_server.adapters.clip:CLIPAdapter": _CLIP,
+    "sie_server.adapters.siglip.adapter:SiglipAdapter": _SIGLIP,
 }
 
 # Our own class paths (what ``canonical`` returns); a shipped YAML must name one of these.
 CANONICAL: Final = frozenset(
-    {_DENSE, "sie.adapters.dense_onnx:OnnxDenseEncoder", _SPLADE, _COLBERT, _BGE_M3, _CROSS_ENCODER}
+    {
+        _DENSE,
+        "sie.adapters.dense_onnx:OnnxDenseEncoder",
+        _SPLADE,
+        _COLBERT,
+        _BGE_M3,
+        _CROSS_ENCODER,
+        _CLIP,
+        _SIGLIP,
+    }
 )
 
 KNOWN: Final = frozenset({*CANONICAL, *ALIASES})
