@@ -233,6 +233,8 @@ SPLADE = "rasyosef/splade-tiny"  # shipped YAML; real weights from the cassetteq
 RERANKER = "test/bert-reranker"
 COLBERT = "test/colbert"
 M3 = "test/bge-m3"
+CLIP = "test/clip"
+SIGLIP = "test/siglip"
 QUERY = "what causes high blood pressure"
 DOCS = [
     "The film ran for three hours and the popcorn was stale.",
@@ -287,21 +289,53 @@ profiles:
     adapter_options:
       runtime: {{output_types: [sparse]}}
 """,
+    # The public adapter name for CLIP (an alias), our own for SigLIP.
+    "clip.yaml": f"""
+sie_id: {CLIP}
+weights_path: "@clip@"
+inputs: {{text: true, image: true}}
+tasks:
+  encode:
+    dense: {{dim: 16}}
+max_sequence_length: 77
+profiles:
+  default: {{max_batch_tokens: 8192, adapter_path: "sie_server.adapters.clip:CLIPAdapter"}}
+""",
+    "siglip.yaml": f"""
+sie_id: {SIGLIP}
+weights_path: "@siglip@"
+inputs: {{text: true, image: true}}
+tasks:
+  encode:
+    dense: {{dim: 32}}
+max_sequence_length: 64
+profiles:
+  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.clip:SiglipEncoder"}}
+""",
 }
 
 
 @pytest.fixture(scope="session")
-def families(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A server of every family: the packaged models (MiniLM, the tiny SPLADE ``rasyosef/splade-tiny``)
-    and models built from configs (tests/builders.py): a BERT reranker, a ColBERT with a ``muvera``
-    profile, a BGE-M3 with a ``sparse`` profile; all preloaded, float32."""
-    root = tmp_path_factory.mktemp("families")
+def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The weights of the test models, built from configs (tests/builders.py), by YAML placeholder."""
+    root = tmp_path_factory.mktemp("family-weights")
     splade = package_folder("cognition", "model")
-    folders = {
+    return {
         "reranker": builders.bert_reranker(splade, root / "reranker"),
         "colbert": builders.colbert(splade, (root / "colbert")),
         "m3": builders.bge_m3(splade, root / "m3"),
+        "clip": builders.clip(splade, root / "clip"),
+        "siglip": builders.siglip(root / "siglip"),
     }
+
+
+@pytest.fixture(scope="session")
+def families(tmp_path_factory: pytest.TempPathFactory, family_folders: dict[str, Path]) -> Iterator[Server]:
+    """A server of every family: the packaged models (MiniLM, the tiny SPLADE ``rasyosef/splade-tiny``)
+    and models built from configs (tests/builders.py): a BERT reranker, a ColBERT with a ``muvera``
+    profile, a BGE-M3 with a ``sparse`` profile, a CLIP and a SigLIP; all preloaded, float32."""
+    root = tmp_path_factory.mktemp("families")
+    folders = family_folders
     models = root / "models"
     models.mkdir()
     for path in MODELS_DIR.glob("*.yaml"):
@@ -311,7 +345,7 @@ def families(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             text = text.replace(f"@{key}@", str(folder))
         (models / name).write_text(text)
     env = {"SIE_MODELS_DIR": str(models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
-    preload = [MINILM, SPLADE, RERANKER, COLBERT, f"{COLBERT}:muvera", M3, f"{M3}:sparse"]
+    preload = [MINILM, SPLADE, RERANKER, COLBERT, f"{COLBERT}:muvera", M3, f"{M3}:sparse", CLIP, SIGLIP]
     with run_server(root, env, "--preload", ",".join(preload)) as server:
         yield server
 

@@ -56,6 +56,8 @@ def test_models_lists_the_catalogue(empty_cache_server: Server) -> None:
     reranker = models["cross-encoder/ms-marco-MiniLM-L-6-v2"]
     assert reranker["outputs"] == ["score"] and reranker["dims"] == {}
     assert models["rasyosef/splade-tiny"]["dims"] == {"sparse": 30522}
+    clip = models["openai/clip-vit-base-patch32"]
+    assert clip["inputs"] == ["text", "image"] and clip["dims"] == {"dense": 512}
 
 
 # (model id, route, body): one of each family, and a profile variant.
@@ -65,6 +67,12 @@ ABSENT = [
     ("colbert-ir/colbertv2.0:muvera", "encode", {"items": [{"text": "hello"}]}),
     ("BAAI/bge-m3:sparse", "encode", {"items": [{"text": "hello"}]}),
     ("cross-encoder/ms-marco-MiniLM-L-6-v2", "score", {"query": {"text": "q"}, "items": [{"text": "d"}]}),
+    ("openai/clip-vit-base-patch32", "encode", {"items": [{"text": "hello"}]}),
+    (
+        "google/siglip-so400m-patch14-384",
+        "encode",
+        {"items": [{"images": [{"data": b"\x89PNG", "format": "png"}]}]},
+    ),
 ]
 
 
