@@ -41,3 +41,10 @@ def decode_image(image: ImageData) -> Image.Image:
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         raise UnsupportedInput(f"Image data ({opened.format}) is truncated or corrupt: {exc}") from None
     return opened
+
+
+def sample_image() -> ImageData:
+    """A small grey PNG, for a warm-up forward through a model's image side."""
+    out = io.BytesIO()
+    Image.new("RGB", (64, 64), (128, 128, 128)).save(out, format="PNG")
+    return ImageData(out.getvalue(), "png")
