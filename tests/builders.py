@@ -6,18 +6,28 @@ meaningless; tests hold our adapters to the reference libraries on exactly these
 from __future__ import annotations
 
 import json
+import random
 import shutil
 from pathlib import Path
 from typing import Any
 
+import sentencepiece as spm
 import torch
 from safetensors.torch import save_file
+from tokenizers import Tokenizer
 from transformers import (
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
     BertModel,
+    CLIPConfig,
+    CLIPImageProcessorPil,
+    CLIPModel,
     ModernBertConfig,
     ModernBertForSequenceClassification,
+    SiglipConfig,
+    SiglipImageProcessorPil,
+    SiglipModel,
+    SiglipTokenizer,
     XLMRobertaConfig,
     XLMRobertaForSequenceClassification,
     XLMRobertaModel,
@@ -249,4 +259,88 @@ def deberta_nli(folder: Path) -> Path:
         label2id={label: i for i, label in enumerate(names)},
     )
     DebertaV2ForSequenceClassification(config).save_pretrained(folder)
+    return folder
+
+
+_TINY_TOWER = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}
+# Images are resized to 32x32 and cut into 8x8 patches: 16 patches per image.
+_TINY_VISION = {**_TINY_TOWER, "image_size": 32, "patch_size": 8}
+
+
+def clip(splade_dir: Path, folder: Path) -> Path:
+    """A tiny CLIPModel over the packaged BERT tokenizer ([SEP] ends a text, so the text tower pools
+    there; 77 tokens at most, as CLIP's), with CLIP's image processor at 32 pixels (the shortest edge
+    resized, then a center crop)."""
+    torch.manual_seed(3)
+    text = {**_TINY_TOWER, "vocab_size": 30522, "max_position_embeddings": 77}
+    text |= {"bos_token_id": 101, "eos_token_id": 102, "pad_token_id": 0}
+    config = CLIPConfig(text_config=text, vision_config=_TINY_VISION, projection_dim=16)
+    CLIPModel(config).save_pretrained(folder)
+    CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(
+        folder
+    )
+    # Its truncation at 512 would override the 77 in transformers' processor; CLIP's has none.
+    tokenizer = Tokenizer.from_file(str(splade_dir / "tokenizer.json"))
+    tokenizer.no_truncation()
+    tokenizer.save(str(folder / "tokenizer.json"))
+    tokenizer_config = json.loads((splade_dir / "tokenizer_config.json").read_text())
+    del tokenizer_config["max_length"]
+    (folder / "tokenizer_config.json").write_text(json.dumps({**tokenizer_config, "model_max_length": 77}))
+    return folder
+
+
+_CAPTIONS = [
+    "a",
+    "photo",
+    "of",
+    "the",
+    "cat",
+    "dog",
+    "house",
+    "tree",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "lazy",
+    "red",
+    "blue",
+    "green",
+    "car",
+    "picture",
+]
+
+
+def _sentencepiece(folder: Path) -> Path:
+    """A small unigram sentencepiece model trained here on captions, with SigLIP's special pieces
+    (``</s>`` ends and pads a text, ``<unk>``): SigLIP's tokenizer needs one and none ships on PyPI."""
+    rng = random.Random(0)
+    corpus = [" ".join(rng.choices(_CAPTIONS, k=8)) for _ in range(200)]
+    prefix = folder / "spiece"
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus),
+        model_prefix=str(prefix),
+        vocab_size=64,
+        hard_vocab_limit=False,
+        model_type="unigram",
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        pad_id=-1,
+        minloglevel=2,
+    )
+    return prefix.with_suffix(".model")
+
+
+def siglip(folder: Path) -> Path:
+    """A tiny SiglipModel with a trained sentencepiece tokenizer and SigLIP's 32-pixel image processor."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = SiglipTokenizer(vocab_file=str(_sentencepiece(folder)))
+    text = {**_TINY_TOWER, "vocab_size": len(tokenizer), "max_position_embeddings": 64, "projection_size": 32}
+    text |= {"pad_token_id": 1, "eos_token_id": 1, "bos_token_id": None}
+    torch.manual_seed(4)
+    SiglipModel(SiglipConfig(text_config=text, vision_config=_TINY_VISION)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    SiglipImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(folder)
     return folder

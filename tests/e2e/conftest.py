@@ -237,6 +237,8 @@ GLINER = "test/gliner"
 NER = "test/token-ner"
 RAMPART = "nationaldesignstudio/rampart"  # shipped YAML; real ONNX weights from a package
 NLI = "test/nli"
+CLIP = "test/clip"
+SIGLIP = "test/siglip"
 QUERY = "what causes high blood pressure"
 DOCS = [
     "The film ran for three hours and the popcorn was stale.",
@@ -325,26 +327,58 @@ profiles:
     adapter_options:
       runtime: {{hypothesis_template: "This text is about {{}}.", multi_label: false}}
 """,
+    # The public adapter name for CLIP (an alias), our own for SigLIP.
+    "clip.yaml": f"""
+sie_id: {CLIP}
+weights_path: "@clip@"
+inputs: {{text: true, image: true}}
+tasks:
+  encode:
+    dense: {{dim: 16}}
+max_sequence_length: 77
+profiles:
+  default: {{max_batch_tokens: 8192, adapter_path: "sie_server.adapters.clip:CLIPAdapter"}}
+""",
+    "siglip.yaml": f"""
+sie_id: {SIGLIP}
+weights_path: "@siglip@"
+inputs: {{text: true, image: true}}
+tasks:
+  encode:
+    dense: {{dim: 32}}
+max_sequence_length: 64
+profiles:
+  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.clip:SiglipEncoder"}}
+""",
 }
 
 
 @pytest.fixture(scope="session")
-def families(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A server of every family: the packaged models (MiniLM, the tiny SPLADE ``rasyosef/splade-tiny``)
-    and the Rampart PII tagger (ONNX), and models built from configs (tests/builders.py): a BERT
-    reranker, a ColBERT with a ``muvera`` profile, a BGE-M3 with a ``sparse`` profile, a GLiNER (under
-    the public adapter name) with a ``merged`` profile, a BIO token tagger and an NLI zero-shot
-    classifier; all preloaded, float32."""
-    root = tmp_path_factory.mktemp("families")
+def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The weights of the test models, built from configs (tests/builders.py), by YAML placeholder."""
+    root = tmp_path_factory.mktemp("family-weights")
     splade = package_folder("cognition", "model")
-    folders = {
+    return {
         "reranker": builders.bert_reranker(splade, root / "reranker"),
         "colbert": builders.colbert(splade, (root / "colbert")),
         "m3": builders.bge_m3(splade, root / "m3"),
         "gliner": builders.gliner(splade, root / "gliner"),
         "ner": builders.token_ner(splade, root / "ner"),
         "nli": builders.nli(splade, root / "nli"),
+        "clip": builders.clip(splade, root / "clip"),
+        "siglip": builders.siglip(root / "siglip"),
     }
+
+
+@pytest.fixture(scope="session")
+def families(tmp_path_factory: pytest.TempPathFactory, family_folders: dict[str, Path]) -> Iterator[Server]:
+    """A server of every family: the packaged models (MiniLM, the tiny SPLADE ``rasyosef/splade-tiny``,
+    the Rampart PII tagger on ONNX Runtime) and models built from configs (tests/builders.py): a BERT
+    reranker, a ColBERT with a ``muvera`` profile, a BGE-M3 with a ``sparse`` profile, a GLiNER (under
+    the public adapter name) with a ``merged`` profile, a BIO token tagger, an NLI zero-shot classifier,
+    a CLIP and a SigLIP; all preloaded, float32."""
+    root = tmp_path_factory.mktemp("families")
+    folders = family_folders
     models = root / "models"
     models.mkdir()
     for path in MODELS_DIR.glob("*.yaml"):
@@ -367,6 +401,8 @@ def families(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         NER,
         RAMPART,
         NLI,
+        CLIP,
+        SIGLIP,
     ]
     with run_server(root, env, "--preload", ",".join(preload)) as server:
         yield server

@@ -9,7 +9,8 @@ Three things the OpenAPI document cannot carry:
   so their bodies are validated against the schema like JSON ones instead of being skipped;
 * a model-capability refusal is not a schema mismatch. ``/v1/encode/{model}`` serves every model, and
   a schema-valid request can still ask one for what it lacks (an image-only item for a text model, a
-  sparse output from a dense one, a score from an embedder, more ``dimensions`` than it has). The
+  sparse output from a dense one, a score from an embedder, more ``dimensions`` than it has, an
+  ``input`` string that is no image data URI under ``modality: "image"``). The
   public contract answers those 400 ``INVALID_INPUT``; no schema of a multi-model route can foresee
   them. Exactly those refusals, recognised by their fixed messages, are not counted as "schema-valid
   request rejected"; every other check still runs on their responses, and any other 400 to
@@ -41,6 +42,12 @@ CAPABILITY_REFUSALS: Final = re.compile(
             r"^Unknown profile '.*' for model '.*'\. Available: ",
             r"^'dimensions' must be between 1 and \d+ for model '.*'$",
             r"^Token id \d+ is outside the vocabulary of model '.*' \(size \d+\)$",
+            r"^Model '.*' does not support image input; it takes text$",
+            r"^Model '.*' takes one image per item, got \d+; ",
+            # /v1/embeddings with modality "image": its input strings must be image data URIs, which
+            # the schema's strings (shared with text inputs) cannot say.
+            r"^input\[\d+\] (must be a base64 data URI|is a URL|holds invalid base64)",
+            r"^With modality 'image', 'input' must be data URIs",
         )
     ),
     re.DOTALL,

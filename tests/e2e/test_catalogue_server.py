@@ -59,6 +59,8 @@ def test_models_lists_the_catalogue(empty_cache_server: Server) -> None:
     assert models["rasyosef/splade-tiny"]["dims"] == {"sparse": 30522}
     gliner = models["urchade/gliner_multi-v2.1"]
     assert gliner["outputs"] == ["json"] and gliner["dims"] == {} and gliner["max_sequence_length"] == 384
+    clip = models["openai/clip-vit-base-patch32"]
+    assert clip["inputs"] == ["text", "image"] and clip["dims"] == {"dense": 512}
 
 
 # (model id, route, body): one of each family, and a profile variant.
@@ -77,6 +79,12 @@ ABSENT = [
         "MoritzLaurer/deberta-v3-base-zeroshot-v2.0",
         "extract",
         {"items": [{"text": "hello"}], "params": {"labels": ["greeting"]}},
+    ),
+    ("openai/clip-vit-base-patch32", "encode", {"items": [{"text": "hello"}]}),
+    (
+        "google/siglip-so400m-patch14-384",
+        "encode",
+        {"items": [{"images": [{"data": b"\x89PNG", "format": "png"}]}]},
     ),
 ]
 

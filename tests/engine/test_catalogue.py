@@ -33,6 +33,8 @@ CROSS_ENCODER = "sie.adapters.cross_encoder:CrossEncoderScorer"
 GLINER = "sie.adapters.gliner:GlinerExtractor"
 NLI = "sie.adapters.nli_zero_shot:NliZeroShotClassifier"
 ONNX_NER = "sie.adapters.token_ner_onnx:OnnxTokenNer"
+CLIP = "sie.adapters.clip:ClipEncoder"
+SIGLIP = "sie.adapters.clip:SiglipEncoder"
 
 # Every shipped sie_id by the class that runs it: the catalogue a release promises.
 EXPECTED = {
@@ -108,6 +110,19 @@ EXPECTED = {
         "cross-encoder/nli-deberta-v3-base",
     },
     ONNX_NER: {"nationaldesignstudio/rampart"},
+    # The public vision ids that transformers' CLIPModel / SiglipModel run; Marqo's (open_clip) and
+    # Qwen3-VL-Embedding are not shipped (see docs/vision.md).
+    CLIP: {
+        "openai/clip-vit-base-patch32",
+        "openai/clip-vit-large-patch14",
+        "laion/CLIP-ViT-B-32-laion2B-s34B-b79K",
+        "laion/CLIP-ViT-H-14-laion2B-s32B-b79K",
+    },
+    SIGLIP: {
+        "google/siglip-so400m-patch14-224",
+        "google/siglip-so400m-patch14-384",
+        "google/siglip2-base-patch16-224",
+    },
 }
 
 CONFIGS = [config for _, config in load_model_dir(MODELS_DIR)]
@@ -209,6 +224,32 @@ def test_bge_m3_facts():
     assert config.resolve_profile("banking").runtime["instruction"] == "Classify banking intent"
     for output in ("dense", "sparse", "multivector"):
         assert config.resolve_profile(output).runtime["output_types"] == [output]
+
+
+def test_vision_models_take_text_and_images_and_state_the_public_facts():
+    dims = {
+        "openai/clip-vit-base-patch32": 512,
+        "openai/clip-vit-large-patch14": 768,
+        "laion/CLIP-ViT-B-32-laion2B-s34B-b79K": 512,
+        "laion/CLIP-ViT-H-14-laion2B-s32B-b79K": 1024,
+        "google/siglip-so400m-patch14-224": 1152,
+        "google/siglip-so400m-patch14-384": 1152,
+        "google/siglip2-base-patch16-224": 768,
+    }
+    for config in of_family(CLIP) + of_family(SIGLIP):
+        assert config.inputs.names() == ["text", "image"]
+        assert config.tasks.encode is not None and config.tasks.encode.dims() == {
+            "dense": dims[config.sie_id]
+        }
+        assert config.tasks.score is None
+        clip = adapter_of(config) == CLIP
+        assert config.max_sequence_length == (77 if clip else 64)
+        # The public server's defaults: CLIP answers unit vectors, SigLIP raw ones.
+        assert config.resolve_profile("default").runtime["normalize"] is clip
+    assert {alias for alias, target in registry.ALIASES.items() if target in (CLIP, SIGLIP)} == {
+        "sie_server.adapters.clip:CLIPAdapter",
+        "sie_server.adapters.siglip.adapter:SiglipAdapter",
+    }
 
 
 def test_rerankers_score_and_do_not_encode():

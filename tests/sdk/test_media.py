@@ -30,9 +30,22 @@ def test_encoded_bytes_pass_through_labelled_by_signature():
     assert item["images"][0] is PNG  # the caller's item is left alone
 
 
-def test_unknown_bytes_keep_the_callers_format_or_default_to_jpeg():
-    wire = prepare_item({"images": [{"data": b"????", "format": "PNG"}, b"????"]})
-    assert wire["images"] == [{"data": b"????", "format": "png"}, {"data": b"????", "format": "jpeg"}]
+def test_unknown_bytes_are_refused_rather_than_mislabelled():
+    for image in (b"????", {"data": b"????", "format": "PNG"}):
+        with pytest.raises(ValueError, match="Could not detect encoded image format"):
+            prepare_item({"images": [image]})
+
+
+def test_a_declared_format_must_match_the_bytes():
+    assert prepare_item({"images": [{"data": PNG, "format": "PNG"}]})["images"][0]["format"] == "png"
+    assert (
+        prepare_item({"images": [{"data": b"II+\x00....", "format": "tiff"}]})["images"][0]["format"]
+        == "tiff"
+    )
+    with pytest.raises(ValueError, match="declared 'jpeg', detected 'png'"):
+        prepare_item({"images": [{"data": PNG, "format": "jpg"}]})
+    with pytest.raises(ValueError, match="media-format token"):
+        prepare_item({"images": [{"data": PNG, "format": "image/png; x"}]})
 
 
 def test_document_bytes_and_paths(tmp_path):
@@ -60,3 +73,12 @@ def test_arrays_with_pillow_become_jpeg():
     wire = prepare_item({"images": [np.zeros((4, 4, 3), dtype=np.uint8)]})
     assert wire["images"][0]["format"] == "jpeg"
     assert wire["images"][0]["data"].startswith(b"\xff\xd8\xff")
+
+
+@pytest.mark.skipif(not HAS_PIL, reason="Pillow is not installed")
+def test_modes_jpeg_cannot_hold_become_rgb():
+    from PIL import Image
+
+    for mode in ("RGBA", "P", "I;16", "1", "CMYK"):
+        wire = prepare_item({"images": [Image.new(mode, (4, 4))]})
+        assert wire["images"][0]["data"].startswith(b"\xff\xd8\xff"), mode

@@ -208,6 +208,17 @@ class LoadSpec:
         return TextTokenizer.from_folder(self.tokenizer_weights or self.weights, self.max_seq_length)
 
 
+class Vocabulary(Protocol):
+    """What the engine itself asks of a model's tokenizer: decoding token-id inputs (OpenAI clients).
+    ``TextTokenizer`` is one; a family whose tokenizer has no ``tokenizer.json`` (SigLIP's
+    sentencepiece) wraps its own."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+
 class Adapter(Protocol):
     """A loaded model of one family; see the module docstring for the two halves of the contract."""
 
@@ -217,7 +228,10 @@ class Adapter(Protocol):
     # Output sizes: dense dims, sparse vocabulary, multivector token dims.
     dims: Mapping[Capability, int]
     default_pooling: Pooling
-    tokenizer: TextTokenizer
+
+    @property
+    def tokenizer(self) -> Vocabulary: ...
+
     # True when padding costs the adapter (almost) nothing because it packs real tokens itself: the
     # engine then sends a whole batch in one call instead of cutting it into length chunks.
     packs_tokens: bool

@@ -16,6 +16,8 @@ _BGE_M3 = "sie.adapters.bge_m3:BgeM3Encoder"
 _CROSS_ENCODER = "sie.adapters.cross_encoder:CrossEncoderScorer"
 _GLINER = "sie.adapters.gliner:GlinerExtractor"
 _NLI = "sie.adapters.nli_zero_shot:NliZeroShotClassifier"
+_CLIP = "sie.adapters.clip:ClipEncoder"
+_SIGLIP = "sie.adapters.clip:SiglipEncoder"
 
 # The public server splits a family over flash kernels and their fallbacks; here one class runs each
 # family, so every public name of it maps there. Public adapters for models that need code from the
@@ -42,6 +44,8 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.gliner_bi:GLiNERBiAdapter": _GLINER,  # gliner runs bi-encoders through the same calls
     "sie_server.adapters.nli_classification:NLIClassificationAdapter": _NLI,
     "sie_server.adapters.nli_classification_flash:NLIClassificationFlashAdapter": _NLI,
+    "sie_server.adapters.clip:CLIPAdapter": _CLIP,
+    "sie_server.adapters.siglip.adapter:SiglipAdapter": _SIGLIP,
 }
 
 # Our own class paths (what ``canonical`` returns); a shipped YAML must name one of these.
@@ -58,6 +62,8 @@ CANONICAL: Final = frozenset(
         # Token-classification NER has no public adapter (the public server runs NER through GLiNER).
         "sie.adapters.token_ner:TorchTokenNer",
         "sie.adapters.token_ner_onnx:OnnxTokenNer",
+        _CLIP,
+        _SIGLIP,
     }
 )
 

@@ -21,9 +21,10 @@ import numpy as np
 
 from sie.adapters.base import Adapter, Forward, LoadSpec, ModelInput, Task
 from sie.adapters.device import effective_precision
+from sie.adapters.images import sample_image
 from sie.adapters.registry import UnknownAdapter, adapter_class
 from sie.core import heap
-from sie.core.options import AttentionBackend, Capability, ComputePrecision
+from sie.core.options import AttentionBackend, Capability, ComputePrecision, Modality
 from sie.engine.catalog import CatalogEntry
 from sie.engine.weights import WeightsNotFound, WeightSources
 from sie.postprocess.muvera import Muvera, MuveraConfig
@@ -112,11 +113,14 @@ def load_model(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel:
 
 def warm_up(adapter: Adapter) -> None:
     """One tiny forward of the adapter's main output, so lazy initialisation is not paid by a user:
-    its embeddings when it has any, else its pair scores, else an extraction with one label."""
+    its embeddings when it has any (of a text, and of an image too for a model that takes images),
+    else its pair scores, else an extraction with one label."""
     embeddings = adapter.capabilities - {Capability.SCORE, Capability.EXTRACT}
     inputs: list[ModelInput] = ["warm up"]
     if embeddings:
         forward = Forward(embeddings)
+        if Modality.IMAGE in adapter.inputs:
+            inputs.append(sample_image())
     elif Capability.SCORE in adapter.capabilities:
         forward, inputs = Forward(frozenset({Capability.SCORE})), [("warm", "up")]
     else:

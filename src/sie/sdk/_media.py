@@ -1,9 +1,11 @@
 """Turning an item's images and documents into the ``{"data": bytes, "format": str}`` the server reads.
 
 The server never decodes base64 and never opens files, so everything must become raw bytes with a
-format label before packing. Encoded bytes pass through untouched (their format is read from the
-file signature); paths, PIL images and HWC arrays are re-encoded as JPEG (quality 95), which needs
-Pillow. Pillow is optional: a caller that only sends text or bytes never needs it.
+format label before packing. Encoded bytes pass through untouched, labelled by their file signature;
+bytes with no known signature, or a declared format that contradicts the signature, are refused here
+rather than sent under a wrong label (as the public ``sie-sdk`` does). Paths, PIL images and HWC
+arrays are re-encoded as JPEG (quality 95), which needs Pillow. Pillow is optional: a caller that
+only sends text or bytes never needs it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ _SIGNATURES: Final[tuple[tuple[bytes, str], ...]] = (
     (b"BM", "bmp"),
     (b"II*\x00", "tiff"),
     (b"MM\x00*", "tiff"),
+    (b"II+\x00", "tiff"),  # BigTIFF
+    (b"MM\x00+", "tiff"),
 )
+_MAX_FORMAT_LENGTH: Final = 32
 _DOCUMENT_SUFFIXES: Final[dict[str, str]] = {
     ".pdf": "pdf",
     ".docx": "docx",
@@ -60,19 +65,35 @@ def _image_to_wire(image: Any) -> dict[str, Any]:
         declared, image = image.get("format"), image["data"]
     if isinstance(image, bytes | bytearray | memoryview):
         data = bytes(image)
-        return {"data": data, "format": _sniff_image(data) or _normalise_format(declared) or "jpeg"}
-    return {"data": _to_jpeg(image), "format": "jpeg"}
+        detected = _sniff_image(data)
+    else:
+        data, detected = _to_jpeg(image), "jpeg"
+    if declared is not None and _normalise_format(declared) != detected:
+        raise ValueError(
+            f"Image format mismatch: declared '{_normalise_format(declared)}', detected '{detected}'"
+        )
+    return {"data": data, "format": detected}
 
 
-def _sniff_image(data: bytes) -> str | None:
+def _sniff_image(data: bytes) -> str:
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "webp"
-    return next((fmt for magic, fmt in _SIGNATURES if data.startswith(magic)), None)
+    found = next((fmt for magic, fmt in _SIGNATURES if data.startswith(magic)), None)
+    if found is None:
+        raise ValueError(
+            "Could not detect encoded image format from bytes (JPEG, PNG, GIF, WebP, BMP and TIFF are known)"
+        )
+    return found
 
 
-def _normalise_format(value: object) -> str | None:
-    if not isinstance(value, str) or not value:
-        return None
+def _normalise_format(value: object) -> str:
+    """A declared format as a short lowercase token (``jpg`` is ``jpeg``); anything else is refused."""
+    if not (
+        isinstance(value, str)
+        and 1 <= len(value) <= _MAX_FORMAT_LENGTH
+        and all(c.isascii() and (c.isalnum() or c in ".+-") for c in value)
+    ):
+        raise ValueError("Image format must be a short ASCII media-format token")
     lowered = value.lower()
     return "jpeg" if lowered in ("jpg", "jpe") else lowered
 
@@ -99,7 +120,7 @@ def _to_jpeg(image: Any) -> bytes:
         picture = image
     else:
         raise ValueError(f"unsupported image type {type(image).__name__}; use bytes, a path, PIL or an array")
-    if picture.mode in ("RGBA", "LA", "P"):
+    if picture.mode not in ("RGB", "L"):  # JPEG holds neither alpha, palettes nor 16-bit samples
         picture = picture.convert("RGB")
     buffer = io.BytesIO()
     picture.save(buffer, format="JPEG", quality=JPEG_QUALITY)

@@ -100,8 +100,16 @@ class EncodingFormat(StrEnum):
 _TOKEN_IDS: Final = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}}
 
 
+class EmbeddingModality(StrEnum):
+    """Infinity's extension of the OpenAI body: what ``input`` holds (``image``: data URIs)."""
+
+    TEXT = "text"
+    IMAGE = "image"
+
+
 class OpenAIEmbeddingsRequest(msgspec.Struct):
-    """``POST /v1/embeddings``: ``input`` is a string, strings, token ids, or lists of token ids.
+    """``POST /v1/embeddings``: ``input`` is a string, strings, token ids, or lists of token ids; with
+    ``modality: "image"`` (Infinity's field) a ``data:image/...;base64,`` URI or a list of them.
 
     msgspec allows one list type per union, so the element union is checked for homogeneity later
     (an empty or mixed list is refused there); ``JSON_SCHEMA_FIELDS`` documents what is accepted.
@@ -125,6 +133,7 @@ class OpenAIEmbeddingsRequest(msgspec.Struct):
     encoding_format: EncodingFormat | None = EncodingFormat.FLOAT  # null means float, as in public SIE
     dimensions: Annotated[int | None, msgspec.Meta(extra_json_schema={"minimum": 1})] = None
     user: str | None = None
+    modality: EmbeddingModality | None = None  # null means text
 
 
 class RerankDocumentInput(msgspec.Struct):

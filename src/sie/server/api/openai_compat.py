@@ -5,6 +5,10 @@ real tokens, and ``dimensions`` truncates and re-normalises (Matryoshka-style) i
 The body is decoded as leniently as the public route's pydantic model (``"dimensions": 1.0`` is an int,
 ``"encoding_format": null`` means ``float``).
 
+With ``modality: "image"`` (Infinity's field for multimodal models) ``input`` holds base64 data URIs
+of images (``data_uri``), embedded by the same engine encode as ``/v1/encode``'s ``images`` items; a
+model that takes no images refuses them with 400 there, as it would on ``/v1/encode``.
+
 Every error uses OpenAI's ``{"error": {...}}`` envelope from the engine's error table, a body that is
 not JSON or does not fit the schema included (400 ``invalid_request``). The public server answers
 that one with FastAPI's 422 ``{"detail": [...]}`` list, which no OpenAI client parses and which its
@@ -20,10 +24,11 @@ from fastapi import Request, Response
 
 from sie.engine.engine import Engine
 from sie.postprocess.quantize import l2_normalize
+from sie.server.api.data_uri import BadImageInput, image_from_data_uri
 from sie.server.api.native import PostRoute, engine_of, render_off_loop_if_big
 from sie.server.errors import openai_error, openai_error_response
 from sie.wire import codec
-from sie.wire.requests import EncodingFormat, Item, OpenAIEmbeddingsRequest
+from sie.wire.requests import EmbeddingModality, EncodingFormat, Item, OpenAIEmbeddingsRequest
 from sie.wire.responses import OpenAIEmbedding, OpenAIEmbeddingsResponse, OpenAIUsage
 
 
@@ -63,6 +68,23 @@ async def _texts(engine: Engine, request: OpenAIEmbeddingsRequest) -> list[str]:
     )
 
 
+async def _items(engine: Engine, request: OpenAIEmbeddingsRequest) -> list[Item]:
+    """The request's inputs as encode items: images for ``modality: "image"``, else texts."""
+    if request.modality is not EmbeddingModality.IMAGE:
+        return [Item(text=text) for text in await _texts(engine, request)]
+    raw = [request.input] if isinstance(request.input, str) else request.input
+    if not raw:
+        raise OpenAIError(400, "Input cannot be empty", "invalid_request")
+    if not all(isinstance(one, str) for one in raw):
+        raise OpenAIError(
+            400, "With modality 'image', 'input' must be data URIs (strings)", "invalid_request"
+        )
+    try:
+        return [Item(images=[image_from_data_uri(str(one), i)]) for i, one in enumerate(raw)]
+    except BadImageInput as exc:
+        raise OpenAIError(400, str(exc), "invalid_request") from None
+
+
 def _vectors(matrix: np.ndarray, dimensions: int | None, model: str) -> np.ndarray:
     if dimensions is None or dimensions == matrix.shape[1]:
         return matrix
@@ -80,9 +102,9 @@ async def embeddings(request: Request) -> Response:
     engine = engine_of(request)
     try:
         body = codec.decode(await request.body(), codec.JSON, OpenAIEmbeddingsRequest, strict=False)
-        texts = await _texts(engine, body)
+        items = await _items(engine, body)
         await engine.wait_loaded(body.model)
-        outcome = await engine.encode(body.model, [Item(text=t) for t in texts], None)
+        outcome = await engine.encode(body.model, items, None)
         dense = [item.dense.values for item in outcome.items if item.dense is not None]
         matrix = _vectors(np.stack(dense), body.dimensions, body.model)
     except OpenAIError as exc:

@@ -1,0 +1,227 @@
+"""CLIP and SigLIP through a real server: image and text items on ``/v1/encode`` (msgpack and JSON),
+image data URIs on ``/v1/embeddings``, our SDK and the public ``sie-sdk`` sending images, and every
+bad image answered 400 while the server keeps serving.
+
+Values are held to the adapter loaded in-process on the same folders (the adapter is held to
+transformers in tests/adapters/test_clip.py), L2-normalised as the engine's default postprocessing.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+from PIL import Image
+
+from sie.adapters.base import Forward, ImageData, LoadSpec
+from sie.adapters.clip import ClipEncoder, DualEncoder, SiglipEncoder
+from sie.core.options import Capability, ComputePrecision
+from tests.e2e.conftest import CLIP, MINILM, MSGPACK_HEADERS, SIGLIP, Server
+
+DENSE = Forward(frozenset({Capability.DENSE}))
+TEXT = "a photo of a red car"
+JSON_HEADERS = {"accept": "application/json"}
+
+
+def picture(kind: str, seed: int, size: tuple[int, int] = (48, 40)) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels, "RGB").save(out, format=kind)
+    return out.getvalue()
+
+
+PNG = picture("PNG", 0)
+JPEG = picture("JPEG", 1)
+
+
+@pytest.fixture(scope="module")
+def adapters(family_folders: dict[str, Path]) -> dict[str, DualEncoder]:
+    def spec(name: str, length: int) -> LoadSpec:
+        return LoadSpec(family_folders[name], "cpu", ComputePrecision.FLOAT32, length)
+
+    return {CLIP: ClipEncoder.load(spec("clip", 77)), SIGLIP: SiglipEncoder.load(spec("siglip", 64))}
+
+
+def expected(adapter: DualEncoder, inputs: list[str | ImageData]) -> np.ndarray:
+    dense = adapter.run(adapter.prepare(inputs, DENSE), DENSE).dense
+    assert dense is not None
+    return dense / np.linalg.norm(dense, axis=1, keepdims=True)
+
+
+def encode_msgpack(server: Server, model: str, items: list[dict[str, Any]], unpack: Any) -> np.ndarray:
+    response = server.client.post(
+        f"/v1/encode/{model}", content=msgpack.packb({"items": items}), headers=MSGPACK_HEADERS
+    )
+    assert response.status_code == 200, response.text
+    return np.stack([item["dense"]["values"] for item in unpack(response.content)["items"]])
+
+
+MIXED = [
+    {"images": [{"data": PNG, "format": "png"}]},
+    {"text": TEXT},
+    {"images": [{"data": JPEG, "format": "jpeg"}]},
+]
+MIXED_INPUTS: list[str | ImageData] = [ImageData(PNG), TEXT, ImageData(JPEG)]
+
+
+@pytest.mark.parametrize("model", [CLIP, SIGLIP])
+def test_images_and_texts_over_msgpack_equal_the_adapter(
+    families: Server, adapters: dict[str, DualEncoder], unpack: Any, model: str
+) -> None:
+    got = encode_msgpack(families, model, MIXED, unpack)
+    np.testing.assert_allclose(got, expected(adapters[model], MIXED_INPUTS), atol=1e-5)
+    alone = encode_msgpack(families, model, MIXED[:1], unpack)
+    np.testing.assert_allclose(alone[0], got[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("model", [CLIP, SIGLIP])
+def test_images_over_json_are_base64(families: Server, adapters: dict[str, DualEncoder], model: str) -> None:
+    items = [
+        {"images": [{"data": base64.b64encode(PNG).decode(), "format": "png"}]},
+        {"text": TEXT},
+        {"images": [{"data": base64.b64encode(JPEG).decode()}]},
+    ]
+    response = families.client.post(f"/v1/encode/{model}", json={"items": items}, headers=JSON_HEADERS)
+    assert response.status_code == 200, response.text
+    got = np.array([item["dense"]["values"] for item in response.json()["items"]], dtype=np.float32)
+    np.testing.assert_allclose(got, expected(adapters[model], MIXED_INPUTS), atol=1e-5)
+
+
+def error_of(response: Any) -> tuple[int, str, str]:
+    detail = response.json()["detail"]
+    return response.status_code, detail["code"], detail["message"]
+
+
+def test_an_image_to_a_text_only_model_is_refused(families: Server) -> None:
+    body = {"items": [{"images": [{"data": base64.b64encode(PNG).decode(), "format": "png"}]}]}
+    status, code, message = error_of(
+        families.client.post(f"/v1/encode/{MINILM}", json=body, headers=JSON_HEADERS)
+    )
+    assert (status, code) == (400, "INVALID_INPUT")
+    assert "does not support image input" in message
+    families.assert_serving()
+
+
+@pytest.mark.parametrize("model", [CLIP, SIGLIP])
+@pytest.mark.parametrize(
+    "data", [b"definitely not an image", PNG[:80], b""], ids=["garbage", "truncated", "empty"]
+)
+def test_bad_image_bytes_are_400_and_the_server_keeps_serving(
+    families: Server, unpack: Any, model: str, data: bytes
+) -> None:
+    items = [{"text": TEXT}, {"images": [{"data": data, "format": "png"}]}]
+    response = families.client.post(
+        f"/v1/encode/{model}", content=msgpack.packb({"items": items}), headers=MSGPACK_HEADERS
+    )
+    assert response.status_code == 400, response.text
+    detail = response.json()["detail"]  # errors are JSON, as on the public server
+    assert detail["code"] == "INVALID_INPUT" and "mage" in detail["message"], detail
+    assert encode_msgpack(families, model, MIXED, unpack).shape[0] == 3
+    families.assert_serving()
+
+
+def data_uri(data: bytes, mime: str = "image/png") -> str:
+    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
+@pytest.mark.parametrize("model", [CLIP, SIGLIP])
+def test_openai_embeddings_take_image_data_uris(
+    families: Server, adapters: dict[str, DualEncoder], model: str
+) -> None:
+    body = {"model": model, "modality": "image", "input": [data_uri(PNG), data_uri(JPEG, "image/jpg")]}
+    response = families.client.post("/v1/embeddings", json=body)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    got = np.array([row["embedding"] for row in answer["data"]], dtype=np.float32)
+    np.testing.assert_allclose(got, expected(adapters[model], [ImageData(PNG), ImageData(JPEG)]), atol=1e-5)
+    assert answer["usage"]["prompt_tokens"] == 2 * (16 + (model == CLIP))  # the patches each image costs
+    one = families.client.post("/v1/embeddings", json={**body, "input": data_uri(PNG)}).json()
+    np.testing.assert_allclose(one["data"][0]["embedding"], got[0], atol=1e-6)
+    text = families.client.post("/v1/embeddings", json={"model": model, "input": TEXT}).json()
+    np.testing.assert_allclose(text["data"][0]["embedding"], expected(adapters[model], [TEXT])[0], atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("model", "entry", "fragment"),
+    [
+        (CLIP, "https://example.com/cat.png", "does not fetch URLs"),
+        (CLIP, "http://169.254.169.254/latest/meta-data", "does not fetch URLs"),
+        (CLIP, "data:image/png;base64,@@@@", "invalid base64"),
+        (CLIP, "data:text/plain;base64,aGk=", "must be a base64 data URI"),
+        (CLIP, "data:image/png,rawbytes", "must be a base64 data URI"),
+        (CLIP, data_uri(b"not an image"), "not an image"),
+        (MINILM, data_uri(PNG), "does not support image input"),
+    ],
+    ids=["url", "metadata-url", "bad-base64", "not-image-mime", "not-base64", "garbage", "text-model"],
+)
+def test_openai_bad_image_inputs_are_openai_shaped_400s(
+    families: Server, model: str, entry: str, fragment: str
+) -> None:
+    response = families.client.post(
+        "/v1/embeddings", json={"model": model, "modality": "image", "input": [entry]}
+    )
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert fragment in error["message"] and error["type"] == "invalid_request_error"
+    families.assert_serving()
+
+
+def test_our_sdk_sends_images_as_bytes_paths_pil_and_arrays(
+    families: Server, adapters: dict[str, DualEncoder], tmp_path: Path
+) -> None:
+    from sie.sdk import SIEClient
+
+    path = tmp_path / "picture.png"
+    path.write_bytes(PNG)
+    pil = Image.open(io.BytesIO(PNG))
+    array = np.asarray(pil)
+    with SIEClient(families.url, timeout_s=120) as client:
+        results = client.encode(
+            CLIP, [{"images": [PNG]}, {"images": [path]}, {"images": [pil]}, {"images": [array]}]
+        )
+    got = np.stack([r["dense"] for r in results])
+    # Bytes travel as they are; a path, a PIL image and an array are re-encoded as JPEG (quality 95).
+    jpeg = io.BytesIO()
+    pil.convert("RGB").save(jpeg, format="JPEG", quality=95)
+    want = expected(adapters[CLIP], [ImageData(PNG), *[ImageData(jpeg.getvalue())] * 3])
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+PUBLIC_SCRIPT = textwrap.dedent(
+    """
+    import io, json, sys
+    import numpy as np
+    from PIL import Image
+    from sie_sdk import SIEClient
+
+    url, model, png_path = sys.argv[1], sys.argv[2], sys.argv[3]
+    png = open(png_path, "rb").read()
+    items = [{"images": [png]}, {"text": "a photo of a red car"}, {"images": [Image.open(io.BytesIO(png))]}]
+    with SIEClient(url, timeout_s=120) as client:
+        results = client.encode(model, items)
+    print(json.dumps([np.asarray(r["dense"], dtype=np.float64).tolist() for r in results]))
+    """
+)
+
+
+@pytest.mark.parametrize("model", [CLIP, SIGLIP])
+def test_the_public_sdk_encodes_images_to_the_same_vectors(
+    families: Server, run_public_sdk: Any, tmp_path: Path, model: str
+) -> None:
+    from sie.sdk import SIEClient
+
+    path = tmp_path / "picture.png"
+    path.write_bytes(PNG)
+    public = np.array(run_public_sdk(PUBLIC_SCRIPT, families.url, model, str(path)), dtype=np.float32)
+    items = [{"images": [PNG]}, {"text": TEXT}, {"images": [Image.open(io.BytesIO(PNG))]}]
+    with SIEClient(families.url, timeout_s=120) as client:
+        ours = np.stack([r["dense"] for r in client.encode(model, items)])
+    np.testing.assert_allclose(public, ours, atol=1e-6)
+    assert json.dumps(public.shape) == json.dumps(ours.shape)
