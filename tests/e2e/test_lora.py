@@ -17,11 +17,9 @@ import httpx
 import msgpack
 import numpy as np
 import pytest
-import torch
-from peft import PeftModel
-from transformers import AutoModel, AutoTokenizer
 
 from tests import builders
+from tests.adapters.test_lora import merged_mean
 from tests.conftest import MODELS_DIR
 from tests.e2e.conftest import MINILM, MSGPACK_HEADERS, Server, run_server, unpack_body
 
@@ -79,15 +77,7 @@ profiles:
 
 def reference(minilm_dir: Path, lora: Path | None, texts: list[str]) -> np.ndarray:
     """PEFT's merged model (or the base), mean-pooled and normalised as the model's YAML does."""
-    model = AutoModel.from_pretrained(str(minilm_dir)).eval()
-    if lora is not None:
-        model = PeftModel.from_pretrained(model, str(lora)).merge_and_unload()
-    tokenizer = AutoTokenizer.from_pretrained(str(minilm_dir))
-    batch = tokenizer(texts, padding=True, return_tensors="pt")
-    with torch.inference_mode():
-        hidden = model(**batch).last_hidden_state
-    mask = batch["attention_mask"].unsqueeze(-1).float()
-    pooled = ((hidden * mask).sum(1) / mask.sum(1)).numpy()
+    pooled = merged_mean(minilm_dir, lora, texts)
     return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
 
 

@@ -36,7 +36,7 @@ from sie.adapters.base import (
     UnsupportedInput,
 )
 from sie.adapters.images import decode_image
-from sie.adapters.transformer import _weights_and_autocast, linear_weights_to
+from sie.adapters.transformer import linear_weights_to, weights_and_autocast
 from sie.core.heap import collect_unloaded
 from sie.core.options import Capability, Modality, Pooling
 
@@ -89,7 +89,7 @@ class DualEncoder:
         self.tokenizer = TokenizerVocabulary(self._tokenizer)
         self._images = AutoImageProcessor.from_pretrained(str(spec.weights), backend="pil")  # type: ignore[no-untyped-call]
         self.device = torch.device(spec.device)
-        weights_dtype, self._autocast = _weights_and_autocast(spec.precision, spec.device)
+        weights_dtype, self._autocast = weights_and_autocast(spec.precision, spec.device)
         kwargs: dict[str, Any] = {"dtype": weights_dtype}
         if "attn_implementation" in spec.loadtime:
             kwargs["attn_implementation"] = spec.loadtime["attn_implementation"]

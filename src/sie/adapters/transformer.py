@@ -1,6 +1,6 @@
 """A ``transformers`` model on a device, as every torch family runs it.
 
-Loading picks the weights' dtype for the precision (CPU bf16 is mixed: see ``_weights_and_autocast``)
+Loading picks the weights' dtype for the precision (CPU bf16 is mixed: see ``weights_and_autocast``)
 and an explicit attention plan; the forward gives the last hidden states of the real tokens in the
 packed layout, from the packed BERT forward where the architecture allows it and from the padded
 transformers forward otherwise. Families (dense pooling, SPLADE's MLM head, ColBERT's projection,
@@ -38,7 +38,7 @@ _TORCH_DTYPES = {
 }
 
 
-def _weights_and_autocast(precision: ComputePrecision, device: str) -> tuple[torch.dtype, torch.dtype | None]:
+def weights_and_autocast(precision: ComputePrecision, device: str) -> tuple[torch.dtype, torch.dtype | None]:
     """bfloat16 on CPU is mixed precision: the linear layers hold bf16 weights and run on AMX under
     autocast, while embeddings, layer norms, softmax and the residual stream stay float32. That keeps
     top-10 retrieval identical to float32, where casting the whole model to bf16 loses a query
@@ -120,7 +120,7 @@ class Transformer:
         if spec.threads and spec.device.startswith("cpu"):
             torch.set_num_threads(spec.threads)
         device = torch.device(spec.device)
-        weights_dtype, autocast = _weights_and_autocast(spec.precision, spec.device)
+        weights_dtype, autocast = weights_and_autocast(spec.precision, spec.device)
         config = AutoConfig.from_pretrained(str(spec.weights))
         packable = spec.loadtime.get("packed", True) and PackedBert.supports_config(config)
         attention = plan_attention(

@@ -119,16 +119,6 @@ class ScoreOutcome:
     tokens: int
 
 
-@dataclass(frozen=True)
-class _ScoreRequest:
-    query: Item
-    items: list[Item]
-    options: dict[str, Any] | None
-    instruction: str | None
-    lora: str | None
-    started: float
-
-
 def _input_chars(inputs: Sequence[ModelInput]) -> int:
     """Text size, for choosing where to prepare; an image always goes to the pool (decoding is slow)."""
     return sum(
@@ -364,56 +354,38 @@ class Engine:
         if any(text is None for text in texts):
             raise InvalidInput("Score requires text on the query and on every item")
         with self._lora(name, model, runtime.get("lora_id")) as lora:
-            request = _ScoreRequest(query, items, options, instruction, lora, started)
-            return await self._score(name, model, worker, plan, request)
-
-    async def _score(
-        self,
-        name: str,
-        model: LoadedModel,
-        worker: ModelWorker,
-        plan: ScorePlan,
-        request: _ScoreRequest,
-    ) -> ScoreOutcome:
-        query, items, options, instruction, lora = (
-            request.query,
-            request.items,
-            request.options,
-            request.instruction,
-            request.lora,
-        )
-        started = request.started
-        entry = self.entry(name)
-        query_text, documents = str(query.text), [str(item.text) for item in items]
-        if plan.pairs:
-            self._check_outputs(name, model, frozenset({Capability.SCORE}))
-            group = BatchGroup(Forward(frozenset({Capability.SCORE}), lora=lora), Postprocess(frozenset()))
-            pairs: list[ModelInput] = [(query_text, doc) for doc in documents]
-            inference = await self._infer(name, model, worker, pairs, group)
-            scores = np.array([r.outputs.score for r in inference.results], dtype=np.float32)
-            timing, tokens = inference.timing(started, postprocessed=False), inference.tokens
-        else:
-            assert plan.weights is not None
-            types = [OutputType(c.value) for c in plan.weights]
-            query_plan, doc_plan = (
-                plan_encode(
-                    name,
-                    entry.config.output_types(),
-                    entry.profile.runtime,
-                    EncodeParams(
-                        types, instruction=instruction, options={**(options or {}), "is_query": is_query}
-                    ),
+            query_text, documents = str(query.text), [str(item.text) for item in items]
+            if plan.pairs:
+                self._check_outputs(name, model, frozenset({Capability.SCORE}))
+                group = BatchGroup(
+                    Forward(frozenset({Capability.SCORE}), lora=lora), Postprocess(frozenset())
                 )
-                for is_query in (True, False)
-            )
-            adapter = model.adapter
-            encoded = [
-                query_plan.text_for(query, adapter),
-                *(doc_plan.text_for(item, adapter) for item in items),
-            ]
-            scores, timing, tokens = await self._similarity(
-                name, model, worker, plan, encoded[0], encoded[1:], lora
-            )
+                pairs: list[ModelInput] = [(query_text, doc) for doc in documents]
+                inference = await self._infer(name, model, worker, pairs, group)
+                scores = np.array([r.outputs.score for r in inference.results], dtype=np.float32)
+                timing, tokens = inference.timing(started, postprocessed=False), inference.tokens
+            else:
+                assert plan.weights is not None
+                types = [OutputType(c.value) for c in plan.weights]
+                query_plan, doc_plan = (
+                    plan_encode(
+                        name,
+                        entry.config.output_types(),
+                        entry.profile.runtime,
+                        EncodeParams(
+                            types, instruction=instruction, options={**(options or {}), "is_query": is_query}
+                        ),
+                    )
+                    for is_query in (True, False)
+                )
+                adapter = model.adapter
+                encoded = [
+                    query_plan.text_for(query, adapter),
+                    *(doc_plan.text_for(item, adapter) for item in items),
+                ]
+                scores, timing, tokens = await self._similarity(
+                    name, model, worker, plan, encoded[0], encoded[1:], lora
+                )
         ids = [item_id(item.id, i) for i, item in enumerate(items)]
         return ScoreOutcome(name, ranked(ids, scores), timing, tokens)
 
