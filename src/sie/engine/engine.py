@@ -233,7 +233,9 @@ class Engine:
         if slot.state is ModelState.FAILED and not self._loader.can_retry(slot):
             failure = slot.failure
             assert failure is not None
-            raise ModelLoadFailed(name, failure.reason, failure.attempts, failure.permanent)
+            raise ModelLoadFailed(
+                name, failure.reason, failure.attempts, failure.permanent, failure.error_class.value
+            )
         self._loader.start_load(slot)
         raise ModelLoading(name)
 

@@ -43,13 +43,13 @@ class LoraLoading(EngineError):
 
 
 class ModelLoadFailed(EngineError):
-    def __init__(self, model: str, reason: str, attempts: int, permanent: bool) -> None:
+    def __init__(self, model: str, reason: str, attempts: int, permanent: bool, error_class: str) -> None:
         super().__init__(f"Model '{model}' failed to load: {reason}")
         self.model = model
         self.reason = reason
         self.attempts = attempts
         self.permanent = permanent
-        self.error_class = "UNKNOWN" if permanent else "TRANSIENT"
+        self.error_class = error_class
 
 
 class Overloaded(EngineError):

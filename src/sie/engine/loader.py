@@ -3,8 +3,8 @@
 Loads run one at a time on the device executor, the same thread as every forward (see
 ``load_and_warm_up``), so a load pauses inference on that device while it runs.
 A failed load is remembered (``last_error``) and answered as ``MODEL_LOAD_FAILED`` until its cooldown
-ends; failures that cannot heal by themselves (missing weights, bad adapter) are permanent until the
-server restarts.
+ends; ``load_errors`` classifies it and decides whether it is permanent (until the config changes or
+the server restarts) and how long the cooldown of a transient one is.
 """
 
 from __future__ import annotations
@@ -22,17 +22,16 @@ import numpy as np
 from sie.adapters.base import Adapter, Forward, LoadSpec, ModelInput, Task
 from sie.adapters.device import effective_precision
 from sie.adapters.images import sample_image
-from sie.adapters.registry import UnknownAdapter, adapter_class
+from sie.adapters.registry import adapter_class
 from sie.core import heap
 from sie.core.options import AttentionBackend, Capability, ComputePrecision, Modality
 from sie.engine.catalog import CatalogEntry
-from sie.engine.weights import WeightsNotFound, WeightSources
+from sie.engine.load_errors import LoadErrorClass, classify
+from sie.engine.weights import WeightSources
 from sie.postprocess.muvera import Muvera, MuveraConfig
 from sie.postprocess.outputs import FixedDense
 
 log = logging.getLogger(__name__)
-
-_COOLDOWN_S = {MemoryError: 60.0, OSError: 30.0}
 
 
 class ModelState(StrEnum):
@@ -49,6 +48,7 @@ class LoadFailure:
     attempts: int
     permanent: bool
     retry_at: float
+    error_class: LoadErrorClass = LoadErrorClass.UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -185,11 +185,19 @@ class ModelLoader:
             self._on_loaded(slot)
 
     def _record_failure(self, slot: ModelSlot, exc: Exception) -> None:
-        log.error("loading %s failed: %s", slot.entry.name, exc, exc_info=exc)
-        cooldown = next((s for t, s in _COOLDOWN_S.items() if isinstance(exc, t)), None)
-        permanent = cooldown is None or isinstance(exc, WeightsNotFound | UnknownAdapter)
         attempts = (slot.failure.attempts if slot.failure else 0) + 1
+        failure = classify(exc, attempts)
+        log.error(
+            "loading %s failed (%s, attempt %d, %s): %s",
+            slot.entry.name,
+            failure.error_class.value,
+            attempts,
+            "permanent" if failure.permanent else f"retry after {failure.cooldown_s:.0f} s",
+            exc,
+            exc_info=exc,
+        )
         reason = f"{type(exc).__name__}: {exc}"
-        slot.failure = LoadFailure(reason, attempts, permanent, time.monotonic() + (cooldown or 0.0))
+        retry_at = time.monotonic() + failure.cooldown_s
+        slot.failure = LoadFailure(reason, attempts, failure.permanent, retry_at, failure.error_class)
         slot.state = ModelState.FAILED
         slot.model = None
