@@ -40,6 +40,20 @@ class Settings(BaseSettings):
         10.0, ge=0, description="Most ms a queued item waits for its batch to fill while the model is busy."
     )
     max_concurrent_requests: int = Field(512, ge=1, description="Most items queued or running per model.")
+    memory_pressure_threshold_percent: float = Field(
+        85.0,
+        ge=50,
+        le=99,
+        description="Device memory use (percent) above which least recently used models are evicted.",
+    )
+    idle_evict_s: float | None = Field(
+        None, ge=10, le=86400, description="Unload a model unused this many seconds (unset: never)."
+    )
+    memory_limit_bytes: int | None = Field(
+        None,
+        ge=1,
+        description="A budget for model weights on the device; replaces the device gauge (ours, not public).",
+    )
     max_loras_per_model: int = Field(
         10, ge=1, description="LoRA adapters kept loaded per model; the least recently used is evicted."
     )

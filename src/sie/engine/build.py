@@ -37,5 +37,8 @@ def build_engine(settings: Settings, catalog: Catalog, metrics: Metrics) -> Engi
         max_pending_items=settings.max_concurrent_requests,
         preprocessor_workers=settings.tokenizer_threads(device),
         max_loras_per_model=settings.max_loras_per_model,
+        memory_threshold_percent=settings.memory_pressure_threshold_percent,
+        idle_evict_s=settings.idle_evict_s,
+        memory_limit_bytes=settings.memory_limit_bytes,
     )
     return Engine(catalog, load, limits, metrics)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -38,6 +38,8 @@ from sie.engine.errors import (
 from sie.engine.inputs import image_of, text_of
 from sie.engine.loader import LoadedModel, LoadSettings, ModelLoader, ModelSlot, ModelState
 from sie.engine.loras import Loras
+from sie.engine.memory import gauge_for
+from sie.engine.residency import Residency
 from sie.engine.results import encode_result, extract_result, item_id, ranked
 from sie.engine.runner import BatchGroup, ModelRunner
 from sie.engine.score_plan import ScorePlan, plan_score
@@ -74,6 +76,10 @@ class EngineLimits:
     max_pending_items: int
     preprocessor_workers: int
     max_loras_per_model: int = 10
+    memory_threshold_percent: float = 85.0
+    idle_evict_s: float | None = None
+    memory_limit_bytes: int | None = None  # a budget for model weights instead of the device's gauge
+    memory_check_s: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -141,11 +147,21 @@ class Engine:
         self._workers: dict[str, ModelWorker] = {}
         self._loras: dict[str, Loras] = {}
         self._weights = load.weights
+        self._residency = Residency()
+        self._gauge = gauge_for(load.device, limits.memory_limit_bytes, self._loaded_bytes)
+        self._watcher: asyncio.Task[None] | None = None
         self._tokenize_pool = ThreadPoolExecutor(limits.preprocessor_workers, thread_name_prefix="sie-tok")
         # Every load and forward runs on this one thread: see loader.load_and_warm_up for why.
         self._device_executor = ThreadPoolExecutor(1, thread_name_prefix="sie-device")
-        self._loader = ModelLoader(load, self._start_worker, self._device_executor)
+        self._loader = ModelLoader(
+            load, self._start_worker, self._device_executor, self._make_room, self._evict_one_for
+        )
         self._closed = False
+
+    def start(self) -> None:
+        """Background work that needs the running loop: the memory and idle watcher."""
+        if self._watcher is None:
+            self._watcher = asyncio.create_task(self._watch_memory(), name="sie-memory-watcher")
 
     async def preload(self, names: list[str]) -> None:
         """Load ``names`` one after another before serving; a failure is logged, not fatal."""
@@ -185,6 +201,7 @@ class Engine:
         )
         worker.start()
         self._workers[name] = worker
+        self._residency.loaded(name)
         if isinstance(model.adapter, TakesLora):
             loras = Loras(
                 name,
@@ -218,6 +235,93 @@ class Engine:
             )
         return loras.using(lora_id)
 
+    @contextmanager
+    def _using(self, name: str) -> Iterator[tuple[LoadedModel, ModelWorker]]:
+        """The loaded model held for one request: it counts as used, and is not evicted under it."""
+        model, worker = self.ready_model(name)
+        self._residency.hold(name)
+        try:
+            yield model, worker
+        finally:
+            self._residency.release(name)
+
+    def _loaded_names(self) -> list[str]:
+        return [n for n, slot in self._slots.items() if slot.state is ModelState.LOADED]
+
+    def _loaded_bytes(self) -> int:
+        return sum(slot.model.memory_bytes for slot in self._slots.values() if slot.model is not None)
+
+    def _busy(self, name: str) -> bool:
+        worker = self._workers.get(name)
+        return worker is not None and worker.pending_items > 0
+
+    def _under_pressure(self) -> bool:
+        return self._gauge.used_percent() > self._limits.memory_threshold_percent
+
+    async def _make_room(self, slot: ModelSlot) -> None:
+        """Before a load: evict least recently used idle models while the device is over the threshold."""
+        while self._under_pressure():
+            victims = self._residency.least_recent(self._loaded_names(), self._busy, {slot.entry.name})
+            if not victims:
+                return
+            await self._unload(victims[0], f"memory pressure before loading {slot.entry.name}")
+
+    async def _evict_one_for(self, slot: ModelSlot) -> bool:
+        """A load ran out of memory: evict one more idle model so it can try once more."""
+        victims = self._residency.least_recent(self._loaded_names(), self._busy, {slot.entry.name})
+        if not victims:
+            return False
+        await self._unload(victims[0], f"out of memory loading {slot.entry.name}")
+        return True
+
+    async def _watch_memory(self) -> None:
+        """Every ``memory_check_s``: under pressure, evict the least recently used idle model (never the
+        only loaded one); with ``idle_evict_s``, unload one model idle that long (even the only one)."""
+        idle_after = self._limits.idle_evict_s
+        while True:
+            await asyncio.sleep(self._limits.memory_check_s)
+            try:
+                loaded = self._loaded_names()
+                if len(loaded) > 1 and self._under_pressure():
+                    victims = self._residency.least_recent(loaded, self._busy)
+                    if victims:
+                        await self._unload(victims[0], f"{self._gauge.describe()} over the threshold")
+                        continue
+                if idle_after is not None:
+                    idle = [
+                        n
+                        for n in self._residency.least_recent(self._loaded_names(), self._busy)
+                        if self._residency.idle_for(n) >= idle_after
+                    ]
+                    if idle:
+                        await self._unload(idle[0], f"idle for {idle_after:g} s")
+            except Exception:
+                log.exception("memory watcher step failed")
+
+    async def _unload(self, name: str, why: str) -> None:
+        """Stop the model's worker (nothing is queued: victims are idle), close its LoRAs and the
+        adapter on the device thread, and make the slot loadable again."""
+        slot = self._slots[name]
+        model = slot.model
+        if model is None or slot.state is not ModelState.LOADED:
+            return
+        slot.state = ModelState.UNLOADING
+        loras = self._loras.pop(name, None)
+        if loras is not None:
+            loras.close()
+        worker = self._workers.pop(name, None)
+        if worker is not None:
+            await worker.close()
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._device_executor, model.adapter.close)
+            await loop.run_in_executor(self._device_executor, heap.return_free_memory)
+        finally:
+            slot.model, slot.task, slot.state = None, None, ModelState.AVAILABLE
+            self._residency.forget(name)
+            self._metrics.model_loaded.labels(name, model.device).set(0)
+        log.info("unloaded %s (%s; it held %.1f MB)", name, why, model.memory_bytes / 1e6)
+
     def _record_batch(self, name: str, stats: BatchStats) -> None:
         self._metrics.batch_size.labels(name).observe(stats.items)
         self._metrics.batch_tokens.labels(name).observe(stats.tokens)
@@ -230,6 +334,8 @@ class Engine:
         slot = self._slot(name)
         if slot.state is ModelState.LOADED and slot.model is not None:
             return slot.model, self._workers[name]
+        if slot.state is ModelState.UNLOADING:
+            raise ModelLoading(name)  # evicted just now; the next request after it starts a load
         if slot.state is ModelState.FAILED and not self._loader.can_retry(slot):
             failure = slot.failure
             assert failure is not None
@@ -306,32 +412,32 @@ class Engine:
         require_items(items)
         name = self.resolve(name, params.options if params else None)
         plan = self.plan(name, params)
-        model, worker = self.ready_model(name)
-        keep = frozenset(Capability(t.value) for t in plan.output_types)
-        if Capability.SPARSE in keep and plan.output_dtype not in SPARSE_DTYPES:
-            raise InvalidInput(
-                f"Sparse output takes output_dtype float32 or float16, not '{plan.output_dtype.value}'"
-            )
-        computed = keep - {Capability.DENSE} | {Capability.MULTIVECTOR} if plan.muvera else keep
-        self._check_outputs(name, model, computed)
-        if plan.muvera and model.fixed_dense is None:
-            raise InvalidInput(f"Model '{name}' has no MUVERA configuration")
-        texts: list[ModelInput] = [plan.input_for(item, name, model.adapter) for item in items]
-        with self._lora(name, model, plan.lora) as lora:
-            group = BatchGroup(
-                Forward(computed, plan.pooling, plan.is_query, lora=lora),
-                Postprocess(keep, plan.normalize, plan.output_dtype, plan.muvera),
-            )
-            inference = await self._infer(name, model, worker, texts, group)
-        dims = dict(model.adapter.dims)
-        if plan.muvera and model.fixed_dims is not None:
-            dims[Capability.DENSE] = model.fixed_dims
-        encoded = [
-            encode_result(item.id, result.outputs, plan.output_dtype, dims)
-            for item, result in zip(items, inference.results, strict=True)
-        ]
-        timing = inference.timing(started, postprocessed=plan.output_dtype is not OutputDType.FLOAT32)
-        return EncodeOutcome(name, encoded, timing, inference.tokens)
+        with self._using(name) as (model, worker):
+            keep = frozenset(Capability(t.value) for t in plan.output_types)
+            if Capability.SPARSE in keep and plan.output_dtype not in SPARSE_DTYPES:
+                raise InvalidInput(
+                    f"Sparse output takes output_dtype float32 or float16, not '{plan.output_dtype.value}'"
+                )
+            computed = keep - {Capability.DENSE} | {Capability.MULTIVECTOR} if plan.muvera else keep
+            self._check_outputs(name, model, computed)
+            if plan.muvera and model.fixed_dense is None:
+                raise InvalidInput(f"Model '{name}' has no MUVERA configuration")
+            texts: list[ModelInput] = [plan.input_for(item, name, model.adapter) for item in items]
+            with self._lora(name, model, plan.lora) as lora:
+                group = BatchGroup(
+                    Forward(computed, plan.pooling, plan.is_query, lora=lora),
+                    Postprocess(keep, plan.normalize, plan.output_dtype, plan.muvera),
+                )
+                inference = await self._infer(name, model, worker, texts, group)
+            dims = dict(model.adapter.dims)
+            if plan.muvera and model.fixed_dims is not None:
+                dims[Capability.DENSE] = model.fixed_dims
+            encoded = [
+                encode_result(item.id, result.outputs, plan.output_dtype, dims)
+                for item, result in zip(items, inference.results, strict=True)
+            ]
+            timing = inference.timing(started, postprocessed=plan.output_dtype is not OutputDType.FLOAT32)
+            return EncodeOutcome(name, encoded, timing, inference.tokens)
 
     async def score(
         self,
@@ -351,45 +457,47 @@ class Engine:
         entry = self.entry(name)
         runtime = {**entry.profile.runtime, **(options or {})}
         plan = plan_score(name, entry.config.tasks.score is not None, entry.config.output_types(), runtime)
-        model, worker = self.ready_model(name)
-        texts = [item.text for item in [query, *items]]
-        if any(text is None for text in texts):
-            raise InvalidInput("Score requires text on the query and on every item")
-        with self._lora(name, model, runtime.get("lora_id")) as lora:
-            query_text, documents = str(query.text), [str(item.text) for item in items]
-            if plan.pairs:
-                self._check_outputs(name, model, frozenset({Capability.SCORE}))
-                group = BatchGroup(
-                    Forward(frozenset({Capability.SCORE}), lora=lora), Postprocess(frozenset())
-                )
-                pairs: list[ModelInput] = [(query_text, doc) for doc in documents]
-                inference = await self._infer(name, model, worker, pairs, group)
-                scores = np.array([r.outputs.score for r in inference.results], dtype=np.float32)
-                timing, tokens = inference.timing(started, postprocessed=False), inference.tokens
-            else:
-                assert plan.weights is not None
-                types = [OutputType(c.value) for c in plan.weights]
-                query_plan, doc_plan = (
-                    plan_encode(
-                        name,
-                        entry.config.output_types(),
-                        entry.profile.runtime,
-                        EncodeParams(
-                            types, instruction=instruction, options={**(options or {}), "is_query": is_query}
-                        ),
+        with self._using(name) as (model, worker):
+            texts = [item.text for item in [query, *items]]
+            if any(text is None for text in texts):
+                raise InvalidInput("Score requires text on the query and on every item")
+            with self._lora(name, model, runtime.get("lora_id")) as lora:
+                query_text, documents = str(query.text), [str(item.text) for item in items]
+                if plan.pairs:
+                    self._check_outputs(name, model, frozenset({Capability.SCORE}))
+                    group = BatchGroup(
+                        Forward(frozenset({Capability.SCORE}), lora=lora), Postprocess(frozenset())
                     )
-                    for is_query in (True, False)
-                )
-                adapter = model.adapter
-                encoded = [
-                    query_plan.text_for(query, adapter),
-                    *(doc_plan.text_for(item, adapter) for item in items),
-                ]
-                scores, timing, tokens = await self._similarity(
-                    name, model, worker, plan, encoded[0], encoded[1:], lora
-                )
-        ids = [item_id(item.id, i) for i, item in enumerate(items)]
-        return ScoreOutcome(name, ranked(ids, scores), timing, tokens)
+                    pairs: list[ModelInput] = [(query_text, doc) for doc in documents]
+                    inference = await self._infer(name, model, worker, pairs, group)
+                    scores = np.array([r.outputs.score for r in inference.results], dtype=np.float32)
+                    timing, tokens = inference.timing(started, postprocessed=False), inference.tokens
+                else:
+                    assert plan.weights is not None
+                    types = [OutputType(c.value) for c in plan.weights]
+                    query_plan, doc_plan = (
+                        plan_encode(
+                            name,
+                            entry.config.output_types(),
+                            entry.profile.runtime,
+                            EncodeParams(
+                                types,
+                                instruction=instruction,
+                                options={**(options or {}), "is_query": is_query},
+                            ),
+                        )
+                        for is_query in (True, False)
+                    )
+                    adapter = model.adapter
+                    encoded = [
+                        query_plan.text_for(query, adapter),
+                        *(doc_plan.text_for(item, adapter) for item in items),
+                    ]
+                    scores, timing, tokens = await self._similarity(
+                        name, model, worker, plan, encoded[0], encoded[1:], lora
+                    )
+            ids = [item_id(item.id, i) for i, item in enumerate(items)]
+            return ScoreOutcome(name, ranked(ids, scores), timing, tokens)
 
     async def extract(self, name: str, items: list[Item], params: ExtractParams | None) -> ExtractOutcome:
         """Entities, classes and the like from each item: the adapter gets the labels, the instruction and
@@ -403,25 +511,29 @@ class Engine:
         if entry.config.tasks.extract is None:
             raise InvalidInput(f"Model '{name}' {EXTRACT_HINT}")
         options = {**entry.profile.runtime, **(params.options or {})}
-        model, worker = self.ready_model(name)
-        self._check_outputs(name, model, frozenset({Capability.EXTRACT}))
-        instruction = params.instruction or options.get("instruction")
-        task = Task.of(
-            params.labels or (),
-            {k: v for k, v in options.items() if k not in ENGINE_OPTIONS},
-            instruction if isinstance(instruction, str) else None,
-        )
-        extract = frozenset({Capability.EXTRACT})
-        adapter = model.adapter
-        inputs: list[ModelInput] = [image_of(item, name, adapter) or text_of(item, adapter) for item in items]
-        with self._lora(name, model, options.get("lora_id")) as lora:
-            group = BatchGroup(Forward(extract, task=task, lora=lora), Postprocess(extract))
-            inference = await self._infer(name, model, worker, inputs, group)
-        results = [
-            extract_result(item_id(item.id, i), result.outputs.extraction)
-            for i, (item, result) in enumerate(zip(items, inference.results, strict=True))
-        ]
-        return ExtractOutcome(name, results, inference.timing(started, postprocessed=False), inference.tokens)
+        with self._using(name) as (model, worker):
+            self._check_outputs(name, model, frozenset({Capability.EXTRACT}))
+            instruction = params.instruction or options.get("instruction")
+            task = Task.of(
+                params.labels or (),
+                {k: v for k, v in options.items() if k not in ENGINE_OPTIONS},
+                instruction if isinstance(instruction, str) else None,
+            )
+            extract = frozenset({Capability.EXTRACT})
+            adapter = model.adapter
+            inputs: list[ModelInput] = [
+                image_of(item, name, adapter) or text_of(item, adapter) for item in items
+            ]
+            with self._lora(name, model, options.get("lora_id")) as lora:
+                group = BatchGroup(Forward(extract, task=task, lora=lora), Postprocess(extract))
+                inference = await self._infer(name, model, worker, inputs, group)
+            results = [
+                extract_result(item_id(item.id, i), result.outputs.extraction)
+                for i, (item, result) in enumerate(zip(items, inference.results, strict=True))
+            ]
+            return ExtractOutcome(
+                name, results, inference.timing(started, postprocessed=False), inference.tokens
+            )
 
     async def _similarity(
         self,
@@ -485,6 +597,8 @@ class Engine:
         Models are closed on the device thread, where they were loaded and ran (freeing device memory
         and collecting their objects takes a while), and the pools are joined off the loop."""
         self._closed = True
+        if self._watcher is not None:
+            self._watcher.cancel()
         for loras in self._loras.values():
             loras.close()
         await asyncio.gather(*(w.close() for w in self._workers.values()))

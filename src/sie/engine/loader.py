@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -27,6 +27,7 @@ from sie.core import heap
 from sie.core.options import AttentionBackend, Capability, ComputePrecision, Modality
 from sie.engine.catalog import CatalogEntry
 from sie.engine.load_errors import LoadErrorClass, classify
+from sie.engine.memory import model_bytes
 from sie.engine.weights import WeightSources
 from sie.postprocess.muvera import Muvera, MuveraConfig
 from sie.postprocess.outputs import FixedDense
@@ -58,6 +59,7 @@ class LoadedModel:
     device: str
     fixed_dense: FixedDense | None = None  # MUVERA of the multivector output, when the model has one
     fixed_dims: int | None = None
+    memory_bytes: int = 0  # what its weights hold on the device (``memory.model_bytes``)
 
 
 @dataclass(frozen=True)
@@ -98,9 +100,17 @@ def load_model(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel:
     )
     cls = adapter_class(profile.adapter_path)
     adapter: Adapter = cls.load(spec)
-    log.info("loaded %s from %s on %s (%s)", entry.name, folder, settings.device, precision.value)
+    held = model_bytes(adapter, folder)
+    log.info(
+        "loaded %s from %s on %s (%s, %.1f MB)",
+        entry.name,
+        folder,
+        settings.device,
+        precision.value,
+        held / 1e6,
+    )
     if Capability.MULTIVECTOR not in adapter.capabilities:
-        return LoadedModel(adapter, cls.__name__, settings.device)
+        return LoadedModel(adapter, cls.__name__, settings.device, memory_bytes=held)
     muvera = Muvera(
         MuveraConfig.from_options(loadtime.get("muvera_config")), adapter.dims[Capability.MULTIVECTOR]
     )
@@ -108,7 +118,7 @@ def load_model(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel:
     def fixed_dense(multivectors: list[np.ndarray], is_query: bool) -> np.ndarray:
         return muvera.encode_batch(multivectors, is_query=is_query)
 
-    return LoadedModel(adapter, cls.__name__, settings.device, fixed_dense, muvera.dims)
+    return LoadedModel(adapter, cls.__name__, settings.device, fixed_dense, muvera.dims, held)
 
 
 def warm_up(adapter: Adapter) -> None:
@@ -153,10 +163,14 @@ class ModelLoader:
         settings: LoadSettings,
         on_loaded: Callable[[ModelSlot], None],
         device_executor: Executor,
+        make_room: Callable[[ModelSlot], Awaitable[None]] | None = None,
+        evict_one: Callable[[ModelSlot], Awaitable[bool]] | None = None,
     ) -> None:
         self._settings = settings
         self._on_loaded = on_loaded
         self._device_executor = device_executor
+        self._make_room = make_room
+        self._evict_one = evict_one
         self._lock = asyncio.Lock()
 
     def start_load(self, slot: ModelSlot) -> asyncio.Task[None]:
@@ -170,12 +184,27 @@ class ModelLoader:
         return failure is None or (not failure.permanent and time.monotonic() >= failure.retry_at)
 
     async def _load(self, slot: ModelSlot) -> None:
+        """Make room (evict under memory pressure), load; out of memory evicts one more and tries once
+        more, as the public server does."""
         async with self._lock:
             loop = asyncio.get_running_loop()
             try:
-                model = await loop.run_in_executor(
-                    self._device_executor, load_and_warm_up, slot.entry, self._settings
-                )
+                if self._make_room is not None:
+                    await self._make_room(slot)
+                try:
+                    model = await loop.run_in_executor(
+                        self._device_executor, load_and_warm_up, slot.entry, self._settings
+                    )
+                except Exception as exc:
+                    oom = classify(exc, 1).error_class is LoadErrorClass.OOM
+                    if not (oom and self._evict_one is not None and await self._evict_one(slot)):
+                        raise
+                    log.warning(
+                        "out of memory loading %s; evicted a model, trying once more", slot.entry.name
+                    )
+                    model = await loop.run_in_executor(
+                        self._device_executor, load_and_warm_up, slot.entry, self._settings
+                    )
             except Exception as exc:
                 self._record_failure(slot, exc)
                 return

@@ -41,6 +41,7 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[dict[str, Any]]:
         engine = build_engine(settings, catalog, metrics)
         lifecycle = Lifecycle()
+        engine.start()
         await engine.preload(preload)
         try:
             yield {
