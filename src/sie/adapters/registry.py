@@ -6,7 +6,12 @@ for the same families, so a model YAML written for the public server loads here 
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Final
 
 _DENSE = "sie.adapters.dense_torch:TorchDenseEncoder"
@@ -78,15 +83,41 @@ def canonical(adapter_path: str) -> str:
     return ALIASES.get(adapter_path, adapter_path)
 
 
-def adapter_class(adapter_path: str) -> Any:
-    """The class for ``module:Class``; a bad name raises ``UnknownAdapter`` listing the known ones."""
+def adapter_class(adapter_path: str, config_dir: Path | None = None) -> Any:
+    """The class for ``package.module:Class``, or for ``file.py:Class`` (a custom adapter in a Python
+    file next to the model's YAML, as the public server allows); a bad name raises ``UnknownAdapter``
+    listing the known ones."""
     path = canonical(adapter_path)
     module_name, _, class_name = path.partition(":")
     if not class_name:
         raise UnknownAdapter(f"adapter_path '{adapter_path}' must look like 'package.module:Class'")
     try:
-        module = importlib.import_module(module_name)
+        if module_name.endswith(".py"):
+            module = _module_from_file((config_dir or Path.cwd()) / module_name)
+        else:
+            module = importlib.import_module(module_name)
         return getattr(module, class_name)
-    except (ImportError, AttributeError) as exc:
+    except (ImportError, AttributeError, FileNotFoundError) as exc:
         known = ", ".join(sorted(KNOWN))
         raise UnknownAdapter(f"cannot import adapter '{adapter_path}' ({exc}); known: {known}") from exc
+
+
+def _module_from_file(file: Path) -> ModuleType:
+    """Import a file once per path (its module name is derived from the path, so two YAML folders may
+    each have an ``adapter.py``)."""
+    name = "sie_custom_adapter_" + hashlib.sha1(str(file.resolve()).encode()).hexdigest()[:12]
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {file}")
+    if not file.is_file():
+        raise FileNotFoundError(f"{file} does not exist")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module

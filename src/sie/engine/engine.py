@@ -190,14 +190,17 @@ class Engine:
             max_items=self._limits.max_batch_items,
             max_wait_s=self._limits.max_batch_wait_ms / 1000,
         )
+        runner = ModelRunner(model.adapter, max_tokens, model.fixed_dense)
         worker = ModelWorker(
             name,
-            ModelRunner(model.adapter, max_tokens, model.fixed_dense),
+            runner,
             limits,
             self._device_executor,
             self._limits.max_pending_items,
             on_batch=lambda stats: self._record_batch(name, stats),
             on_idle=heap.return_free_memory,
+            on_oom=lambda: self._evict_for_batch(name),
+            run_split=runner.run_split,
         )
         worker.start()
         self._workers[name] = worker
@@ -272,6 +275,14 @@ class Engine:
         if not victims:
             return False
         await self._unload(victims[0], f"out of memory loading {slot.entry.name}")
+        return True
+
+    async def _evict_for_batch(self, name: str) -> bool:
+        """A batch of ``name`` ran out of memory: evict the least recently used other idle model."""
+        victims = self._residency.least_recent(self._loaded_names(), self._busy, {name})
+        if not victims:
+            return False
+        await self._unload(victims[0], f"out of memory in a batch of {name}")
         return True
 
     async def _watch_memory(self) -> None:

@@ -20,9 +20,12 @@ from sie.engine.errors import (
     ModelNotFound,
     Overloaded,
     PayloadTooLarge,
+    ResourceExhausted,
 )
 from sie.wire.codec import WireDecodeError
 from sie.wire.errors import ErrorCode
+
+OOM_RETRY_AFTER_S: Final = 5  # the public server's default
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,9 @@ ERROR_TABLE: Final[dict[type[Exception], ErrorRule]] = {
     Overloaded: ErrorRule(503, ErrorCode.QUEUE_FULL, OpenAIRule(503, "server_overloaded"), "1"),
     EngineClosed: ErrorRule(503, ErrorCode.MODEL_NOT_LOADED, _UNAVAILABLE, "5"),
     InferenceFailed: ErrorRule(500, ErrorCode.INFERENCE_ERROR, OpenAIRule(500, "inference_error")),
+    ResourceExhausted: ErrorRule(
+        503, ErrorCode.RESOURCE_EXHAUSTED, OpenAIRule(503, "server_overloaded"), str(OOM_RETRY_AFTER_S)
+    ),
 }
 
 UNEXPECTED: Final = ErrorRule(500, ErrorCode.INTERNAL_ERROR, OpenAIRule(500, "internal_error"))

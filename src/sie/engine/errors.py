@@ -56,6 +56,16 @@ class Overloaded(EngineError):
     """The model's queue is full; the caller should back off and retry."""
 
 
+class OutOfMemory(Exception):
+    """Internal, between the runner and its worker: a forward ran out of memory twice (once more after
+    freeing caches), and the worker decides what to try next. Callers see ``ResourceExhausted``."""
+
+
+class ResourceExhausted(EngineError):
+    """A batch ran out of device memory even after recovery (freed caches, an evicted model, split
+    batches); the caller may retry later, when the device has room."""
+
+
 class InferenceFailed(EngineError):
     """The forward pass raised; the original exception is chained."""
 

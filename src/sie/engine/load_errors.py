@@ -97,7 +97,9 @@ def _classify_one(exc: BaseException) -> LoadErrorClass | None:
         return LoadErrorClass.OOM
     if isinstance(exc, ModuleNotFoundError | ImportError):
         return LoadErrorClass.DEPENDENCY
-    if isinstance(exc, UnknownAdapter | ModelConfigError):
+    if isinstance(exc, UnknownAdapter):  # a module that is not installed, or a name that is wrong
+        return LoadErrorClass.DEPENDENCY if isinstance(exc.__cause__, ImportError) else LoadErrorClass.CONFIG
+    if isinstance(exc, ModelConfigError):
         return LoadErrorClass.CONFIG
     if isinstance(exc, SafetensorError | json.JSONDecodeError | EOFError):
         return LoadErrorClass.CORRUPT

@@ -98,7 +98,7 @@ def load_model(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel:
         tokenizer_weights=tokenizer_folder,
         attention=settings.attention,
     )
-    cls = adapter_class(profile.adapter_path)
+    cls = adapter_class(profile.adapter_path, entry.config_dir)
     adapter: Adapter = cls.load(spec)
     held = model_bytes(adapter, folder)
     log.info(

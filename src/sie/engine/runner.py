@@ -1,15 +1,48 @@
 """The device thread's half of a batch: the adapter's forward (per length chunk unless it packs tokens),
-then postprocessing. The worker calls it without knowing which family or output it runs."""
+then postprocessing. The worker calls it without knowing which family or output it runs.
+
+Out of memory in a forward is recovered here and in the worker, in the public server's order: free the
+allocator's caches and run again (here), evict another model (the worker asks the engine), run the
+batch in halves, recursively, down to ``MAX_SPLIT_DEPTH`` (here, ``run_split``), and only then fail
+the batch with ``ResourceExhausted``.
+"""
 
 from __future__ import annotations
 
+import gc
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Final
+
+import torch
 
 from sie.adapters.base import Adapter, BatchOutputs, Forward, ItemOutputs, Prepared
+from sie.core import heap
 from sie.engine.batcher import split_by_padded_cost
+from sie.engine.errors import OutOfMemory, ResourceExhausted
 from sie.postprocess.outputs import FixedDense, Postprocess, finish
+
+log = logging.getLogger(__name__)
+
+MAX_SPLIT_DEPTH: Final = 4  # at most 16 pieces
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError | torch.OutOfMemoryError):
+        return True
+    message = str(exc).lower()
+    return isinstance(exc, RuntimeError) and (
+        "out of memory" in message or "can't allocate memory" in message
+    )
+
+
+def free_caches() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    heap.return_free_memory()
 
 
 @dataclass(frozen=True)
@@ -36,13 +69,21 @@ class ModelRunner:
         chunks rely on."""
         start = time.perf_counter()
         forward = groups[0].forward
-        if self._adapter.packs_tokens:
-            chunks = [range(len(batch))]
-        else:
-            chunks = split_by_padded_cost([item.cost for item in batch], self._max_tokens)
-        outputs = BatchOutputs.concat(
-            [self._adapter.run([batch[i] for i in chunk], forward) for chunk in chunks]
-        )
+        try:
+            outputs = self._forward(batch, forward)
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            log.warning(
+                "out of memory in a batch of %d items; freeing caches and running it again", len(batch)
+            )
+            free_caches()
+            try:
+                outputs = self._forward(batch, forward)
+            except Exception as again:
+                if is_out_of_memory(again):
+                    raise OutOfMemory(str(again)) from again
+                raise
         infer_end = time.perf_counter()
         posts = [group.post for group in groups]
         if all(post == posts[0] for post in posts):
@@ -50,6 +91,38 @@ class ModelRunner:
         else:
             items = self._finish_apart(outputs, posts, forward.is_query)
         return items, infer_end - start, time.perf_counter() - infer_end
+
+    def _forward(self, batch: list[Prepared], forward: Forward) -> BatchOutputs:
+        if self._adapter.packs_tokens:
+            chunks = [range(len(batch))]
+        else:
+            chunks = split_by_padded_cost([item.cost for item in batch], self._max_tokens)
+        return BatchOutputs.concat(
+            [self._adapter.run([batch[i] for i in chunk], forward) for chunk in chunks]
+        )
+
+    def run_split(
+        self, batch: list[Prepared], groups: Sequence[BatchGroup], depth: int = 1
+    ) -> tuple[list[ItemOutputs], float, float]:
+        """The batch in two halves (by cost: ``batch`` is sorted), each split again while it runs out of
+        memory, to ``MAX_SPLIT_DEPTH``; past that, or for a single item, ``ResourceExhausted``."""
+        if len(batch) < 2 or depth > MAX_SPLIT_DEPTH:
+            raise ResourceExhausted(
+                f"Out of memory for a batch of {len(batch)} item(s) after freeing caches, evicting and "
+                "splitting; retry later or send smaller requests"
+            )
+        middle = len(batch) // 2
+        items: list[ItemOutputs] = []
+        infer_s = post_s = 0.0
+        for part in (slice(0, middle), slice(middle, None)):
+            try:
+                done = self(batch[part], groups[part])
+            except OutOfMemory:
+                done = self.run_split(batch[part], groups[part], depth + 1)
+            items += done[0]
+            infer_s += done[1]
+            post_s += done[2]
+        return items, infer_s, post_s
 
     def _finish_apart(
         self, outputs: BatchOutputs, posts: list[Postprocess], is_query: bool

@@ -13,14 +13,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
 from sie.adapters.base import ItemOutputs, Prepared
 from sie.engine.batcher import Batcher, BatchLimits, Entry
-from sie.engine.errors import EngineClosed, InferenceFailed, InvalidInput, Overloaded
+from sie.engine.errors import (
+    EngineClosed,
+    InferenceFailed,
+    InvalidInput,
+    OutOfMemory,
+    Overloaded,
+    ResourceExhausted,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +72,8 @@ class ModelWorker:
         clock: Callable[[], float] = time.perf_counter,
         on_idle: Callable[[], object] | None = None,
         idle_after_s: float = 1.0,
+        on_oom: Callable[[], Awaitable[bool]] | None = None,
+        run_split: RunBatch | None = None,
     ) -> None:
         self.name = name
         self._run_batch = run_batch
@@ -75,6 +84,8 @@ class ModelWorker:
         self._clock = clock
         self._on_idle = on_idle
         self._idle_after_s = idle_after_s
+        self._on_oom = on_oom
+        self._run_split = run_split
         self._idle_timer: asyncio.TimerHandle | None = None
         self._ready: asyncio.Queue[list[Entry[Work]]] = asyncio.Queue(maxsize=1)
         self._wakeup = asyncio.Event()
@@ -179,13 +190,15 @@ class ModelWorker:
         for entry in batch:
             entry.payload.batched_at = started
         try:
-            outputs, infer_s, post_s = await loop.run_in_executor(
-                self._executor, self._run_batch, [e.payload.prepared for e in batch], [e.group for e in batch]
-            )
+            outputs, infer_s, post_s = await self._recovering(loop, batch)
         except Exception as exc:
-            log.exception("forward pass failed for model %s", self.name)
-            error = InferenceFailed(f"Inference failed for model '{self.name}': {type(exc).__name__}")
-            error.__cause__ = exc
+            if isinstance(exc, ResourceExhausted):
+                log.warning("model %s: %s", self.name, exc)
+                error: Exception = exc
+            else:
+                log.exception("forward pass failed for model %s", self.name)
+                error = InferenceFailed(f"Inference failed for model '{self.name}': {type(exc).__name__}")
+                error.__cause__ = exc
             for entry in batch:
                 if not entry.payload.future.done():
                     entry.payload.future.set_exception(error)
@@ -199,6 +212,28 @@ class ModelWorker:
             self._on_batch(BatchStats(len(batch), sum(e.cost for e in batch), infer_s))
         except Exception:
             log.exception("batch statistics for model %s failed", self.name)
+
+    async def _recovering(
+        self, loop: asyncio.AbstractEventLoop, batch: list[Entry[Work]]
+    ) -> tuple[list[ItemOutputs], float, float]:
+        """Run the batch; out of memory (the runner already freed caches and ran it again) asks the
+        engine to evict another model and runs it once more, then runs it split; the split's own
+        failure is ``ResourceExhausted``."""
+        prepared, groups = [e.payload.prepared for e in batch], [e.group for e in batch]
+        try:
+            return await loop.run_in_executor(self._executor, self._run_batch, prepared, groups)
+        except OutOfMemory:
+            if self._on_oom is not None and await self._on_oom():
+                try:
+                    return await loop.run_in_executor(self._executor, self._run_batch, prepared, groups)
+                except OutOfMemory:
+                    pass
+            if self._run_split is None:
+                raise ResourceExhausted(f"Out of memory running a batch of model '{self.name}'") from None
+            log.warning(
+                "model %s: out of memory for %d items; running the batch split", self.name, len(batch)
+            )
+            return await loop.run_in_executor(self._executor, self._run_split, prepared, groups)
 
     def _on_task_done(self, task: asyncio.Task[None]) -> None:
         """A loop that ends before ``close`` leaves nothing to run queued work: fail it, and refuse
