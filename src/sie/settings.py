@@ -29,6 +29,9 @@ class Settings(BaseSettings):
     port: int = Field(8080, ge=0, le=65535, description="TCP port (CLI --port).")
     device: str = Field("auto", description="auto (cuda > mps > cpu), cuda, cuda:N, mps or cpu.")
     models_dir: Path = Field(PACKAGED_MODELS_DIR, description="Folder of model YAML files.")
+    hot_reload: bool = Field(
+        True, description="Apply YAMLs added, changed or deleted in a local models dir without a restart."
+    )
     model_filter: str | None = Field(None, description="Comma-separated model ids to serve (CLI --models).")
     preload_models: str | None = Field(None, description="Comma-separated model ids loaded before serving.")
     local_cache: Path | None = Field(

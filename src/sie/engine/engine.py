@@ -602,6 +602,39 @@ class Engine:
                 )
         return [tokenizer.decode(ids) for ids in token_lists]
 
+    async def apply_catalog(self, catalog: Catalog, drain_s: float = 30.0) -> None:
+        """Serve ``catalog`` from now on (hot reload): new ids become loadable; a changed id finishes its
+        requests in flight on the old config, is unloaded, and loads again with the new one if it was
+        loaded (its failure record cleared); a deleted id finishes its requests, is unloaded and gone."""
+        old = self.catalog
+        added = [n for n in catalog.names() if n not in old]
+        removed = [n for n in old.names() if n not in catalog]
+        changed = [n for n in catalog.names() if n in old and catalog.get(n) != old.get(n)]
+        self.catalog = catalog
+        for name in added:
+            self._slots[name] = ModelSlot(catalog.get(name))  # type: ignore[arg-type]
+        for name in removed + changed:
+            slot = self._slots[name]
+            if slot.task is not None and not slot.task.done():
+                await asyncio.shield(slot.task)  # a load under way finishes first
+            was_loaded = slot.state is ModelState.LOADED
+            await self._drain(name, drain_s)
+            await self._unload(name, "its config changed" if name in changed else "its config was deleted")
+            if name in removed:
+                del self._slots[name]
+                continue
+            self._slots[name] = ModelSlot(catalog.get(name))  # type: ignore[arg-type]
+            if was_loaded:
+                self._loader.start_load(self._slots[name])
+        if added or removed or changed:
+            log.info("models dir reloaded: added %s, changed %s, removed %s", added, changed, removed)
+
+    async def _drain(self, name: str, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) until no request holds the model and nothing is queued for it."""
+        deadline = time.monotonic() + timeout_s
+        while (self._residency.is_held(name) or self._busy(name)) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
     async def close(self) -> None:
         """Stop intake, fail queued work, unload models, stop the pools; the event loop only awaits.
 

@@ -6,6 +6,7 @@ mark not-ready → close the engine (fail queued work, unload models).
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,6 +17,7 @@ from fastapi import FastAPI
 
 from sie import __version__
 from sie.engine.build import build_catalog, build_engine
+from sie.engine.hot_reload import watch_models_dir
 from sie.observability.metrics import Metrics
 from sie.server import openapi_docs
 from sie.server.api import encode, health, models, openai_compat, rerank, score_extract
@@ -43,6 +45,13 @@ def create_app(settings: Settings) -> FastAPI:
         lifecycle = Lifecycle()
         engine.start()
         await engine.preload(preload)
+        reload_task = (
+            asyncio.create_task(
+                watch_models_dir(settings.models_dir, settings.filter_list() or None, engine.apply_catalog)
+            )
+            if settings.hot_reload and settings.models_dir.is_dir()
+            else None
+        )
         try:
             yield {
                 "engine": engine,
@@ -52,6 +61,8 @@ def create_app(settings: Settings) -> FastAPI:
             }
         finally:
             lifecycle.draining = True
+            if reload_task is not None:
+                reload_task.cancel()
             await engine.close()
 
     app = FastAPI(
