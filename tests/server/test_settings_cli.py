@@ -14,7 +14,11 @@ def test_defaults_match_the_public_server():
         10,
         512,
     )
-    assert settings.port == 8080 and settings.device == "auto" and settings.models_dir == PACKAGED_MODELS_DIR
+    assert (
+        settings.port == 8080
+        and settings.device == "auto"
+        and settings.models_dir == str(PACKAGED_MODELS_DIR)
+    )
 
 
 def test_tokenizer_threads_leave_the_cores_to_a_cpu_forward_unless_set(monkeypatch):
