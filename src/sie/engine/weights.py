@@ -165,7 +165,7 @@ class WeightSources:
         try:
             snapshot = cluster.find(hf_id, revision)
             if snapshot is None:
-                tried.append(f"{where} (no snapshot{'' if revision is None else f' {revision!r}'})")
+                tried.append(f"{where} (no snapshot)")
                 return None, False
             self._make_room(hf_id)(sum(snapshot.sizes.values()))
             copied = cluster.copy(snapshot, self.cache_root(), onnx)
@@ -182,8 +182,10 @@ class WeightSources:
         snapshots = self._snapshots(hf_id)
         if not snapshots.is_dir():
             return None
-        if revision and (snapshots / revision).is_dir():
-            return snapshots / revision
+        if revision:  # a pinned revision: that snapshot (by commit or by ref) or a miss, never another
+            ref = snapshots.parent / "refs" / revision
+            commit = ref.read_text().strip() if ref.is_file() else revision
+            return snapshots / commit if commit and (snapshots / commit).is_dir() else None
         # Dot folders are copies still in progress (``cluster_cache``).
         candidates = [p for p in snapshots.iterdir() if p.is_dir() and not p.name.startswith(".")]
         candidates.sort(key=lambda p: p.stat().st_mtime, reverse=True)
