@@ -75,7 +75,7 @@ def test_cluster_revision_from_the_yaml_or_refs_main(tmp_path, minilm_dir):
     assert fresh.resolve(CLUSTER_ID, None).name == "bbb"
     assert (tmp_path / "local2" / "models--test--minilm-cluster" / "refs" / "main").read_text() == "bbb"
     # A pinned revision nobody has is a miss, not another revision.
-    with pytest.raises(WeightsNotFound, match="cluster cache .*/snapshots \\(no snapshot\\)"):
+    with pytest.raises(WeightsNotFound, match=r"cluster cache .*/snapshots \(no snapshot\)"):
         fresh.resolve(CLUSTER_ID, None, revision="zzz")
     assert fresh.resolve(CLUSTER_ID, None, revision="main").name == "bbb"  # a ref, read locally now
 
