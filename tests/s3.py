@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import httpx
 from moto.server import ThreadedMotoServer
 
 REGION = "us-east-1"
@@ -68,11 +69,13 @@ def hub_prefix(root: str, hf_id: str, revision: str) -> str:
 
 @contextlib.contextmanager
 def moto_s3(*buckets: str) -> Iterator[S3]:
-    """A moto S3 server with ``buckets`` created; stopped (idempotently) on exit."""
+    """A moto S3 server with ``buckets`` created (and nothing else); stopped on exit."""
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     s3 = S3(server, f"http://127.0.0.1:{port}")
+    # moto keeps its buckets in process-wide state that outlives a server: start from none.
+    httpx.post(f"{s3.endpoint}/moto-api/reset").raise_for_status()
     try:
         for bucket in buckets:
             s3.client().create_bucket(Bucket=bucket)

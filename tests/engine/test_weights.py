@@ -173,3 +173,20 @@ def test_offline_hub_miss_says_why(tmp_path, monkeypatch):
     message = str(info.value)
     assert "local cache" in message and "packages (none ships this model)" in message
     assert message.endswith("hub download of 'nobody/nothing' (offline: HF_HUB_OFFLINE is set)")
+
+
+def test_unreachable_hub_is_unavailable_not_missing(tmp_path, monkeypatch):
+    """A Hub endpoint where nothing listens (the real client, a closed loopback port)."""
+    constants = pytest.importorskip("huggingface_hub.constants")
+    from tests.s3 import free_port
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(WeightsUnavailable) as info:
+        WeightSources(local_cache=tmp_path, hf_fallback=True).resolve("nobody/nothing", None)
+    message = str(info.value)
+    assert (
+        "cluster cache (not configured: SIE_CLUSTER_CACHE is unset); hub download of 'nobody/nothing' (unreachable: "
+        in message
+    )
+    assert not (tmp_path / "models--nobody--nothing").exists()

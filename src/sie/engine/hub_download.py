@@ -49,12 +49,9 @@ def download(
         raise HubMiss("offline: HF_HUB_OFFLINE is set")
     missing = (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError, LocalEntryNotFoundError)
     try:
-        listing = [
-            (entry.path, int(getattr(entry, "size", 0) or 0))
-            for entry in HfApi().list_repo_tree(hf_id, revision=revision, recursive=True)
-            if hasattr(entry, "size")
-        ]
-        sizes = dict(listing)
+        # model_info, not list_repo_tree: the tree listing retries a refused connection for ~25 s.
+        info = HfApi().model_info(hf_id, revision=revision, files_metadata=True)
+        sizes = {sibling.rfilename: int(sibling.size or 0) for sibling in info.siblings or []}
         files = needed_files(sizes, onnx)
         total = sum(sizes[name] for name in files)
         make_room(total)
