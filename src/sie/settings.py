@@ -28,7 +28,10 @@ class Settings(BaseSettings):
     host: str = Field("0.0.0.0", description="Interface to listen on (CLI --host).")
     port: int = Field(8080, ge=0, le=65535, description="TCP port (CLI --port).")
     device: str = Field("auto", description="auto (cuda > mps > cpu), cuda, cuda:N, mps or cpu.")
-    models_dir: Path = Field(PACKAGED_MODELS_DIR, description="Folder of model YAML files.")
+    models_dir: str = Field(
+        str(PACKAGED_MODELS_DIR),
+        description="Folder of model YAML files, or an s3:// or gs:// prefix holding them (read at startup).",
+    )
     hot_reload: bool = Field(
         True, description="Apply YAMLs added, changed or deleted in a local models dir without a restart."
     )
@@ -37,7 +40,21 @@ class Settings(BaseSettings):
     local_cache: Path | None = Field(
         None, description="Weight cache folder (HF hub layout); default $HF_HOME/hub."
     )
+    cluster_cache: str | None = Field(
+        None,
+        description="Shared weight cache in the HF hub layout: s3://bucket/prefix, gs://bucket/prefix or a "
+        "folder; a model missing locally is copied from it into the local cache.",
+    )
     hf_fallback: bool = Field(True, description="Download from the Hugging Face Hub after a cache miss.")
+    disk_cache_enabled: bool = Field(
+        True, description="Evict least recently used models from the local cache before a copy or download."
+    )
+    disk_pressure_threshold_percent: float = Field(
+        85.0,
+        gt=0,
+        le=100,
+        description="Local cache filesystem usage (%) above which cached models are evicted before a fetch.",
+    )
     max_batch_requests: int = Field(64, ge=1, description="Most items in one forward batch.")
     max_batch_wait_ms: float = Field(
         10.0, ge=0, description="Most ms a queued item waits for its batch to fill while the model is busy."

@@ -14,7 +14,11 @@ def test_defaults_match_the_public_server():
         10,
         512,
     )
-    assert settings.port == 8080 and settings.device == "auto" and settings.models_dir == PACKAGED_MODELS_DIR
+    assert (
+        settings.port == 8080
+        and settings.device == "auto"
+        and settings.models_dir == str(PACKAGED_MODELS_DIR)
+    )
 
 
 def test_tokenizer_threads_leave_the_cores_to_a_cpu_forward_unless_set(monkeypatch):
@@ -65,3 +69,21 @@ def test_openapi_command_prints_the_document(tmp_path):
     assert result.returncode == 0, result.stderr
     text = out.read_text()
     assert "/v1/encode/{model}" in text and "EncodeRequest" in text and "/v1/embeddings" in text
+
+
+def test_unreachable_s3_models_dir_stops_startup_with_the_reason(monkeypatch):
+    from tests.s3 import free_port
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    result = run_cli("serve", "--models-dir", "s3://models/catalog", "--port", "0")
+    assert result.returncode == 1
+    assert "s3://models/catalog: models directory could not be listed: " in result.stderr
+    assert "Could not connect to the endpoint URL" in result.stderr
+
+
+def test_weight_tier_flags_and_variables():
+    settings = _settings(cluster_cache="s3://bucket/hub", hf_fallback=False)
+    assert (settings.cluster_cache, settings.hf_fallback) == ("s3://bucket/hub", False)
+    assert (settings.disk_cache_enabled, settings.disk_pressure_threshold_percent) == (True, 85.0)

@@ -265,6 +265,13 @@ class TakesLora(Protocol):
 TEXT_ONLY: frozenset[Modality] = frozenset({Modality.TEXT})
 
 
+def runs_onnx(adapter_class: type) -> bool:
+    """Whether the class runs an ONNX graph: it says so with a class attribute ``runs_onnx = True``.
+    Weight copies and downloads keep ``*.onnx`` files only for such adapters (``engine.weight_files``);
+    an optional attribute rather than a protocol member, so the other families need not declare it."""
+    return bool(getattr(adapter_class, "runs_onnx", False))
+
+
 class UnsupportedInput(ValueError):
     """An item lacks what the adapter needs (e.g. a pair sent to a model that embeds single texts)."""
 

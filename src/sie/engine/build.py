@@ -6,7 +6,8 @@ from __future__ import annotations
 from sie.adapters.device import detect_device
 from sie.engine.catalog import Catalog
 from sie.engine.engine import Engine, EngineLimits
-from sie.engine.loader import LoadSettings
+from sie.engine.loader import LoadSettings, ModelState
+from sie.engine.models_source import models_directory
 from sie.engine.weights import WeightSources
 from sie.observability.metrics import Metrics
 from sie.settings import Settings
@@ -14,7 +15,7 @@ from sie.settings import Settings
 
 def build_catalog(settings: Settings) -> tuple[Catalog, list[str]]:
     """The servable models and the ones to preload; a bad YAML or an unknown preload id stops startup."""
-    catalog = Catalog.from_directory(settings.models_dir, settings.filter_list() or None)
+    catalog = Catalog.from_directory(models_directory(settings.models_dir), settings.filter_list() or None)
     preload = settings.preload_list()
     unknown = [name for name in preload if name not in catalog]
     if unknown:
@@ -24,11 +25,30 @@ def build_catalog(settings: Settings) -> tuple[Catalog, list[str]]:
 
 def build_engine(settings: Settings, catalog: Catalog, metrics: Metrics) -> Engine:
     device = detect_device(settings.device)
+    engines: list[Engine] = []  # the engine is built after its weight sources, which ask it what is loaded
+
+    def in_use() -> set[str]:
+        busy = (ModelState.LOADED, ModelState.LOADING)
+        return {
+            s.entry.config.hf_id
+            for e in engines
+            for s in e.slots()
+            if s.state in busy and s.entry.config.hf_id
+        }
+
+    weights = WeightSources(
+        local_cache=settings.local_cache,
+        hf_fallback=settings.hf_fallback,
+        cluster_cache=settings.cluster_cache,
+        disk_cache_enabled=settings.disk_cache_enabled,
+        disk_pressure_threshold_percent=settings.disk_pressure_threshold_percent,
+        in_use=in_use,
+    )
     load = LoadSettings(
         device=device,
         default_precision=settings.default_compute_precision,
         threads=settings.threads(),
-        weights=WeightSources(settings.local_cache, settings.hf_fallback),
+        weights=weights,
         attention=settings.attention_backend,
     )
     limits = EngineLimits(
@@ -41,4 +61,5 @@ def build_engine(settings: Settings, catalog: Catalog, metrics: Metrics) -> Engi
         idle_evict_s=settings.idle_evict_s,
         memory_limit_bytes=settings.memory_limit_bytes,
     )
-    return Engine(catalog, load, limits, metrics)
+    engines.append(Engine(catalog, load, limits, metrics))
+    return engines[0]

@@ -19,7 +19,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from sie.adapters.base import Adapter, Forward, LoadSpec, ModelInput, Task
+from sie.adapters.base import Adapter, Forward, LoadSpec, ModelInput, Task, runs_onnx
 from sie.adapters.device import effective_precision
 from sie.adapters.images import sample_image
 from sie.adapters.registry import adapter_class
@@ -83,7 +83,10 @@ class ModelSlot:
 def load_model(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel:
     """Blocking: resolve weights, build tokenizer and adapter. Runs on the load thread."""
     config, profile = entry.config, entry.profile
-    folder = settings.weights.resolve(config.hf_id, config.weights_path, entry.config_dir, config.hf_revision)
+    cls = adapter_class(profile.adapter_path, entry.config_dir)
+    folder = settings.weights.resolve(
+        config.hf_id, config.weights_path, entry.config_dir, config.hf_revision, onnx=runs_onnx(cls)
+    )
     loadtime = dict(profile.loadtime)
     tokenizer_id = loadtime.pop("tokenizer_id", None)
     tokenizer_folder = settings.weights.resolve(tokenizer_id, None) if tokenizer_id else folder
@@ -98,7 +101,6 @@ def load_model(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel:
         tokenizer_weights=tokenizer_folder,
         attention=settings.attention,
     )
-    cls = adapter_class(profile.adapter_path, entry.config_dir)
     adapter: Adapter = cls.load(spec)
     held = model_bytes(adapter, folder)
     log.info(

