@@ -75,6 +75,7 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[dict[str, Any]]:
         engine = build_engine(settings, catalog, metrics)
         engine.start()
+        lifecycle.on_overdue = engine.close
         await engine.preload(preload)
         reload_task = (
             asyncio.create_task(

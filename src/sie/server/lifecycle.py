@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 from starlette.routing import BaseRoute, Match
@@ -25,6 +26,8 @@ log = logging.getLogger(__name__)
 # be refused nor keep the drain from ending.
 PROBE_PATHS: Final = frozenset({"/healthz", "/livez", "/readyz", "/metrics"})
 DRAIN_POLL_S: Final = 0.05
+# After the drain limit, how long the requests refused by ``on_overdue`` get to write their 503s.
+OVERDUE_GRACE_S: Final = 2.0
 SHUTTING_DOWN: Final = "The server is shutting down; retry on another replica"
 
 
@@ -35,6 +38,10 @@ class Lifecycle:
         self.draining = False
         self.in_flight = 0
         self.started_at = time.time()
+        # Called when the drain limit passes with requests still in flight: the engine's close, which
+        # fails their queued items with ``EngineClosed`` so each gets a 503 + Retry-After instead of a
+        # cut connection.
+        self.on_overdue: Callable[[], Awaitable[None]] | None = None
 
     def begin_drain(self) -> None:
         """Safe from a signal handler: it only flips a flag the request path reads."""
@@ -57,9 +64,14 @@ class Lifecycle:
         drained = self.in_flight == 0
         if drained:
             log.info("drained in %.2f s", time.monotonic() - started)
-        else:
-            log.warning("drain timed out with %d request(s) still in flight", self.in_flight)
-        return drained
+            return True
+        log.warning("drain timed out with %d request(s) still in flight; refusing them", self.in_flight)
+        if self.on_overdue is not None:
+            await self.on_overdue()
+            grace = time.monotonic() + OVERDUE_GRACE_S
+            while self.in_flight > 0 and time.monotonic() < grace:
+                await asyncio.sleep(DRAIN_POLL_S)
+        return False
 
 
 class Draining:
