@@ -32,9 +32,6 @@ from sie.server.request_metrics import RequestMetrics
 from sie.server.status import CatalogHash, WorkerIdentity
 from sie.settings import Settings
 
-# The memory manager's eviction threshold, reported per GPU on /ws/status.
-MEMORY_THRESHOLD_PCT = 85.0
-
 
 def worker_identity(settings: Settings) -> WorkerIdentity:
     """What ``/ws/status`` reports about this worker; the name is the pod's (``HOSTNAME``/``POD_NAME``)."""
@@ -50,7 +47,7 @@ def worker_identity(settings: Settings) -> WorkerIdentity:
         bundle=bundle_name,
         config_hash=CatalogHash(scope),
         max_batch_requests=settings.max_batch_requests,
-        memory_threshold_pct=MEMORY_THRESHOLD_PCT,
+        memory_threshold_pct=settings.memory_pressure_threshold_percent,
         version=__version__,
     )
 

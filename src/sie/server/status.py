@@ -20,7 +20,6 @@ from prometheus_client import CollectorRegistry
 from sie.engine.bundles import Bundle, bundle_config_hash
 from sie.engine.catalog import Catalog
 from sie.engine.engine import Engine
-from sie.engine.footprint import memory_bytes
 from sie.engine.loader import ModelState
 from sie.observability.gpus import gpu_metrics
 from sie.server.api.models import model_info
@@ -77,7 +76,7 @@ def _models(engine: Engine) -> list[dict[str, Any]]:
                 "name": info.name,
                 "state": info.state,
                 "device": model.device if loaded and model is not None else None,
-                "memory_bytes": memory_bytes(model.adapter) if loaded and model is not None else 0,
+                "memory_bytes": model.memory_bytes if loaded and model is not None else 0,
                 "config": {
                     "hf_id": config.hf_id,
                     "adapter": slot.entry.profile.adapter_path,
