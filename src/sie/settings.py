@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sie.core.options import AttentionBackend, ComputePrecision
 
 PACKAGED_MODELS_DIR = Path(__file__).resolve().parent / "models"
+PACKAGED_BUNDLES_DIR = Path(__file__).resolve().parent / "bundles"
 
 
 def split_csv(value: str | None) -> list[str]:
@@ -36,6 +37,16 @@ class Settings(BaseSettings):
         True, description="Apply YAMLs added, changed or deleted in a local models dir without a restart."
     )
     model_filter: str | None = Field(None, description="Comma-separated model ids to serve (CLI --models).")
+    bundle: str | None = Field(
+        None,
+        description="Serve only the models whose adapters the bundle lists (CLI --bundle; excludes --models). "
+        "Reported as the worker's bundle on /ws/status ('default' when unset).",
+    )
+    bundles_dir: Path = Field(PACKAGED_BUNDLES_DIR, description="Folder of bundle YAML files.")
+    pool: str = Field("", description="Pool name reported on /ws/status (pool_name).")
+    machine_profile: str | None = Field(
+        None, description="Machine profile reported on /ws/status (default: the detected GPU type)."
+    )
     preload_models: str | None = Field(None, description="Comma-separated model ids loaded before serving.")
     local_cache: Path | None = Field(
         None, description="Weight cache folder (HF hub layout); default $HF_HOME/hub."
@@ -97,6 +108,18 @@ class Settings(BaseSettings):
     )
     max_item_text_bytes: int = Field(
         2 * 1024 * 1024, ge=1, description="Largest text of one item (413 beyond)."
+    )
+    drain_timeout_s: float = Field(
+        25.0,
+        ge=0,
+        description="After SIGTERM, most seconds to wait for requests in flight before the listener closes "
+        "(meanwhile /readyz answers 503 and new requests 503 with Retry-After).",
+    )
+    drain_min_s: float = Field(
+        0.0,
+        ge=0,
+        description="After SIGTERM, least seconds /readyz answers 503 before the listener closes, even with "
+        "nothing in flight: set it to the load balancer's probe period so it sees the 503.",
     )
     log_json: bool = Field(False, description="One JSON object per log line.")
     access_log: bool = Field(

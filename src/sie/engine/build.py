@@ -4,6 +4,7 @@ worker later), so neither has to know how devices, weights and limits are wired 
 from __future__ import annotations
 
 from sie.adapters.device import detect_device
+from sie.engine.bundles import load_bundle
 from sie.engine.catalog import Catalog
 from sie.engine.engine import Engine, EngineLimits
 from sie.engine.loader import LoadSettings, ModelState
@@ -14,8 +15,17 @@ from sie.settings import Settings
 
 
 def build_catalog(settings: Settings) -> tuple[Catalog, list[str]]:
-    """The servable models and the ones to preload; a bad YAML or an unknown preload id stops startup."""
-    catalog = Catalog.from_directory(models_directory(settings.models_dir), settings.filter_list() or None)
+    """The servable models and the ones to preload; a bad YAML, an unknown bundle, a ``--models`` id
+    outside the bundle or an unknown preload id stops startup."""
+    only = settings.filter_list()
+    catalog = Catalog.from_directory(models_directory(settings.models_dir), only or None)
+    if settings.bundle:
+        bundle = load_bundle(settings.bundle, settings.bundles_dir)
+        selected = bundle.select(catalog)
+        outside = [name for name in catalog.names() if name not in selected]
+        if only and outside:
+            raise ValueError(f"--models names model(s) outside bundle '{bundle.name}': {', '.join(outside)}")
+        catalog = selected
     preload = settings.preload_list()
     unknown = [name for name in preload if name not in catalog]
     if unknown:

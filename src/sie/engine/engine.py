@@ -171,6 +171,11 @@ class Engine:
     def slots(self) -> list[ModelSlot]:
         return list(self._slots.values())
 
+    def queue_depth(self, name: str) -> int:
+        """Items queued or running on the model's worker; 0 when it has none (not loaded)."""
+        worker = self._workers.get(name)
+        return worker.pending_items if worker is not None else 0
+
     def _slot(self, name: str) -> ModelSlot:
         slot = self._slots.get(name)
         if slot is None:

@@ -45,6 +45,11 @@ class Metrics:
         self.queue_depth = Gauge(
             "sie_queue_depth", "Items queued or running, per model.", ["model"], registry=r
         )
+        self.in_flight = Gauge(
+            "sie_requests_in_flight",
+            "HTTP requests being answered (probes and /metrics aside); after SIGTERM, what the drain waits for.",
+            registry=r,
+        )
         self.model_loaded = Gauge(
             "sie_model_loaded", "1 while the model is loaded.", ["model", "device"], registry=r
         )

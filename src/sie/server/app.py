@@ -1,7 +1,8 @@
 """The composition root of the standalone server: settings in, a ready ASGI app out.
 
-Start order: catalog (fails fast on a bad YAML) → metrics → engine → preload → serve. Shutdown:
-mark not-ready → close the engine (fail queued work, unload models).
+Start order: catalog (fails fast on a bad YAML) → metrics → engine → preload → serve. Shutdown
+(``server.graceful``): SIGTERM → not ready, new requests refused → drain the requests in flight →
+close the listener → close the engine (fail whatever is still queued, unload models).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import asyncio
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,20 +19,39 @@ from fastapi import FastAPI
 
 from sie import __version__
 from sie.engine.build import build_catalog, build_engine
+from sie.engine.bundles import DEFAULT_BUNDLE, Bundle, load_bundle
+from sie.engine.catalog import Catalog
+from sie.engine.engine import Engine
 from sie.engine.hot_reload import watch_models_dir
 from sie.engine.remote_fs import is_remote
 from sie.observability.metrics import Metrics
 from sie.server import openapi_docs
-from sie.server.api import encode, health, models, openai_compat, rerank, score_extract
+from sie.server.api import encode, health, models, openai_compat, rerank, score_extract, ws
 from sie.server.errors import HANDLED, handle_native_error
+from sie.server.lifecycle import Draining, Lifecycle
 from sie.server.middleware import BodyLimit, IdentityHeaders, SdkVersionSkew
 from sie.server.request_metrics import RequestMetrics
+from sie.server.status import CatalogHash, WorkerIdentity
 from sie.settings import Settings
 
 
-@dataclass
-class Lifecycle:
-    draining: bool = False
+def worker_identity(settings: Settings) -> WorkerIdentity:
+    """What ``/ws/status`` reports about this worker; the name is the pod's (``HOSTNAME``/``POD_NAME``)."""
+    bundle_name = settings.bundle or DEFAULT_BUNDLE
+    try:
+        scope: Bundle | None = load_bundle(bundle_name, settings.bundles_dir)
+    except ValueError:  # a bundles dir without the default bundle: nothing to scope the hash by
+        scope = None
+    return WorkerIdentity(
+        name=os.environ.get("HOSTNAME") or os.environ.get("POD_NAME") or "",
+        machine_profile=settings.machine_profile,
+        pool_name=settings.pool,
+        bundle=bundle_name,
+        config_hash=CatalogHash(scope),
+        max_batch_requests=settings.max_batch_requests,
+        memory_threshold_pct=settings.memory_pressure_threshold_percent,
+        version=__version__,
+    )
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -40,17 +60,30 @@ def create_app(settings: Settings) -> FastAPI:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     catalog, preload = build_catalog(settings)
     metrics = Metrics()
+    lifecycle = Lifecycle(settings.drain_timeout_s, settings.drain_min_s)
+    identity = worker_identity(settings)
+    bundle = load_bundle(settings.bundle, settings.bundles_dir) if settings.bundle else None
+
+    async def apply_reloaded(reloaded: Catalog, engine: Engine) -> None:
+        """Hot reload serves the same bundle's models as startup did."""
+        await engine.apply_catalog(bundle.select(reloaded) if bundle is not None else reloaded)
+
+    metrics.in_flight.set_function(lambda: lifecycle.in_flight)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[dict[str, Any]]:
         engine = build_engine(settings, catalog, metrics)
-        lifecycle = Lifecycle()
         engine.start()
+        lifecycle.on_overdue = engine.close
         await engine.preload(preload)
         local_dir = None if is_remote(settings.models_dir) else Path(settings.models_dir).expanduser()
         reload_task = (
             asyncio.create_task(
-                watch_models_dir(local_dir, settings.filter_list() or None, engine.apply_catalog)
+                watch_models_dir(
+                    local_dir,
+                    settings.filter_list() or None,
+                    partial(apply_reloaded, engine=engine),
+                )
             )
             if settings.hot_reload and local_dir is not None and local_dir.is_dir()
             else None
@@ -60,6 +93,7 @@ def create_app(settings: Settings) -> FastAPI:
                 "engine": engine,
                 "metrics": metrics,
                 "lifecycle": lifecycle,
+                "status_identity": identity,
                 "max_item_text_bytes": settings.max_item_text_bytes,
             }
         finally:
@@ -76,7 +110,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     inference = (*encode.ROUTES, *score_extract.ROUTES, *openai_compat.ROUTES, *rerank.ROUTES)
     app.router.routes.extend(route.route() for route in inference)
-    for router in (health.router, models.router):
+    for router in (health.router, models.router, ws.router):
         app.include_router(router)
     for exc_type in HANDLED:
         app.add_exception_handler(exc_type, handle_native_error)
@@ -86,7 +120,9 @@ def create_app(settings: Settings) -> FastAPI:
     openai_routes = [route.route() for route in inference if route.openai_errors]
     app.add_middleware(BodyLimit, limit=settings.max_request_body_bytes, openai_routes=openai_routes)
     app.add_middleware(RequestMetrics, metrics=metrics)
+    app.add_middleware(Draining, lifecycle=lifecycle, openai_routes=tuple(openai_routes))
     app.add_middleware(IdentityHeaders)
+    app.state.lifecycle = lifecycle  # the server's SIGTERM handling drives the same object
     example = preload[0] if preload else next(iter(catalog.names()), None)
     openapi_docs.install(app, __version__, inference, models.STRUCTS, example)
     return app

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -41,6 +42,12 @@ def serve(
     models: Annotated[
         str | None, typer.Option("--models", "-m", help="Comma-separated ids to serve.")
     ] = None,
+    bundle: Annotated[
+        str | None,
+        typer.Option(
+            "--bundle", "-b", help="Serve the models of this bundle [env SIE_BUNDLE]; not with --models."
+        ),
+    ] = None,
     preload: Annotated[str | None, typer.Option(help="Comma-separated ids to load before serving.")] = None,
     local_cache: Annotated[
         Path | None, typer.Option(help="Weight cache folder [env SIE_LOCAL_CACHE].")
@@ -70,8 +77,11 @@ def serve(
 
     from sie.observability.logging import configure_logging
     from sie.server.app import create_app
+    from sie.server.graceful import GracefulServer
 
+    _check_selectors(bundle, models)
     settings = _settings(
+        bundle=bundle,
         host=host,
         port=port,
         device=device,
@@ -91,15 +101,35 @@ def serve(
     except (ModelConfigError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
-    uvicorn.run(
+    config = uvicorn.Config(
         application,
         host=settings.host,
         port=settings.port,
         log_config=None,
         timeout_keep_alive=120,
-        timeout_graceful_shutdown=25,
+        # The drain (SIGTERM -> GracefulServer) already waited for the requests in flight; this is only
+        # the last grace for answers still being written when the listener closes.
+        timeout_graceful_shutdown=UVICORN_GRACE_S,
         access_log=settings.access_log,
     )
+    GracefulServer(config, application.state.lifecycle).run()
+
+
+UVICORN_GRACE_S = 2
+
+
+def _check_selectors(bundle: str | None, models: str | None) -> None:
+    """As the public CLI: ``--bundle`` and ``--models`` exclude each other, and an image built for one
+    bundle (``SIE_BUNDLE``) refuses ``--bundle`` naming another."""
+    if bundle and models:
+        typer.echo("error: cannot specify both --bundle and --models", err=True)
+        raise typer.Exit(1)
+    baked = os.environ.get("SIE_BUNDLE")
+    if bundle and baked and bundle != baked:
+        typer.echo(
+            f"error: bundle '{bundle}' differs from this image's bundle '{baked}' (SIE_BUNDLE)", err=True
+        )
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -1,0 +1,144 @@
+"""The ``/ws/status`` message: the public worker status (``sie_sdk.types.WorkerStatusMessage``) built
+from the engine's slots, the drain state and the metrics registry.
+
+A gateway reads ``ready``, ``machine_profile``, ``bundle``, ``bundle_config_hash``, ``loaded_models``
+and ``max_batch_requests`` to route; people (``sie-top``) read the rest. Everything here is read-only
+and cheap, since it runs every 200 ms per connected client.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from sie.engine.bundles import Bundle, bundle_config_hash
+from sie.engine.catalog import Catalog
+from sie.engine.engine import Engine
+from sie.engine.loader import ModelState
+from sie.observability.gpus import gpu_metrics
+from sie.server.api.models import model_info
+from sie.server.lifecycle import Lifecycle
+
+
+class CatalogHash:
+    """``bundle_config_hash`` of the catalogue being served, recomputed only when hot reload swaps it."""
+
+    def __init__(self, bundle: Bundle | None) -> None:
+        self._bundle = bundle
+        self._catalog: Catalog | None = None
+        self._hash = ""
+
+    def __call__(self, catalog: Catalog) -> str:
+        if self._bundle is None:
+            return ""
+        if catalog is not self._catalog:
+            self._catalog, self._hash = catalog, bundle_config_hash(catalog, self._bundle)
+        return self._hash
+
+
+@dataclass(frozen=True)
+class WorkerIdentity:
+    """What the worker says about itself, fixed at start."""
+
+    name: str
+    machine_profile: str | None  # None: the first GPU's type, or "" without one
+    pool_name: str
+    bundle: str
+    config_hash: CatalogHash
+    max_batch_requests: int
+    memory_threshold_pct: float
+    version: str
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (containers running as an arbitrary uid)
+        return str(os.getuid())
+
+
+def _models(engine: Engine) -> list[dict[str, Any]]:
+    models: list[dict[str, Any]] = []
+    for slot in engine.slots():
+        info = model_info(slot)
+        model = slot.model
+        loaded = slot.state is ModelState.LOADED and model is not None
+        depth = engine.queue_depth(info.name)
+        config = slot.entry.config
+        models.append(
+            {
+                "name": info.name,
+                "state": info.state,
+                "device": model.device if loaded and model is not None else None,
+                "memory_bytes": model.memory_bytes if loaded and model is not None else 0,
+                "config": {
+                    "hf_id": config.hf_id,
+                    "adapter": slot.entry.profile.adapter_path,
+                    "inputs": info.inputs,
+                    "outputs": info.outputs,
+                    "dims": info.dims or None,
+                    "max_sequence_length": info.max_sequence_length,
+                },
+                "queue_depth": depth,
+                "queue_pending_items": depth,
+            }
+        )
+    models.sort(key=lambda m: m["memory_bytes"], reverse=True)  # like top: the biggest first
+    return models
+
+
+def _samples(registry: CollectorRegistry) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Counters as ``{"name{label=value,...}": total}`` and histograms as ``{"name{...}": {"count",
+    "sum"}}``, from the same registry ``/metrics`` renders."""
+    counters: dict[str, float] = {}
+    histograms: dict[str, dict[str, float]] = {}
+    for family in registry.collect():
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()) if k != "le")
+            if family.type == "counter" and sample.name.endswith("_total"):
+                counters[f"{sample.name}{{{labels}}}"] = sample.value
+            elif family.type == "histogram" and sample.name.endswith(("_count", "_sum")):
+                base, _, part = sample.name.rpartition("_")
+                histograms.setdefault(f"{base}{{{labels}}}", {})[part] = sample.value
+    return counters, histograms
+
+
+def status_message(
+    engine: Engine, identity: WorkerIdentity, lifecycle: Lifecycle, registry: CollectorRegistry
+) -> dict[str, Any]:
+    gpus = gpu_metrics(identity.memory_threshold_pct)
+    models = _models(engine)
+    counters, histograms = _samples(registry)
+    machine_profile = identity.machine_profile
+    if machine_profile is None:
+        machine_profile = gpus[0]["gpu_type"] if gpus else ""
+    return {
+        "timestamp": time.time(),
+        "ready": not lifecycle.draining,
+        "name": identity.name,
+        "machine_profile": machine_profile,
+        "pool_name": identity.pool_name,
+        "gpu_count": len(gpus),
+        "bundle": identity.bundle,
+        "bundle_config_hash": identity.config_hash(engine.catalog),
+        "loaded_models": [m["name"] for m in models if m["state"] == ModelState.LOADED.value],
+        "max_batch_requests": identity.max_batch_requests,
+        "saturated": False,
+        "server": {
+            "version": identity.version,
+            "uptime_seconds": int(time.time() - lifecycle.started_at),
+            "user": _user(),
+            "working_dir": str(Path.cwd()),
+            "pid": os.getpid(),
+        },
+        "gpus": gpus,
+        "models": models,
+        "counters": counters,
+        "histograms": histograms,
+    }
