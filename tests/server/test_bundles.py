@@ -84,13 +84,13 @@ def test_bundle_filters_the_models_dir_by_adapter_module(dirs: tuple[Path, Path]
     models, bundles = dirs
 
     def served(bundle: str | None) -> list[str]:
-        settings = Settings(models_dir=models, bundles_dir=bundles, bundle=bundle)
+        settings = Settings(models_dir=str(models), bundles_dir=bundles, bundle=bundle)
         return sorted(build_catalog(settings)[0].names())
 
     assert served(None) == ["org/dense", "org/generator", "org/gliner", "org/gliner:fast"]
     assert served("extract") == ["org/gliner", "org/gliner:fast"]
     assert served("generation") == ["org/generator"]
-    default = Settings(models_dir=models, bundle="default")  # the shipped bundle over this dir
+    default = Settings(models_dir=str(models), bundle="default")  # the shipped bundle over this dir
     assert sorted(build_catalog(default)[0].names()) == ["org/dense", "org/gliner", "org/gliner:fast"]
 
 
@@ -109,7 +109,7 @@ def test_sie_bundle_from_the_environment(dirs: tuple[Path, Path], monkeypatch: p
 def test_unknown_bundle_stops_startup(dirs: tuple[Path, Path]) -> None:
     models, bundles = dirs
     with pytest.raises(ValueError, match=r"Bundle 'nope' not found .*bundles: extract, generation"):
-        build_catalog(Settings(models_dir=models, bundles_dir=bundles, bundle="nope"))
+        build_catalog(Settings(models_dir=str(models), bundles_dir=bundles, bundle="nope"))
 
 
 def _serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
