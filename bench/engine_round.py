@@ -13,8 +13,8 @@ from sie.core.options import ComputePrecision
 from sie.engine.catalog import Catalog
 from sie.engine.engine import Engine, EngineLimits
 from sie.engine.loader import LoadSettings
-from sie.engine.weights import WeightSources
 from sie.observability.metrics import Metrics
+from sie.weights.sources import WeightSources
 from sie.wire.requests import Item
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"

@@ -84,7 +84,7 @@ def test_random_model_loads_in_sentence_transformers_and_our_catalog(tmp_path: P
 
     from sie.engine.catalog import Catalog
     from sie.engine.model_config import load_model_config
-    from sie.engine.weights import WeightSources
+    from sie.weights.sources import WeightSources
 
     [built] = build([TINY], minilm_dir, tmp_path / "a")
     assert built.model_id == "bench/tiny"

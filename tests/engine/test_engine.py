@@ -15,9 +15,9 @@ from sie.engine.engine import Engine, EngineLimits
 from sie.engine.errors import InvalidInput, ModelLoadFailed, ModelLoading, ModelNotFound, Overloaded
 from sie.engine.loader import LoadSettings, ModelState
 from sie.engine.runner import BatchGroup
-from sie.engine.weights import WeightSources
 from sie.observability.metrics import Metrics
 from sie.postprocess.outputs import Postprocess
+from sie.weights.sources import WeightSources
 from sie.wire.requests import EncodeParams, Item
 from tests.conftest import MODELS_DIR
 

@@ -11,7 +11,7 @@ from safetensors import SafetensorError
 
 from sie.adapters.registry import UnknownAdapter
 from sie.engine.load_errors import MAX_COOLDOWN_S, MAX_TRANSIENT_ATTEMPTS, LoadErrorClass, classify
-from sie.engine.weights import WeightsNotFound
+from sie.weights.sources import WeightsNotFound
 
 
 def caused(outer: Exception, inner: Exception) -> Exception:

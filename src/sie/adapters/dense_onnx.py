@@ -37,7 +37,7 @@ class OnnxDenseEncoder:
     capabilities = frozenset({Capability.DENSE})
     inputs = TEXT_ONLY
     packs_tokens = False  # the exported graph takes a padded batch
-    runs_onnx = True  # weight downloads keep its *.onnx files (sie.engine.weight_files)
+    runs_onnx = True  # weight downloads keep its *.onnx files (sie.weights.files)
 
     def __init__(
         self, session: ort.InferenceSession, tokenizer: TextTokenizer, default_pooling: Pooling

@@ -25,7 +25,7 @@ class OnnxTokenNer:
     dims: dict[Capability, int] = {}  # noqa: RUF012  # entities only
     default_pooling = Pooling.CLS  # unused: every token is classified
     packs_tokens = False  # the exported graph takes a padded batch
-    runs_onnx = True  # weight downloads keep its *.onnx files (sie.engine.weight_files)
+    runs_onnx = True  # weight downloads keep its *.onnx files (sie.weights.files)
 
     def __init__(self, session: ort.InferenceSession, tokenizer: TextTokenizer, labels: list[str]) -> None:
         output = session.get_outputs()[0]

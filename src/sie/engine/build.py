@@ -8,10 +8,10 @@ from sie.engine.bundles import load_bundle
 from sie.engine.catalog import Catalog
 from sie.engine.engine import Engine, EngineLimits
 from sie.engine.loader import LoadSettings, ModelState
-from sie.engine.models_source import models_directory
-from sie.engine.weights import WeightSources
 from sie.observability.metrics import Metrics
 from sie.settings import Settings
+from sie.weights.models_source import models_directory
+from sie.weights.sources import WeightSources
 
 
 def build_catalog(settings: Settings) -> tuple[Catalog, list[str]]:

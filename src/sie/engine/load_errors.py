@@ -23,7 +23,7 @@ from safetensors import SafetensorError
 
 from sie.adapters.registry import UnknownAdapter
 from sie.engine.model_config import ModelConfigError
-from sie.engine.weights import WeightsNotFound
+from sie.weights.sources import WeightsNotFound
 
 
 class LoadErrorClass(StrEnum):

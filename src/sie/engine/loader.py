@@ -28,9 +28,9 @@ from sie.core.options import AttentionBackend, Capability, ComputePrecision, Mod
 from sie.engine.catalog import CatalogEntry
 from sie.engine.load_errors import LoadErrorClass, classify
 from sie.engine.memory import model_bytes
-from sie.engine.weights import WeightSources
 from sie.postprocess.muvera import Muvera, MuveraConfig
 from sie.postprocess.outputs import FixedDense
+from sie.weights.sources import WeightSources
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,6 @@ from sie.engine.bundles import DEFAULT_BUNDLE, Bundle, load_bundle
 from sie.engine.catalog import Catalog
 from sie.engine.engine import Engine
 from sie.engine.hot_reload import watch_models_dir
-from sie.engine.remote_fs import is_remote
 from sie.observability.metrics import Metrics
 from sie.server import openapi_docs
 from sie.server.api import encode, health, models, openai_compat, rerank, score_extract, ws
@@ -33,6 +32,7 @@ from sie.server.middleware import BodyLimit, IdentityHeaders, SdkVersionSkew
 from sie.server.request_metrics import RequestMetrics
 from sie.server.status import CatalogHash, WorkerIdentity
 from sie.settings import Settings
+from sie.weights.remote_fs import is_remote
 
 
 def worker_identity(settings: Settings) -> WorkerIdentity:

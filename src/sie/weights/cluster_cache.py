@@ -23,10 +23,10 @@ from pathlib import Path
 
 from fsspec import AbstractFileSystem
 
-from sie.engine.disk_cache import folder_name
-from sie.engine.remote_fs import filesystem
-from sie.engine.transfer_progress import report_progress
-from sie.engine.weight_files import needed_files
+from sie.weights.disk_cache import folder_name
+from sie.weights.files import needed_files
+from sie.weights.progress import report_progress
+from sie.weights.remote_fs import filesystem
 
 log = logging.getLogger(__name__)
 

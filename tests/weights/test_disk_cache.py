@@ -1,4 +1,4 @@
-"""Disk LRU over the local weight cache (``sie.engine.disk_cache``), on a real folder and filesystem.
+"""Disk LRU over the local weight cache (``sie.weights.disk_cache``), on a real folder and filesystem.
 
 The threshold is set to 0 % (every filesystem is "full") or 100 % (none is) so the real usage of the
 test machine's disk does not decide the outcome."""
@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from sie.engine.disk_cache import MARKER, DiskCache, folder_name
+from sie.weights.disk_cache import MARKER, DiskCache, folder_name
 
 
 def cached(root: Path, hf_id: str, used_s_ago: float | None) -> Path:

@@ -13,9 +13,9 @@ import glob
 from collections.abc import Callable
 from pathlib import Path
 
-from sie.engine.disk_cache import folder_name
-from sie.engine.transfer_progress import report_progress
-from sie.engine.weight_files import needed_files
+from sie.weights.disk_cache import folder_name
+from sie.weights.files import needed_files
+from sie.weights.progress import report_progress
 
 
 class HubMiss(Exception):

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from sie.engine.cluster_cache import ClusterCache, ClusterUnreachable
-from sie.engine.disk_cache import DiskCache, folder_name, nothing_in_use
-from sie.engine.hub_download import HubMiss, HubUnreachable, download
-from sie.engine.weight_errors import WeightsNotFound, WeightsUnavailable
+from sie.weights.cluster_cache import ClusterCache, ClusterUnreachable
+from sie.weights.disk_cache import DiskCache, folder_name, nothing_in_use
+from sie.weights.errors import WeightsNotFound, WeightsUnavailable
+from sie.weights.hub_download import HubMiss, HubUnreachable, download
 
 __all__ = ["PACKAGED", "PackagedWeights", "WeightSources", "WeightsNotFound", "WeightsUnavailable"]
 

@@ -1,11 +1,11 @@
 import logging
 import time
 
-from sie.engine.transfer_progress import report_progress
+from sie.weights.progress import report_progress
 
 
 def test_progress_lines_while_a_folder_fills_and_a_closing_line(tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="sie.engine.transfer_progress")
+    caplog.set_level(logging.INFO, logger="sie.weights.progress")
     with report_progress("copying org/m", tmp_path, total_bytes=4_000_000, total_files=2, interval_s=0.05):
         (tmp_path / "a.bin").write_bytes(b"x" * 2_000_000)
         time.sleep(0.3)

@@ -1,6 +1,6 @@
-"""Which repository files a copy or download fetches (``sie.engine.weight_files``)."""
+"""Which repository files a copy or download fetches (``sie.weights.files``)."""
 
-from sie.engine.weight_files import needed_files
+from sie.weights.files import needed_files
 
 CLIP_LIKE = [
     "README.md",

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from sie.engine.model_config import ModelConfigError
-from sie.engine.remote_fs import filesystem, is_remote
+from sie.weights.remote_fs import filesystem, is_remote
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ import pytest
 
 from sie.engine.catalog import Catalog
 from sie.engine.model_config import ModelConfigError
-from sie.engine.models_source import models_directory
+from sie.weights.models_source import models_directory
 from tests.conftest import MODELS_DIR
 from tests.s3 import moto_s3
 

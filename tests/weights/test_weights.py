@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sie.engine.weights import PACKAGED, PackagedWeights, WeightsNotFound, WeightSources, WeightsUnavailable
+from sie.weights.sources import PACKAGED, PackagedWeights, WeightsNotFound, WeightSources, WeightsUnavailable
 from tests.s3 import hub_prefix, moto_s3
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
