@@ -149,6 +149,30 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=STOP_TIMEOUT_S)
 
 
+def dense_yaml(
+    sie_id: str,
+    weights: Path,
+    adapter_path: str = "sie.adapters.dense_torch:TorchDenseEncoder",
+    options: str = "",
+    profiles: str = "",
+) -> str:
+    """The YAML of a 384-wide dense test model over ``weights`` (a MiniLM folder): ``options`` is the
+    default profile's ``adapter_options`` in flow style, ``profiles`` more profile entries."""
+    extra = f"\n    adapter_options: {options}" if options else ""
+    return f"""
+sie_id: {sie_id}
+weights_path: "{weights}"
+tasks:
+  encode:
+    dense: {{dim: 384}}
+max_sequence_length: 256
+profiles:
+  default:
+    max_batch_tokens: 8192
+    adapter_path: "{adapter_path}"{extra}
+{profiles}"""
+
+
 @contextlib.contextmanager
 def run_server(log_dir: Path, env: dict[str, str], *extra_args: str) -> Iterator[Server]:
     """Start ``sie-server serve`` on a free port, wait for ``/readyz`` (60 s at most), stop it after."""

@@ -15,26 +15,13 @@ import numpy as np
 import pytest
 
 from tests.conftest import MODELS_DIR
-from tests.e2e.conftest import MINILM, Server, run_server
+from tests.e2e.conftest import MINILM, Server, dense_yaml, run_server
 
 ADDED = "test/hot-added"
 
 
 def yaml_text(minilm_dir: Path, normalize: bool) -> str:
-    return f"""
-sie_id: {ADDED}
-weights_path: "{minilm_dir}"
-tasks:
-  encode:
-    dense: {{dim: 384}}
-max_sequence_length: 256
-profiles:
-  default:
-    max_batch_tokens: 8192
-    adapter_path: "sie.adapters.dense_torch:TorchDenseEncoder"
-    adapter_options:
-      runtime: {{normalize: {str(normalize).lower()}}}
-"""
+    return dense_yaml(ADDED, minilm_dir, options=f"{{runtime: {{normalize: {str(normalize).lower()}}}}}")
 
 
 @pytest.fixture(scope="module")

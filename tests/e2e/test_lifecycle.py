@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import MODELS_DIR
-from tests.e2e.conftest import MINILM, Server, run_server
+from tests.e2e.conftest import MINILM, Server, dense_yaml, run_server
 
 SRE = "senthilthepro/sre-embedding-model"
 COPY = "test/minilm-copy"
@@ -39,18 +39,7 @@ def write_models(root: Path, minilm_dir: Path) -> Path:
     weights = broken / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     for sie_id, folder, file in ((COPY, minilm_dir, "copy.yaml"), (TRUNCATED, broken, "truncated.yaml")):
-        (models / file).write_text(
-            f"""
-sie_id: {sie_id}
-weights_path: "{folder}"
-tasks:
-  encode:
-    dense: {{dim: 384}}
-max_sequence_length: 256
-profiles:
-  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.dense_torch:TorchDenseEncoder"}}
-"""
-        )
+        (models / file).write_text(dense_yaml(sie_id, folder))
     return models
 
 

