@@ -96,6 +96,7 @@ def serve(
         log_level="DEBUG" if verbose else None,
     )
     configure_logging(settings.log_level, json_lines=settings.log_json)
+    log.info("malloc: %s", os.environ.get("SIE_ALLOCATOR_APPLIED") or "the system's")
     try:
         application = create_app(settings)
     except (ModelConfigError, ValueError) as exc:
@@ -150,4 +151,12 @@ def openapi(
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["serve"]:
+        from sie.core import allocator
+
+        try:
+            allocator.reexec()  # returns when already on the chosen allocator, or on the system's
+        except allocator.AllocatorError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise SystemExit(1) from exc
     app()
