@@ -154,7 +154,11 @@ class Engine:
         # Every load and forward runs on this one thread: see loader.load_and_warm_up for why.
         self._device_executor = ThreadPoolExecutor(1, thread_name_prefix="sie-device")
         self._loader = ModelLoader(
-            load, self._start_worker, self._device_executor, self._make_room, self._evict_one_for
+            load,
+            self._start_worker,
+            self._device_executor,
+            self._make_room,
+            lambda slot: self._evict_other(slot.entry.name, "out of memory loading"),
         )
         self._closed = False
 
@@ -204,7 +208,7 @@ class Engine:
             self._limits.max_pending_items,
             on_batch=lambda stats: self._record_batch(name, stats),
             on_idle=heap.return_free_memory,
-            on_oom=lambda: self._evict_for_batch(name),
+            on_oom=lambda: self._evict_other(name, "out of memory in a batch of"),
             run_split=runner.run_split,
         )
         worker.start()
@@ -274,20 +278,13 @@ class Engine:
                 return
             await self._unload(victims[0], f"memory pressure before loading {slot.entry.name}")
 
-    async def _evict_one_for(self, slot: ModelSlot) -> bool:
-        """A load ran out of memory: evict one more idle model so it can try once more."""
-        victims = self._residency.least_recent(self._loaded_names(), self._busy, {slot.entry.name})
-        if not victims:
-            return False
-        await self._unload(victims[0], f"out of memory loading {slot.entry.name}")
-        return True
-
-    async def _evict_for_batch(self, name: str) -> bool:
-        """A batch of ``name`` ran out of memory: evict the least recently used other idle model."""
+    async def _evict_other(self, name: str, why: str) -> bool:
+        """Out of memory for ``name`` (loading it, or in its batch): evict the least recently used other
+        idle model so it can try once more; False when there is none."""
         victims = self._residency.least_recent(self._loaded_names(), self._busy, {name})
         if not victims:
             return False
-        await self._unload(victims[0], f"out of memory in a batch of {name}")
+        await self._unload(victims[0], f"{why} {name}")
         return True
 
     async def _watch_memory(self) -> None:
