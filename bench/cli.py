@@ -45,6 +45,10 @@ def _key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _env_set(text: str) -> tuple[tuple[str, str], ...]:
+    return tuple(_key_value(part) for part in text.split(",") if part)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="scripts/bench",
@@ -72,6 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help="a src/ folder put first on our server's PYTHONPATH (e.g. an export of another commit)",
+    )
+    p.add_argument(
+        "--compare-env",
+        action="append",
+        type=_env_set,
+        default=[],
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="also run a second of our servers with this environment added (e.g. SIE_ALLOCATOR=system), "
+        "through the same cells and paired rounds, and print ours over it; repeatable, one server each",
     )
     p.add_argument("--infinity", action="store_true", help="also benchmark Infinity (installed once)")
     p.add_argument("--infinity-dtype", default="auto", help="Infinity --dtype (default: its own default)")
@@ -246,10 +259,23 @@ def _benchmark_server(
     return run
 
 
+def _our_senders(clients: str, server: servers.Server, max_conn: int) -> list[Sender]:
+    senders: list[Sender] = []
+    if "sdk" in clients:
+        senders.append(SdkSender(server.base_url, server.model, max_conn))
+    if "json" in clients:
+        senders.append(JsonSender(server.base_url, server.json_route, server.model, max_conn))
+    return senders
+
+
+def _env_text(env: tuple[tuple[str, str], ...]) -> str:
+    return ",".join(f"{key}={value}" for key, value in env)
+
+
 def _saturated_contender(server: servers.Server) -> paired.Contender:
     """Our server is measured through the SDK, Infinity (no msgpack SDK) through JSON."""
     max_conn = SATURATED.concurrency + 4
-    if server.name == "sie":
+    if server.speaks_msgpack:
         return paired.Contender(
             server.name, server.pid, SdkSender(server.base_url, server.model, max_conn), SATURATED
         )
@@ -366,16 +392,31 @@ def run(args: argparse.Namespace) -> RunResult:
                 args.model, args.precision, dict(args.server_env), log_dir, args.server_src
             )
             running.append(ours)
-            senders: list[Sender] = []
-            if "sdk" in args.clients:
-                senders.append(SdkSender(ours.base_url, ours.model, max_conn))
-            if "json" in args.clients:
-                senders.append(JsonSender(ours.base_url, ours.json_route, ours.model, max_conn))
+            senders = _our_senders(args.clients, ours, max_conn)
             cells = _cells(args.clients, args.concurrency, args.request_items)
             label = f"sie {args.precision}"
             if ours.effective_precision not in (None, args.precision):
                 label += f" (ran as {ours.effective_precision})"
             result.servers.append(_benchmark_server(runner.run, ours, label, senders, cells, threshold, work))
+            for extra in args.compare_env:
+                other = _env_text(extra)
+                _say(f"\nour server again, with {other}")
+                variant = servers.start_sie(
+                    args.model,
+                    args.precision,
+                    dict(args.server_env) | dict(extra),
+                    log_dir,
+                    args.server_src,
+                    log_name=f"sie-server-{len(running)}.log",
+                )
+                variant.name = f"sie with {other}"
+                running.append(variant)
+                senders = _our_senders(args.clients, variant, max_conn)
+                result.servers.append(
+                    _benchmark_server(
+                        runner.run, variant, f"{label} with {other}", senders, cells, threshold, work
+                    )
+                )
             if infinity_cli is not None:
                 batch = args.infinity_batch_size or result.raw["float32"].best_batch_size
                 _say(f"\nInfinity: {folder} (torch engine, always these weights)")

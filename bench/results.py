@@ -110,12 +110,11 @@ def _throughput_ratio(run: RunResult, numerator: str, denominator: str) -> float
     the median of the paired rounds when the run has them, else the single timings of the run."""
     if run.rounds:
         return median_ratio(run.rounds, numerator, denominator)
-    cells = {"sie": SATURATED, "infinity": SATURATED_JSON}
 
     def items_per_s(name: str) -> float | None:
         server = run.server(name)
         if server is not None:
-            cell = server.cell(cells[name])
+            cell = server.cell(SATURATED_JSON if name == "infinity" else SATURATED)
             return cell.items_per_s if cell else None
         raw = run.raw.get(name)
         return raw.items_per_s if raw else None
@@ -150,6 +149,15 @@ def compute_ratios(run: RunResult, precision: str) -> list[Ratio]:
                 None,
             )
         )
+    for variant in run.servers:
+        if variant.name.startswith("sie with "):
+            ratios.append(
+                _at_least(
+                    f"ours sdk c=16 b=32 / ours {variant.name[4:]} (same cell){how}",
+                    _throughput_ratio(run, "sie", variant.name),
+                    None,
+                )
+            )
     if infinity is not None:
         inf_cell = infinity.cell(SATURATED_JSON)
         inf_items = inf_cell.items_per_s if inf_cell else None

@@ -22,7 +22,7 @@ _LOADED = re.compile(r"loaded (\S+) from .* on (\S+) \((\w+)\)")
 
 @dataclass
 class Server:
-    name: str  # "sie" or "infinity"
+    name: str  # "sie", "sie with KEY=VALUE" (--compare-env) or "infinity"
     process: procs.ManagedProcess
     base_url: str
     model: str  # the id requests name
@@ -30,6 +30,7 @@ class Server:
     startup_s: float = 0.0
     idle_rss_mb: float = 0.0
     effective_precision: str | None = None  # what the server's log says it loaded the model as
+    speaks_msgpack: bool = False  # ours: measured through the SDK
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -82,7 +83,7 @@ def start_sie(
     if models_dir is not None:
         argv += ["--models-dir", str(models_dir)]
     process = procs.ManagedProcess("sie-server", argv, env, log_dir / log_name)
-    server = Server("sie", process, f"http://127.0.0.1:{port}", model, SIE_JSON_ROUTE)
+    server = Server("sie", process, f"http://127.0.0.1:{port}", model, SIE_JSON_ROUTE, speaks_msgpack=True)
     process.start()
     _ready(server, timeout_s, f"/v1/models/{model}")
     match = _LOADED.search(process.log_path.read_text(errors="replace"))

@@ -22,3 +22,22 @@ def test_a_missing_side_gives_no_ratio():
     assert median_ratio(rounds, "sie", "infinity") is None
     assert median_ratio(rounds, "sie", "bfloat16-mixed") is None
     assert median_ratio([], "sie", "float32") is None
+
+
+def test_a_compared_variant_of_our_server_gets_its_paired_ratio():
+    from bench.cli import parse_args
+    from bench.results import RunResult, ServerRun, compute_ratios
+
+    args = parse_args(["--compare-env", "SIE_ALLOCATOR=system,MALLOC_ARENA_MAX=2", "--quick"])
+    assert args.compare_env == [(("SIE_ALLOCATOR", "system"), ("MALLOC_ARENA_MAX", "2"))]
+    variant = "sie with SIE_ALLOCATOR=system"
+    run = RunResult({}, {}, {}, raw={})
+    run.servers = [ServerRun("sie", "sie float32", [], 1.0, 1.0), ServerRun(variant, "b", [], 1.0, 1.0)]
+    run.rounds = [
+        Round(raw={"float32": 50.0}, servers={"sie": 100.0, variant: 80.0}),
+        Round(raw={"float32": 50.0}, servers={"sie": 90.0, variant: 100.0}),
+        Round(raw={"float32": 50.0}, servers={"sie": 99.0, variant: 90.0}),
+    ]
+    ratios = {r.name: r.value for r in compute_ratios(run, "float32")}
+    name = "ours sdk c=16 b=32 / ours with SIE_ALLOCATOR=system (same cell) (median of 3 paired rounds)"
+    assert ratios[name] == pytest.approx(1.1)  # 1.25, 0.9, 1.1
