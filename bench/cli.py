@@ -46,7 +46,14 @@ def _key_value(text: str) -> tuple[str, str]:
 
 
 def _env_set(text: str) -> tuple[tuple[str, str], ...]:
-    return tuple(_key_value(part) for part in text.split(",") if part)
+    """``A=1,B=2``; a part without ``=`` continues the value before it (``MALLOC_CONF=a:1,b:2``)."""
+    parts: list[str] = []
+    for part in text.split(","):
+        if parts and "=" not in part:
+            parts[-1] += "," + part
+        elif part:
+            parts.append(part)
+    return tuple(_key_value(part) for part in parts)
 
 
 def build_parser() -> argparse.ArgumentParser:

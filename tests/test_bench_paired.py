@@ -30,6 +30,8 @@ def test_a_compared_variant_of_our_server_gets_its_paired_ratio():
 
     args = parse_args(["--compare-env", "SIE_ALLOCATOR=system,MALLOC_ARENA_MAX=2", "--quick"])
     assert args.compare_env == [(("SIE_ALLOCATOR", "system"), ("MALLOC_ARENA_MAX", "2"))]
+    args = parse_args(["--compare-env", "MALLOC_CONF=background_thread:true,dirty_decay_ms:1000,X=1"])
+    assert args.compare_env == [(("MALLOC_CONF", "background_thread:true,dirty_decay_ms:1000"), ("X", "1"))]
     variant = "sie with SIE_ALLOCATOR=system"
     run = RunResult({}, {}, {}, raw={})
     run.servers = [ServerRun("sie", "sie float32", [], 1.0, 1.0), ServerRun(variant, "b", [], 1.0, 1.0)]

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import platform
+import subprocess
+import sys
+import threading
 import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -59,8 +63,24 @@ def test_return_free_memory_gives_freed_heap_pages_back():
     assert len(kept) == 1600
 
 
+def test_periodic_trim_trims_at_most_once_per_interval():
+    now = [100.0]
+    trims: list[float] = []
+    trim = heap.PeriodicTrim(10.0, trim=lambda: bool(trims.append(now[0])), clock=lambda: now[0])
+    fired = []
+    for step in (0.0, 4.0, 9.9, 10.1, 15.0, 25.0, 25.5):
+        now[0] = 100.0 + step
+        fired.append(trim())
+    assert fired == [False, False, False, True, False, True, False]
+    assert trims == [110.1, 125.0]
+
+
 def _worker(
-    model: LoadedModel, executor: Executor, on_idle: Callable[[], object], idle_after_s: float
+    model: LoadedModel,
+    executor: Executor,
+    on_idle: Callable[[], object],
+    idle_after_s: float,
+    after_batch: Callable[[], object] | None = None,
 ) -> ModelWorker:
     limits = BatchLimits(max_tokens=64, max_items=4, max_wait_s=0.0)
     worker = ModelWorker(
@@ -71,6 +91,7 @@ def _worker(
         64,
         on_idle=on_idle,
         idle_after_s=idle_after_s,
+        after_batch=after_batch,
     )
     worker.start()
     return worker
@@ -116,3 +137,59 @@ async def test_a_failing_idle_hook_is_logged_and_the_worker_keeps_serving(tmp_pa
     await worker.close()
     executor.shutdown()
     await engine.close()
+
+
+async def test_after_batch_runs_on_the_device_thread_after_each_batch_and_its_failure_is_logged(
+    tmp_path, caplog
+):
+    engine = make_engine(tmp_path)
+    await engine.preload([INT8])
+    model, _ = engine.ready_model(INT8)
+    executor = ThreadPoolExecutor(1, thread_name_prefix="device")
+    threads: list[str] = []
+
+    def after_batch() -> None:
+        threads.append(threading.current_thread().name)
+        raise OSError("trim failed")
+
+    worker = _worker(model, executor, lambda: None, idle_after_s=60.0, after_batch=after_batch)
+    for _ in range(2):  # 10 items, at most 4 per batch: three batches per request, the device busy
+        results = await asyncio.gather(
+            *worker.submit(model.adapter.prepare(["a b c"] * 10, DENSE_GROUP.forward), DENSE_GROUP)
+        )
+        assert [r.outputs.dense.shape for r in results] == [(384,)] * 10
+    await asyncio.sleep(0.1)
+    assert len(threads) == 6 and all(name.startswith("device") for name in threads)
+    assert "after-batch housekeeping for model t failed: OSError('trim failed')" in caplog.text
+    await worker.close()
+    executor.shutdown()
+    await engine.close()
+
+
+_TCMALLOC_PROBE = """
+import sys
+from pathlib import Path
+from sie.core import heap
+
+def rss():
+    return int(Path("/proc/self/statm").read_text().split()[1]) * 4096
+
+blocks = [bytearray(65536) for _ in range(3200)]
+kept = blocks[1::2]
+del blocks
+before = rss()
+assert heap.return_free_memory()
+print(before - rss())
+"""
+
+
+def test_return_free_memory_releases_tcmallocs_page_heap_when_the_process_runs_on_it():
+    from sie.core import allocator
+
+    library = allocator.find(allocator.TCMALLOC)
+    if library is None:
+        pytest.skip("libtcmalloc-minimal4 is not installed (scripts/setup installs it)")
+    env = {**os.environ, "LD_PRELOAD": library, "PYTHONPATH": str(Path(heap.__file__).parents[2])}
+    done = subprocess.run([sys.executable, "-c", _TCMALLOC_PROBE], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) > 50 * 2**20

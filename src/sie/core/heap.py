@@ -14,8 +14,15 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import time
 from collections.abc import Callable
 from functools import cache
+from typing import Final
+
+# How often a busy server trims (see ``PeriodicTrim``): rare enough that re-faulting the pages it
+# returned costs well under 1 % of the device's time, often enough that glibc's kept pages stay
+# bounded by what a few seconds of batches leave behind.
+BUSY_TRIM_EVERY_S: Final = 10.0
 
 
 def freeze_loaded() -> None:
@@ -44,13 +51,65 @@ def _malloc_trim() -> Callable[[int], int] | None:
     return trim
 
 
-def return_free_memory() -> bool:
-    """Hand the allocator's free pages back to the OS; True if it released any.
+@cache
+def _tcmalloc_release() -> Callable[[], None] | None:
+    """tcmalloc's ``MallocExtension_ReleaseFreeMemory`` when the process runs on it (``sie.core.allocator``)."""
+    release = getattr(ctypes.CDLL(None), "MallocExtension_ReleaseFreeMemory", None)
+    if release is not None:
+        release.argtypes = []
+        release.restype = None
+    return release
 
-    A burst of large batches leaves gigabytes of freed activations with glibc malloc (its arenas keep
-    them for the next allocation), so resident memory stays at its peak long after the burst. Trimming
-    after every batch would fault those pages back in on the next one; trimming when the device goes
-    idle costs nothing under load and brings an idle server back near its size after load.
-    """
+
+def trim_glibc() -> bool:
+    """glibc's arenas only (a no-op under tcmalloc or jemalloc, which leave them empty); True if it
+    released any pages."""
     trim = _malloc_trim()
     return bool(trim(0)) if trim is not None else False
+
+
+def return_free_memory() -> bool:
+    """Hand the allocator's free pages back to the OS; True if glibc released any or tcmalloc was asked.
+
+    A burst of large batches leaves gigabytes of freed activations with glibc malloc (its arenas keep
+    them for the next allocation) and hundreds of megabytes in tcmalloc's page heap, so resident memory
+    stays at its peak long after the burst. Releasing after every batch would fault those pages back in
+    on the next one; releasing when the device goes idle costs nothing under load and brings an idle
+    server back near its size after load.
+    """
+    release = _tcmalloc_release()
+    if release is not None:
+        release()
+    return trim_glibc() or release is not None
+
+
+class PeriodicTrim:
+    """``trim_glibc`` between batches of a busy device, at most once per ``every_s``.
+
+    The idle release never runs on a server that is never idle, and glibc malloc keeps freed
+    activation and response buffers of ever-new batch shapes in its arenas: resident memory climbs for
+    as long as the load lasts. tcmalloc and jemalloc (``sie.core.allocator``) reuse such pages without
+    growing and are left alone here (releasing tcmalloc's page heap while busy would only fault it back
+    in); on glibc this turns the climb into a swing (docs/benchmarks.md). One instance per device
+    thread, so several models' batches share its clock.
+    """
+
+    def __init__(
+        self,
+        every_s: float = BUSY_TRIM_EVERY_S,
+        trim: Callable[[], bool] = trim_glibc,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._every_s = every_s
+        self._trim = trim
+        self._clock = clock
+        self._last = clock()
+
+    def __call__(self) -> bool:
+        """True when it trimmed (whether or not pages went back)."""
+        now = self._clock()
+        if now - self._last < self._every_s:
+            return False
+        self._last = now
+        self._trim()
+        return True

@@ -153,6 +153,7 @@ class Engine:
         self._tokenize_pool = ThreadPoolExecutor(limits.preprocessor_workers, thread_name_prefix="sie-tok")
         # Every load and forward runs on this one thread: see loader.load_and_warm_up for why.
         self._device_executor = ThreadPoolExecutor(1, thread_name_prefix="sie-device")
+        self._busy_trim = heap.PeriodicTrim()  # runs on that one thread, for every model's batches
         self._loader = ModelLoader(
             load,
             self._start_worker,
@@ -208,6 +209,7 @@ class Engine:
             self._limits.max_pending_items,
             on_batch=lambda stats: self._record_batch(name, stats),
             on_idle=heap.return_free_memory,
+            after_batch=self._busy_trim,
             on_oom=lambda: self._evict_other(name, "out of memory in a batch of"),
             run_split=runner.run_split,
         )

@@ -5,7 +5,8 @@ is idle, otherwise waiting until a batch is full or its oldest item has waited `
 hands them over a capacity-1 queue, so exactly one prepared batch waits while the model runs. The
 *runner* executes each batch on the device's single-thread executor and resolves every item's future.
 Once the device has sat idle for ``idle_after_s``, the runner calls ``on_idle`` on that executor
-(the engine returns freed memory to the OS there), never between batches of a busy device.
+(the engine returns freed memory to the OS there); after every batch it queues ``after_batch`` there
+too (the engine's rate-limited trim for a server that is never idle), once the batch's answers are out.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from sie.adapters.base import ItemOutputs, Prepared
@@ -74,6 +76,7 @@ class ModelWorker:
         idle_after_s: float = 1.0,
         on_oom: Callable[[], Awaitable[bool]] | None = None,
         run_split: RunBatch | None = None,
+        after_batch: Callable[[], object] | None = None,
     ) -> None:
         self.name = name
         self._run_batch = run_batch
@@ -86,6 +89,7 @@ class ModelWorker:
         self._idle_after_s = idle_after_s
         self._on_oom = on_oom
         self._run_split = run_split
+        self._after_batch = after_batch
         self._idle_timer: asyncio.TimerHandle | None = None
         self._ready: asyncio.Queue[list[Entry[Work]]] = asyncio.Queue(maxsize=1)
         self._wakeup = asyncio.Event()
@@ -168,6 +172,9 @@ class ModelWorker:
             live = [e for e in batch if not e.payload.future.done()]
             if live:
                 await self._run(loop, live)
+                if self._after_batch is not None:
+                    done = loop.run_in_executor(self._executor, self._after_batch)
+                    done.add_done_callback(partial(self._log_housekeeping_failure, "after-batch"))
             if self._ready.empty():
                 self._device_idle = True
                 self._wakeup.set()
@@ -178,12 +185,13 @@ class ModelWorker:
         """Queued on the device executor, so a batch formed meanwhile simply runs after it."""
         self._idle_timer = None
         if self._on_idle is not None and self._device_idle and not self._closed:
-            loop.run_in_executor(self._executor, self._on_idle).add_done_callback(self._log_idle_failure)
+            done = loop.run_in_executor(self._executor, self._on_idle)
+            done.add_done_callback(partial(self._log_housekeeping_failure, "idle"))
 
-    def _log_idle_failure(self, done: asyncio.Future[object]) -> None:
+    def _log_housekeeping_failure(self, kind: str, done: asyncio.Future[object]) -> None:
         error = None if done.cancelled() else done.exception()
         if error is not None:
-            log.warning("idle housekeeping for model %s failed: %r", self.name, error)
+            log.warning("%s housekeeping for model %s failed: %r", kind, self.name, error)
 
     async def _run(self, loop: asyncio.AbstractEventLoop, batch: list[Entry[Work]]) -> None:
         started = self._clock()
