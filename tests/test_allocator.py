@@ -1,69 +1,94 @@
-"""The allocator decision (sie.core.allocator.plan): when the server re-executes on jemalloc, and when not."""
+"""The allocator decision (sie.core.allocator.plan): when the server re-executes on which malloc, and when not."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from sie.core import allocator
+from sie.core.allocator import Allocator
 
+TC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
 JE = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
 
-def found() -> str | None:
-    return JE
+def installed(*names: str) -> Callable[[Allocator], str | None]:
+    paths = {"tcmalloc": TC, "jemalloc": JE}
+    return lambda known: paths[known.name] if known.name in names else None
 
 
-def missing() -> str | None:
-    return None
+def test_auto_prefers_tcmalloc_with_its_defaults() -> None:
+    decided = allocator.plan({}, installed("tcmalloc", "jemalloc"))
+    assert decided.library == TC
+    assert decided.env["LD_PRELOAD"] == TC
+    assert decided.env[allocator.APPLIED_ENV] == TC
+    assert decided.env["TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD"] == str(1 << 40)
+    assert "MALLOC_CONF" not in decided.env
 
 
-def test_auto_preloads_jemalloc_with_decay_config() -> None:
-    decided = allocator.plan({}, found)
+def test_auto_falls_back_to_jemalloc_with_its_decay_config() -> None:
+    decided = allocator.plan({}, installed("jemalloc"))
     assert decided.library == JE
-    assert decided.env["LD_PRELOAD"] == JE
-    assert decided.env[allocator.APPLIED_ENV] == JE
-    assert decided.env["MALLOC_CONF"] == allocator.JEMALLOC_CONF
+    assert decided.env["MALLOC_CONF"] == allocator.JEMALLOC.env["MALLOC_CONF"]
 
 
-def test_auto_without_jemalloc_keeps_the_system_malloc() -> None:
-    assert allocator.plan({"SIE_ALLOCATOR": "auto"}, missing).library is None
+def test_auto_with_neither_keeps_the_system_malloc() -> None:
+    assert allocator.plan({"SIE_ALLOCATOR": "auto"}, installed()).library is None
 
 
 def test_system_switches_it_off() -> None:
-    assert allocator.plan({"SIE_ALLOCATOR": "system"}, found).library is None
+    assert allocator.plan({"SIE_ALLOCATOR": "system"}, installed("tcmalloc")).library is None
 
 
-def test_explicit_jemalloc_missing_is_an_error() -> None:
-    with pytest.raises(allocator.AllocatorError, match="libjemalloc2"):
-        allocator.plan({"SIE_ALLOCATOR": "jemalloc"}, missing)
+@pytest.mark.parametrize(
+    ("choice", "package"), [("jemalloc", "libjemalloc2"), ("tcmalloc", "libtcmalloc-minimal4")]
+)
+def test_an_explicit_allocator_that_is_missing_is_an_error(choice: str, package: str) -> None:
+    with pytest.raises(allocator.AllocatorError, match=package):
+        allocator.plan({"SIE_ALLOCATOR": choice}, installed())
+
+
+def test_an_explicit_allocator_is_taken_over_auto_preference() -> None:
+    assert allocator.plan({"SIE_ALLOCATOR": "jemalloc"}, installed("tcmalloc", "jemalloc")).library == JE
 
 
 def test_the_reexecuted_process_does_not_loop() -> None:
-    assert allocator.plan({allocator.APPLIED_ENV: JE}, found).library is None
+    assert allocator.plan({allocator.APPLIED_ENV: TC}, installed("tcmalloc")).library is None
 
 
 def test_already_preloaded_is_left_alone() -> None:
-    assert allocator.plan({"LD_PRELOAD": "/opt/lib/libjemalloc.so.2"}, found).library is None
+    env = {"LD_PRELOAD": "/opt/lib/libtcmalloc_minimal.so.4"}
+    assert allocator.plan(env, installed("tcmalloc")).library is None
 
 
-def test_other_preloads_are_kept_and_users_malloc_conf_wins() -> None:
-    decided = allocator.plan({"LD_PRELOAD": "/opt/libfoo.so", "MALLOC_CONF": "narenas:2"}, found)
+def test_other_preloads_are_kept_and_the_users_settings_win() -> None:
+    env = {"LD_PRELOAD": "/opt/libfoo.so", "MALLOC_CONF": "narenas:2"}
+    decided = allocator.plan(env, installed("jemalloc"))
     assert decided.env["LD_PRELOAD"] == f"{JE} /opt/libfoo.so"
     assert "MALLOC_CONF" not in decided.env
+    env = {"TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD": "1000"}
+    assert "TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD" not in allocator.plan(env, installed("tcmalloc")).env
 
 
-def test_a_path_names_any_library(tmp_path: Path) -> None:
-    lib = tmp_path / "libtcmalloc.so.4"
+def test_a_path_names_any_library_and_gets_its_defaults_when_known(tmp_path: Path) -> None:
+    lib = tmp_path / "libtcmalloc_minimal.so.4.5.10"
     lib.write_bytes(b"")
-    decided = allocator.plan({"SIE_ALLOCATOR": str(lib)}, missing)
+    decided = allocator.plan({"SIE_ALLOCATOR": str(lib)}, installed())
     assert decided.library == str(lib)
-    assert "MALLOC_CONF" not in decided.env
+    assert "TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD" in decided.env
+    other = tmp_path / "libmimalloc.so"
+    other.write_bytes(b"")
+    assert set(allocator.plan({"SIE_ALLOCATOR": str(other)}, installed()).env) == {
+        "LD_PRELOAD",
+        allocator.APPLIED_ENV,
+    }
     with pytest.raises(allocator.AllocatorError, match="no such file"):
-        allocator.plan({"SIE_ALLOCATOR": str(tmp_path / "absent.so")}, found)
+        allocator.plan({"SIE_ALLOCATOR": str(tmp_path / "absent.so")}, installed())
 
 
-def test_find_jemalloc_returns_an_existing_file_or_none() -> None:
-    library = allocator.find_jemalloc()
+@pytest.mark.parametrize("known", allocator.PREFERENCE, ids=lambda known: known.name)
+def test_find_returns_an_existing_file_or_none(known: Allocator) -> None:
+    library = allocator.find(known)
     assert library is None or Path(library).is_file()

@@ -1,14 +1,17 @@
 """Which malloc the server process runs on, chosen before anything allocates.
 
 Under sustained load of varying batch shapes, glibc malloc keeps freed activation and tokenizer
-buffers in its per-thread arenas (up to 8 per core) and only hands them back when the process trims
-(``sie.core.heap.return_free_memory``, run when the device goes idle): a server that is never idle
-grows for as long as the load lasts. jemalloc returns dirty pages to the OS on a timer (its decay),
-busy or not, so resident memory tracks what is live. It can only replace glibc before the process
-starts, so the CLI re-executes itself once with ``LD_PRELOAD`` set (see ``plan`` and ``reexec``).
+buffers in its arenas and only hands them back when the process trims: a busy server's resident
+memory climbs and swings (``bench.soak``: +39 % in 6 minutes, peaks at 3x idle, with a trim every
+10 s). tcmalloc (gperftools) reuses those buffers from its page heap, so resident memory settles at
+the working set and stays there, and the forward ran faster on it than on glibc or jemalloc in the
+same runs (docs/benchmarks.md, "Memory under sustained load"); jemalloc also stays flat but ran
+about 12 % slower. An allocator can only replace glibc before the process starts, so the CLI
+re-executes itself once with ``LD_PRELOAD`` set (see ``plan`` and ``reexec``).
 
-``SIE_ALLOCATOR``: ``auto`` (default: jemalloc when its library is installed, else the system's),
-``jemalloc`` (required: fails if missing), ``system`` (no change), or a path to a malloc library.
+``SIE_ALLOCATOR``: ``auto`` (default: tcmalloc, else jemalloc, whichever is installed first, else
+the system's), ``tcmalloc`` or ``jemalloc`` (required: fails if missing), ``system`` (no change),
+or a path to a malloc library.
 """
 
 from __future__ import annotations
@@ -17,17 +20,42 @@ import ctypes.util
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 ENV: Final = "SIE_ALLOCATOR"
 APPLIED_ENV: Final = "SIE_ALLOCATOR_APPLIED"  # set in the re-executed process: never loop
-JEMALLOC_NAMES: Final = ("libjemalloc.so.2", "libjemalloc.so")
-JEMALLOC_DIRS: Final = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
-# Unused dirty pages go back to the OS within about a second, from jemalloc's own thread, whatever
-# the load; a user's MALLOC_CONF wins.
-JEMALLOC_CONF: Final = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0"
+LIBRARY_DIRS: Final = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
+
+
+@dataclass(frozen=True)
+class Allocator:
+    name: str
+    files: tuple[str, ...]
+    link_name: str  # for ctypes.util.find_library
+    package: str  # Debian/Ubuntu
+    env: dict[str, str] = field(default_factory=dict)  # defaults; a user's own setting wins
+
+
+TCMALLOC: Final = Allocator(
+    "tcmalloc",
+    ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4"),
+    "tcmalloc_minimal",
+    "libtcmalloc-minimal4",
+    # tcmalloc prints every allocation over 1 GiB to stderr; a large CPU batch makes such buffers.
+    {"TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD": str(1 << 40)},
+)
+JEMALLOC: Final = Allocator(
+    "jemalloc",
+    ("libjemalloc.so.2", "libjemalloc.so"),
+    "jemalloc",
+    "libjemalloc2",
+    # Unused dirty pages go back from jemalloc's own thread over its default 10 s decay, busy or not.
+    {"MALLOC_CONF": "background_thread:true,dirty_decay_ms:10000,muzzy_decay_ms:0"},
+)
+PREFERENCE: Final = (TCMALLOC, JEMALLOC)  # auto's order
+BY_NAME: Final = {known.name: known for known in PREFERENCE}
 
 
 class AllocatorError(RuntimeError):
@@ -43,31 +71,39 @@ class Plan:
     reason: str
 
 
-def find_jemalloc() -> str | None:
-    """The jemalloc shared library (Debian/Ubuntu ``libjemalloc2``, Fedora ``jemalloc``), or None."""
-    for folder in JEMALLOC_DIRS:
-        for name in JEMALLOC_NAMES:
+def find(known: Allocator) -> str | None:
+    """The allocator's shared library from the system's packages, or None."""
+    for folder in LIBRARY_DIRS:
+        for name in known.files:
             if (Path(folder) / name).is_file():
                 return str(Path(folder) / name)
-    found = ctypes.util.find_library("jemalloc")
+    found = ctypes.util.find_library(known.link_name)
     return found if found and Path(found).is_absolute() else None
 
 
-def plan(env: Mapping[str, str], find: Callable[[], str | None] = find_jemalloc) -> Plan:
-    """The allocator decision from the environment alone (``find`` looks jemalloc up)."""
+def _defaults_for(library: str) -> dict[str, str]:
+    name = Path(library).name
+    return next((known.env for known in PREFERENCE if any(name.startswith(f) for f in known.files)), {})
+
+
+def plan(env: Mapping[str, str], lookup: Callable[[Allocator], str | None] = find) -> Plan:
+    """The allocator decision from the environment alone (``lookup`` finds an installed library)."""
     if env.get(APPLIED_ENV):
         return Plan(None, {}, f"already running on {env[APPLIED_ENV]}")
     choice = env.get(ENV, "auto").strip() or "auto"
     if choice == "system":
         return Plan(None, {}, f"{ENV}=system")
-    if choice in ("auto", "jemalloc"):
-        library = find()
+    if choice == "auto":
+        library = next((path for known in PREFERENCE if (path := lookup(known)) is not None), None)
         if library is None:
-            if choice == "jemalloc":
-                raise AllocatorError(
-                    f"{ENV}=jemalloc but no libjemalloc is installed (apt install libjemalloc2)"
-                )
-            return Plan(None, {}, "no libjemalloc installed; system malloc")
+            return Plan(None, {}, "neither tcmalloc nor jemalloc installed; system malloc")
+    elif choice in BY_NAME:
+        known = BY_NAME[choice]
+        library = lookup(known)
+        if library is None:
+            raise AllocatorError(
+                f"{ENV}={choice} but no lib{choice} is installed (apt-get install {known.package})"
+            )
     else:
         if not Path(choice).is_file():
             raise AllocatorError(f"{ENV}={choice}: no such file")
@@ -76,8 +112,7 @@ def plan(env: Mapping[str, str], find: Callable[[], str | None] = find_jemalloc)
     if any(Path(p).name == Path(library).name for p in preload):
         return Plan(None, {}, f"{library} already preloaded")
     new_env = {"LD_PRELOAD": " ".join([library, *preload]), APPLIED_ENV: library}
-    if "jemalloc" in Path(library).name and "MALLOC_CONF" not in env:
-        new_env["MALLOC_CONF"] = JEMALLOC_CONF
+    new_env |= {key: value for key, value in _defaults_for(library).items() if key not in env}
     return Plan(library, new_env, f"{ENV}={choice}")
 
 
