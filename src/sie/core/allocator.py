@@ -4,9 +4,9 @@ Under sustained load of varying batch shapes, glibc malloc keeps freed activatio
 buffers in its arenas and only hands them back when the process trims: a busy server's resident
 memory climbs and swings (``bench.soak``: +39 % in 6 minutes, peaks at 3x idle, with a trim every
 10 s). tcmalloc (gperftools) reuses those buffers from its page heap, so resident memory settles at
-the working set and stays there, and the forward ran faster on it than on glibc or jemalloc in the
-same runs (docs/benchmarks.md, "Memory under sustained load"); jemalloc also stays flat but ran
-about 12 % slower. An allocator can only replace glibc before the process starts, so the CLI
+the working set and stays there, and the saturated benchmark ran 1.25x faster on it than on glibc in
+paired rounds (docs/benchmarks.md, "Memory under sustained load"); jemalloc also stays flat but ran
+0.88x of glibc. An allocator can only replace glibc before the process starts, so the CLI
 re-executes itself once with ``LD_PRELOAD`` set (see ``plan`` and ``reexec``).
 
 ``SIE_ALLOCATOR``: ``auto`` (default: tcmalloc, else jemalloc, whichever is installed first, else
