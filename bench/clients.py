@@ -68,7 +68,7 @@ class SdkSender:
         results = await self._client.encode(self.model, [Item(text=text) for text in texts])
         if len(results) != len(texts):
             raise RequestFailed(f"{len(results)} results for {len(texts)} items")
-        return [result["dense"] for result in results]  # type: ignore[misc]
+        return [result["dense"] for result in results]
 
     async def send(self, texts: list[str]) -> None:
         await self._encode(texts)

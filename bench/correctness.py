@@ -14,7 +14,7 @@ import numpy as np
 
 from bench.clients import Sender
 from bench.corpus import Corpus
-from bench.raw import Reference
+from bench.raw import Reference, normalised
 
 TOP_K = 10
 CHUNK = 32
@@ -49,13 +49,9 @@ def recall_at_k(top: np.ndarray) -> float:
     return float(np.mean([i in row for i, row in enumerate(top)]))
 
 
-def _normalise(vectors: np.ndarray) -> np.ndarray:
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-
-
 async def _vectors(sender: Sender, texts: list[str]) -> np.ndarray:
     parts = [await sender.vectors(texts[i : i + CHUNK]) for i in range(0, len(texts), CHUNK)]
-    return _normalise(np.concatenate(parts))
+    return normalised(np.concatenate(parts))
 
 
 async def check(

@@ -171,8 +171,8 @@ def _quiet_transformers() -> None:
     """Per-load progress bars and load reports from transformers would bury the numbers."""
     from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 def run(

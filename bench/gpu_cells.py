@@ -17,6 +17,7 @@ from bench.gpu_options import DeviceOptions
 from bench.gpu_results import BATCHED, MANY_SINGLE, QUERY_HTTP, QUERY_SDK, SINGLE, Agreement
 from bench.load import Budget, run_cell
 from bench.loadgen import LoadGenError, TextBodies, Wire, run_load
+from bench.raw import normalised
 from bench.report import CELL_HEADER, cell_line
 from bench.stats import CellResult, CellSpec, percentiles_ms
 
@@ -29,18 +30,14 @@ class Pool:
     tokens: list[int]
 
 
-def _normalised(vectors: np.ndarray) -> np.ndarray:
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-
-
 async def agreement(server: servers.Server, sample: list[str], reference: np.ndarray) -> Agreement:
     sender = SdkSender(server.base_url, server.model, 4)
     try:
-        alone = _normalised(np.concatenate([await sender.vectors([text]) for text in sample]))
+        alone = normalised(np.concatenate([await sender.vectors([text]) for text in sample]))
         parts = [
             await sender.vectors(sample[i : i + CHECK_BATCH]) for i in range(0, len(sample), CHECK_BATCH)
         ]
-        batched = _normalised(np.concatenate(parts))
+        batched = normalised(np.concatenate(parts))
     finally:
         await sender.aclose()
     return Agreement(

@@ -57,7 +57,7 @@ def parse_head(head: bytes) -> tuple[int, dict[str, str]]:
 
 
 async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    parts = []
+    parts: list[bytes] = []
     while True:
         size_line = await reader.readuntil(b"\r\n")
         size = int(size_line.split(b";", 1)[0].strip(), 16)

@@ -49,8 +49,11 @@ class LoadGenError(RuntimeError):
 class BodyBuilder(Protocol):
     """Picklable: it travels to every process, which calls it once per request index."""
 
-    content_type: str
-    accept: str
+    @property
+    def content_type(self) -> str: ...
+
+    @property
+    def accept(self) -> str: ...
 
     def __call__(self, request: int) -> bytes: ...
 

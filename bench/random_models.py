@@ -122,7 +122,7 @@ def build_folder(shape: Shape, tokenizer_folder: Path, folder: Path, seed: int =
         # AutoModel builds BERT's pooler either way; saving it keeps every load quiet (no "missing
         # weights" report) and seeded. Neither mean pooling nor our server reads it.
         model = BertModel(config, add_pooling_layer=True)
-    hf_logging.disable_progress_bar()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     model.save_pretrained(str(folder))
     for name in TOKENIZER_FILES:
         shutil.copy2(tokenizer_folder / name, folder / name)

@@ -24,6 +24,12 @@ DISTURBED_CORES = 0.1  # other processes using more than this during a timing: i
 RETRIES_IF_DISTURBED = 2
 
 
+def normalised(vectors: np.ndarray) -> np.ndarray:
+    """Unit rows: the gates compare directions, whatever each server's normalisation."""
+    result: np.ndarray = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    return result
+
+
 def _disturbed(timing: Timing) -> str:
     return f"  [other processes used {timing.other_cores:.2f} cores]" if timing.other_cores > 0.05 else ""
 
@@ -88,7 +94,7 @@ class RawModel:
             vectors = self.model.encode(
                 list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
             ).astype(np.float32)
-        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        return normalised(vectors)
 
 
 @dataclass(frozen=True)
