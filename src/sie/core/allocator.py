@@ -68,7 +68,6 @@ class Plan:
 
     library: str | None
     env: dict[str, str]
-    reason: str
 
 
 def find(known: Allocator) -> str | None:
@@ -89,14 +88,14 @@ def _defaults_for(library: str) -> dict[str, str]:
 def plan(env: Mapping[str, str], lookup: Callable[[Allocator], str | None] = find) -> Plan:
     """The allocator decision from the environment alone (``lookup`` finds an installed library)."""
     if env.get(APPLIED_ENV):
-        return Plan(None, {}, f"already running on {env[APPLIED_ENV]}")
+        return Plan(None, {})
     choice = env.get(ENV, "auto").strip() or "auto"
     if choice == "system":
-        return Plan(None, {}, f"{ENV}=system")
+        return Plan(None, {})
     if choice == "auto":
         library = next((path for known in PREFERENCE if (path := lookup(known)) is not None), None)
         if library is None:
-            return Plan(None, {}, "neither tcmalloc nor jemalloc installed; system malloc")
+            return Plan(None, {})
     elif choice in BY_NAME:
         known = BY_NAME[choice]
         library = lookup(known)
@@ -110,10 +109,10 @@ def plan(env: Mapping[str, str], lookup: Callable[[Allocator], str | None] = fin
         library = choice
     preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p]
     if any(Path(p).name == Path(library).name for p in preload):
-        return Plan(None, {}, f"{library} already preloaded")
+        return Plan(None, {})
     new_env = {"LD_PRELOAD": " ".join([library, *preload]), APPLIED_ENV: library}
     new_env |= {key: value for key, value in _defaults_for(library).items() if key not in env}
-    return Plan(library, new_env, f"{ENV}={choice}")
+    return Plan(library, new_env)
 
 
 def reexec() -> None:

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from sie.core import allocator
 from sie.engine.model_config import ModelConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="SIE inference server.")
@@ -96,7 +97,7 @@ def serve(
         log_level="DEBUG" if verbose else None,
     )
     configure_logging(settings.log_level, json_lines=settings.log_json)
-    log.info("malloc: %s", os.environ.get("SIE_ALLOCATOR_APPLIED") or "the system's")
+    log.info("malloc: %s", os.environ.get(allocator.APPLIED_ENV) or "the system's")
     try:
         application = create_app(settings)
     except (ModelConfigError, ValueError) as exc:
@@ -152,8 +153,6 @@ def openapi(
 
 def main() -> None:
     if sys.argv[1:2] == ["serve"]:
-        from sie.core import allocator
-
         try:
             allocator.reexec()  # returns when already on the chosen allocator, or on the system's
         except allocator.AllocatorError as exc:
