@@ -165,6 +165,30 @@ def test_every_alias_points_at_one_of_our_classes():
     assert all(alias.startswith("sie_server.adapters.") for alias in registry.ALIASES)
 
 
+@pytest.mark.parametrize(
+    ("path", "ours"),
+    [
+        ("sie_server.adapters.siglip.adapter:SiglipAdapter", SIGLIP),
+        ("sie_server.adapters.siglip:SiglipAdapter", SIGLIP),
+        ("sie_server.adapters.splade_flash.adapter:SPLADEFlashAdapter", SPLADE),
+        ("sie_server.adapters.colbert_modernbert_flash.adapter:ColBERTModernBERTFlashAdapter", COLBERT),
+        ("sie_server.adapters.bge_m3_flag:BGEM3FlagAdapter", BGE_M3),
+    ],
+)
+def test_public_names_in_either_release_spelling_load_our_class(path, ours):
+    """Public YAMLs name an adapter by its package or by the package's ``adapter`` submodule,
+    depending on the release they were written for."""
+    assert registry.canonical(path) == ours
+    assert registry.adapter_class(path) is registry.adapter_class(ours)
+
+
+def test_the_adapter_submodule_spelling_is_only_read_for_public_names():
+    assert registry.canonical("sie_server.adapters.siglip.adapter:Nope") == "sie_server.adapters.siglip:Nope"
+    assert registry.canonical("mine.adapter:Custom") == "mine.adapter:Custom"
+    with pytest.raises(registry.UnknownAdapter, match="known: "):
+        registry.adapter_class("sie_server.adapters.rope_flash.adapter:RoPEFlashAdapter")
+
+
 @pytest.mark.parametrize("path", sorted(registry.CANONICAL))
 def test_every_canonical_class_imports(path):
     assert registry.adapter_class(path).__name__ == path.rpartition(":")[2]
@@ -248,7 +272,7 @@ def test_vision_models_take_text_and_images_and_state_the_public_facts():
         assert config.resolve_profile("default").runtime["normalize"] is clip
     assert {alias for alias, target in registry.ALIASES.items() if target in (CLIP, SIGLIP)} == {
         "sie_server.adapters.clip:CLIPAdapter",
-        "sie_server.adapters.siglip.adapter:SiglipAdapter",
+        "sie_server.adapters.siglip:SiglipAdapter",
     }
 
 

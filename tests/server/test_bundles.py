@@ -43,6 +43,14 @@ profiles:
     extends: default
     adapter_options: {loadtime: {compile: true}}
 """,
+    # A later public release names some adapters by their package's ``adapter`` submodule.
+    "siglip.yaml": """
+sie_id: org/siglip
+hf_id: org/siglip
+tasks: {encode: {dense: {dim: 8}}}
+profiles:
+  default: {max_batch_tokens: 1024, adapter_path: "sie_server.adapters.siglip.adapter:SiglipAdapter"}
+""",
     "generator.yaml": """
 sie_id: org/generator
 hf_id: org/generator
@@ -87,11 +95,16 @@ def test_bundle_filters_the_models_dir_by_adapter_module(dirs: tuple[Path, Path]
         settings = Settings(models_dir=str(models), bundles_dir=bundles, bundle=bundle)
         return sorted(build_catalog(settings)[0].names())
 
-    assert served(None) == ["org/dense", "org/generator", "org/gliner", "org/gliner:fast"]
+    assert served(None) == ["org/dense", "org/generator", "org/gliner", "org/gliner:fast", "org/siglip"]
     assert served("extract") == ["org/gliner", "org/gliner:fast"]
     assert served("generation") == ["org/generator"]
     default = Settings(models_dir=str(models), bundle="default")  # the shipped bundle over this dir
-    assert sorted(build_catalog(default)[0].names()) == ["org/dense", "org/gliner", "org/gliner:fast"]
+    assert sorted(build_catalog(default)[0].names()) == [
+        "org/dense",
+        "org/gliner",
+        "org/gliner:fast",
+        "org/siglip",
+    ]
 
 
 def test_sie_bundle_from_the_environment(dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -42,6 +42,7 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.colbert_rotary_flash:ColBERTRotaryFlashAdapter": _COLBERT,
     "sie_server.adapters.bge_m3_flash:BGEM3FlashAdapter": _BGE_M3,
     "sie_server.adapters.bge_m3:BGEM3Adapter": _BGE_M3,
+    "sie_server.adapters.bge_m3_flag:BGEM3FlagAdapter": _BGE_M3,  # FlagEmbedding's heads, the same three outputs
     "sie_server.adapters.bert_flash_cross_encoder:BertFlashCrossEncoderAdapter": _CROSS_ENCODER,
     "sie_server.adapters.modernbert_flash_cross_encoder:ModernBertFlashCrossEncoderAdapter": _CROSS_ENCODER,
     "sie_server.adapters.cross_encoder:CrossEncoderAdapter": _CROSS_ENCODER,
@@ -50,7 +51,7 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.nli_classification:NLIClassificationAdapter": _NLI,
     "sie_server.adapters.nli_classification_flash:NLIClassificationFlashAdapter": _NLI,
     "sie_server.adapters.clip:CLIPAdapter": _CLIP,
-    "sie_server.adapters.siglip.adapter:SiglipAdapter": _SIGLIP,
+    "sie_server.adapters.siglip:SiglipAdapter": _SIGLIP,
 }
 
 # Our own class paths (what ``canonical`` returns); a shipped YAML must name one of these.
@@ -72,14 +73,24 @@ CANONICAL: Final = frozenset(
     }
 )
 
-KNOWN: Final = frozenset({*CANONICAL, *ALIASES})
+KNOWN: Final = frozenset({*CANONICAL, *ALIASES})  # each alias also in its ``<package>.adapter:`` spelling
 
 
 class UnknownAdapter(LookupError):
     pass
 
 
+_PUBLIC_PREFIX: Final = "sie_server.adapters."
+_PUBLIC_SUBMODULE: Final = ".adapter:"
+
+
 def canonical(adapter_path: str) -> str:
+    """Our class path for ``adapter_path``. The public server moved some adapters from a package's
+    ``__init__`` into its ``adapter`` submodule between releases, and YAMLs name either spelling
+    (``siglip:SiglipAdapter`` and ``siglip.adapter:SiglipAdapter``), so both map to one alias."""
+    if adapter_path.startswith(_PUBLIC_PREFIX) and _PUBLIC_SUBMODULE in adapter_path:
+        package, _, class_name = adapter_path.partition(_PUBLIC_SUBMODULE)
+        adapter_path = f"{package}:{class_name}"
     return ALIASES.get(adapter_path, adapter_path)
 
 
