@@ -1,5 +1,6 @@
-"""Seeded random-weight BERT encoders of named shapes, as sentence-transformers folders, and a model
-YAML for each that our server serves as ``bench/<shape>``.
+"""Seeded random-weight encoders of named shapes (BERT, or XLM-RoBERTa as in BGE-M3 and multilingual
+E5), as sentence-transformers folders, and a model YAML for each that our server serves as
+``bench/<shape>``.
 
 Why random weights: speed depends on the shape, not on the values, and equivalence is measured
 against sentence-transformers running the very same weights, so real weights add nothing to either
@@ -25,7 +26,8 @@ ADAPTER: Final = "sie.adapters.dense_torch:TorchDenseEncoder"
 
 @dataclass(frozen=True)
 class Shape:
-    """The dimensions that decide a BERT encoder's cost."""
+    """The dimensions that decide an encoder's cost, and its architecture (``bert`` or ``xlm-roberta``:
+    the same layers, positions numbered differently; both run packed in our server)."""
 
     name: str
     hidden: int
@@ -33,6 +35,7 @@ class Shape:
     heads: int
     intermediate: int
     max_seq: int
+    model_type: str = "bert"
 
 
 SHAPES: Final = {
@@ -40,6 +43,15 @@ SHAPES: Final = {
     for shape in (
         Shape("minilm", hidden=384, layers=6, heads=12, intermediate=1536, max_seq=256),
         Shape("base", hidden=768, layers=12, heads=12, intermediate=3072, max_seq=512),
+        Shape(
+            "xlmr-base",
+            hidden=768,
+            layers=12,
+            heads=12,
+            intermediate=3072,
+            max_seq=512,
+            model_type="xlm-roberta",
+        ),
     )
 }
 
@@ -102,26 +114,31 @@ def build_folder(shape: Shape, tokenizer_folder: Path, folder: Path, seed: int =
     """Writes a sentence-transformers folder for ``shape``: weights drawn from ``seed`` (the global
     torch RNG is left as it was), the tokenizer files of ``tokenizer_folder``."""
     import torch
-    from transformers import BertConfig, BertModel
+    from transformers import BertConfig, BertModel, XLMRobertaConfig, XLMRobertaModel
     from transformers.utils import logging as hf_logging
 
     missing = [name for name in TOKENIZER_FILES if not (tokenizer_folder / name).exists()]
     if missing:
         raise FileNotFoundError(f"{tokenizer_folder} lacks tokenizer file(s): {', '.join(missing)}")
     folder.mkdir(parents=True, exist_ok=True)
-    config = BertConfig(
-        vocab_size=_vocab_size(tokenizer_folder),
-        hidden_size=shape.hidden,
-        num_hidden_layers=shape.layers,
-        num_attention_heads=shape.heads,
-        intermediate_size=shape.intermediate,
-        max_position_embeddings=MAX_POSITIONS,
-    )
+    dims: dict[str, Any] = {
+        "vocab_size": _vocab_size(tokenizer_folder),
+        "hidden_size": shape.hidden,
+        "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads,
+        "intermediate_size": shape.intermediate,
+    }
+    if shape.model_type == "xlm-roberta":
+        # Positions start after the padding id (the tokenizer's, 0), so the table is one longer.
+        config: Any = XLMRobertaConfig(**dims, max_position_embeddings=MAX_POSITIONS + 1, pad_token_id=0)
+        model_class: Any = XLMRobertaModel
+    else:
+        config, model_class = BertConfig(**dims, max_position_embeddings=MAX_POSITIONS), BertModel
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        # AutoModel builds BERT's pooler either way; saving it keeps every load quiet (no "missing
+        # AutoModel builds the pooler either way; saving it keeps every load quiet (no "missing
         # weights" report) and seeded. Neither mean pooling nor our server reads it.
-        model = BertModel(config, add_pooling_layer=True)
+        model = model_class(config, add_pooling_layer=True)
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     model.save_pretrained(str(folder))
     for name in TOKENIZER_FILES:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bench import gpu_options
@@ -111,6 +112,31 @@ def test_random_model_loads_in_sentence_transformers_and_our_catalog(tmp_path: P
     )
     assert first.keys() == second.keys()
     assert all(first[k].equal(second[k]) for k in first)
+
+
+def test_an_xlm_roberta_shape_runs_packed_in_our_encoder_and_equals_sentence_transformers(
+    tmp_path: Path, minilm_dir: Path
+):
+    from sentence_transformers import SentenceTransformer
+
+    from sie.adapters.base import Forward, LoadSpec
+    from sie.adapters.dense_torch import TorchDenseEncoder
+    from sie.core.options import Capability, ComputePrecision, Pooling
+
+    shape = Shape(
+        "tiny-xlmr", hidden=32, layers=2, heads=2, intermediate=64, max_seq=64, model_type="xlm-roberta"
+    )
+    [built] = build([shape], minilm_dir, tmp_path)
+    assert shape_named("xlmr-base").model_type == "xlm-roberta"
+    texts = ["a short text", "another one, a little longer than the first", "x"]
+    expected = SentenceTransformer(str(built.folder), device="cpu").encode(texts, convert_to_numpy=True)
+    encoder = TorchDenseEncoder.load(LoadSpec(built.folder, "cpu", ComputePrecision.FLOAT32, 64))
+    assert encoder.packs_tokens
+    forward = Forward(frozenset({Capability.DENSE}), pooling=Pooling.MEAN)
+    out = encoder.run(encoder.prepare(texts, forward), forward).dense
+    assert out is not None
+    cosine = (out * expected).sum(axis=1) / np.linalg.norm(out, axis=1)  # sentence-transformers' are unit
+    assert cosine.min() > 1 - 1e-5
 
 
 def test_model_yaml_of_the_base_shape(tmp_path: Path):

@@ -44,6 +44,7 @@ def encoder(m3_dir: Path) -> BgeM3Encoder:
 
 
 def test_all_three_outputs_equal_flagembedding(encoder: BgeM3Encoder, reference: dict) -> None:
+    assert encoder.packs_tokens  # XLM-RoBERTa runs the packed forward
     out = encoder.run(encoder.prepare(TEXTS, Forward(ALL)), Forward(ALL))
     assert out.dense is not None and out.sparse is not None and out.multivector is not None
     np.testing.assert_allclose(l2_normalize(out.dense), reference["dense_vecs"], atol=1e-5)

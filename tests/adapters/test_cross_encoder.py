@@ -42,8 +42,11 @@ def test_scores_equal_sentence_transformers_cross_encoder(build, splade_dir: Pat
     assert np.ptp(scores) > 1e-4  # the pairs really differ, so equality is not vacuous
 
 
-def test_packed_bert_equals_its_padded_forward(splade_dir: Path, tmp_path: Path) -> None:
-    folder = builders.bert_reranker(splade_dir, tmp_path / "bert")
+@pytest.mark.parametrize("build", [builders.bert_reranker, builders.xlm_roberta_reranker])
+def test_packed_forward_equals_the_padded_one(build, splade_dir: Path, tmp_path: Path) -> None:
+    """BERT's head (pooler, then classifier) and XLM-RoBERTa's (which reads the first token itself)
+    both run on the packed states."""
+    folder = build(splade_dir, tmp_path / "reranker")
     packed = CrossEncoderScorer.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256))
     padded = CrossEncoderScorer.load(
         LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256, loadtime={"packed": False})
@@ -51,6 +54,11 @@ def test_packed_bert_equals_its_padded_forward(splade_dir: Path, tmp_path: Path)
     assert packed.packs_tokens and not padded.packs_tokens
     batch = packed.prepare(PAIRS, SCORE)
     np.testing.assert_allclose(packed.run(batch, SCORE).scores, padded.run(batch, SCORE).scores, atol=1e-6)
+
+
+def test_heads_of_unknown_layout_keep_the_padded_forward(splade_dir: Path, tmp_path: Path) -> None:
+    folder = builders.modernbert_reranker(splade_dir, tmp_path / "modernbert")
+    assert not CrossEncoderScorer.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256)).packs_tokens
 
 
 def test_single_texts_are_refused(splade_dir: Path, tmp_path: Path) -> None:

@@ -7,7 +7,16 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
+from transformers import (
+    BertConfig,
+    BertModel,
+    ElectraConfig,
+    ElectraModel,
+    RobertaConfig,
+    RobertaModel,
+    XLMRobertaConfig,
+    XLMRobertaModel,
+)
 
 from sie.adapters.attention import (
     CPU_ALONE_FROM_TOKENS,
@@ -24,7 +33,7 @@ from sie.adapters.packed_bert import (
     _onednn_linear,
     attention_buckets,
 )
-from sie.adapters.pooling import pool
+from sie.adapters.pooling import pool, unpad
 from sie.adapters.transformer import linear_weights_to
 from sie.core.options import AttentionBackend, ComputePrecision, Pooling
 from tests.adapters.test_dense_equivalence import corpus, cosine
@@ -120,6 +129,49 @@ def test_packed_tokens_index_every_sequence_from_one_host_buffer():
     )
     assert {t.dtype for t in every} == {torch.int32}  # what flash varlen takes for cu_seqlens
     assert len({t.untyped_storage().data_ptr() for t in every}) == 1  # one buffer: one copy to a GPU
+    assert PackedTokens.of(batch, torch.device("cpu"), 2).positions.tolist() == [2, 3, 4, 2, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize(
+    ("config_class", "model_class"), [(RobertaConfig, RobertaModel), (XLMRobertaConfig, XLMRobertaModel)]
+)
+@pytest.mark.parametrize("pooling", [Pooling.CLS, Pooling.MEAN])
+def test_roberta_layouts_run_packed_with_positions_after_the_padding_index(
+    config_class, model_class, pooling
+):
+    """RoBERTa's layers are BERT's; its first position id is ``pad + 1`` (here 2), which the padded
+    forward derives from the ids and the packed one must set itself."""
+    torch.manual_seed(0)
+    config = config_class(
+        vocab_size=120,
+        hidden_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=96,
+        max_position_embeddings=70,
+        pad_token_id=1,
+        attn_implementation="sdpa",
+    )
+    model = model_class(config, add_pooling_layer=False).eval()
+    assert PackedBert.supports(model)
+    packed = packed_bert(model)
+    assert packed.first_position == 2
+    rng = np.random.default_rng(5)
+    lengths = [7, 1, 33, 12, 64, 2]
+    batch = [Prepared(rng.integers(2, 120, size=n, dtype=np.int64)) for n in lengths]  # no pad id inside
+    padded = TokenBatch.pad(batch, pad_id=1)
+    with torch.inference_mode():
+        mask = torch.from_numpy(padded.attention_mask)
+        hidden = model(input_ids=torch.from_numpy(padded.input_ids), attention_mask=mask).last_hidden_state
+        expected = pool(unpad(hidden, mask), PackedTokens.of(batch, CPU), pooling).numpy()
+        tokens = PackedTokens.of(batch, CPU, packed.first_position)
+        got = pool(packed.hidden_states(tokens), tokens, pooling).numpy()
+    np.testing.assert_allclose(got, expected, atol=2e-5, rtol=1e-4)
+    # Counted from 0, as BERT does, the vectors come out wrong: the offset is what makes them equal.
+    with torch.inference_mode():
+        unshifted = PackedTokens.of(batch, CPU)
+        wrong = pool(packed.hidden_states(unshifted), unshifted, pooling).numpy()
+    assert np.abs(wrong - expected).max() > 1e-3
 
 
 def test_long_sequences_attend_alone_and_the_rest_are_gathered_into_buckets():
@@ -196,11 +248,11 @@ def test_fused_projection_does_not_hold_the_weights_twice():
     [
         tiny_bert(position_embedding_type="relative_key"),
         tiny_bert(is_decoder=True),
-        RobertaModel(
-            RobertaConfig(vocab_size=120, hidden_size=48, num_hidden_layers=1, num_attention_heads=4)
+        ElectraModel(
+            ElectraConfig(vocab_size=120, hidden_size=48, num_hidden_layers=1, num_attention_heads=4)
         ),
     ],
-    ids=["relative-positions", "decoder", "roberta"],
+    ids=["relative-positions", "decoder", "electra"],
 )
 def test_models_it_cannot_run_keep_the_padded_forward(model):
     assert not PackedBert.supports(model)

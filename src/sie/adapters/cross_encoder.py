@@ -1,14 +1,15 @@
 """Rerankers: a sequence-classification model reads each (query, document) pair and gives one score.
 
 The score is the sigmoid of the single logit, as sentence-transformers' ``CrossEncoder`` gives it
-and the public server answers. BERT runs the packed forward (a batch of pairs varies a lot in
-length, and padding would dominate), then its pooler and classifier on each pair's first token;
-other architectures (XLM-RoBERTa, ModernBERT, ...) run their own padded transformers forward.
+and the public server answers. BERT and (XLM-)RoBERTa run the packed forward (a batch of pairs
+varies a lot in length, and padding would dominate), then their head on each pair's first token;
+other architectures (ModernBERT, DeBERTa, ...) run their own padded transformers forward.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from transformers import AutoModelForSequenceClassification
@@ -30,9 +31,8 @@ class CrossEncoderScorer(TransformerAdapter):
         model = self.backbone.model
         if int(model.config.num_labels) != 1:
             raise ValueError(f"a reranker has one output label; this model has {model.config.num_labels}")
-        # The packed path needs BERT's own head layout: pooler on the first token, then the classifier.
-        self._pooler = getattr(self.backbone.base, "pooler", None)
-        self.packs_tokens = self.backbone.packed is not None and self._pooler is not None
+        self._head = _first_token_head(model)
+        self.packs_tokens = self.backbone.packed is not None and self._head is not None
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
         pairs = [one for one in inputs if isinstance(one, tuple)]
@@ -46,12 +46,23 @@ class CrossEncoderScorer(TransformerAdapter):
             return BatchOutputs(scores=torch.sigmoid(logits.float()).view(-1).cpu().numpy())
 
     def _packed_logits(self, batch: Sequence[Prepared]) -> torch.Tensor:
-        assert self._pooler is not None
+        assert self._head is not None
         hidden, tokens = self.backbone.token_states(batch)
-        pooled = self._pooler(hidden.index_select(0, tokens.starts).unsqueeze(1))
-        logits: torch.Tensor = self.backbone.model.classifier(pooled)
-        return logits
+        return self._head(hidden.index_select(0, tokens.starts).unsqueeze(1))
 
     def _padded_logits(self, batch: Sequence[Prepared]) -> torch.Tensor:
         logits: torch.Tensor = self.backbone.model(**self.backbone.pad(batch)).logits
         return logits
+
+
+def _first_token_head(model: Any) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The classifier as a function of each pair's first-token state (``[pairs, 1, hidden]``), for the
+    heads whose layout is known: BERT pools that token and then classifies, (XLM-)RoBERTa's head takes
+    the sequence and reads its first token itself. None: the model keeps its padded forward."""
+    pooler = getattr(model.base_model, "pooler", None)
+    classifier = model.classifier
+    if pooler is not None and isinstance(classifier, torch.nn.Linear):
+        return lambda first: classifier(pooler(first))
+    if pooler is None and model.config.model_type in ("roberta", "xlm-roberta"):
+        return classifier  # type: ignore[no-any-return]
+    return None

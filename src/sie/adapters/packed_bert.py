@@ -41,7 +41,7 @@ class PackedTokens:
 
     ids: torch.Tensor  # [tokens]
     types: torch.Tensor  # [tokens], segment of a pair (0 for single texts)
-    positions: torch.Tensor  # [tokens], position of each token in its sequence
+    positions: torch.Tensor  # [tokens], position id of each token in its sequence (from ``first_position``)
     segments: torch.Tensor  # [tokens], the sequence each token belongs to (mean pooling)
     cu_seqlens: torch.Tensor  # [batch + 1], first token of each sequence, then the total (varlen)
     lasts: torch.Tensor  # [batch], last token of each sequence (last-token pooling)
@@ -54,8 +54,9 @@ class PackedTokens:
         return self.cu_seqlens[:-1]
 
     @classmethod
-    def of(cls, batch: Sequence[Prepared], device: torch.device) -> PackedTokens:
-        """Straight from the prepared items: no padded intermediate."""
+    def of(cls, batch: Sequence[Prepared], device: torch.device, first_position: int = 0) -> PackedTokens:
+        """Straight from the prepared items: no padded intermediate. ``first_position`` is the position
+        id of a sequence's first token (``PackedBert.first_position``)."""
         lengths = np.fromiter((item.cost for item in batch), dtype=np.int64, count=len(batch))
         count, tokens = len(lengths), int(lengths.sum())
         host = np.empty(4 * tokens + 3 * count + 1, dtype=np.int32)
@@ -70,7 +71,9 @@ class PackedTokens:
         segments[:] = np.repeat(np.arange(count), lengths)
         cu_seqlens[0] = 0
         np.cumsum(lengths, out=cu_seqlens[1:])
-        positions[:] = np.arange(tokens) - np.repeat(cu_seqlens[:-1], lengths)
+        positions[:] = np.arange(first_position, first_position + tokens) - np.repeat(
+            cu_seqlens[:-1], lengths
+        )
         lasts[:] = cu_seqlens[1:] - 1
         lengths_out[:] = lengths
         ids_t, types_t, positions_t, segments_t, cu_t, lasts_t, lengths_t = torch.split(
@@ -289,8 +292,14 @@ def _merged(dense: Dense, module: Any, name: str) -> Dense:
     return dense if delta is None else replace(dense, weight=dense.weight + delta.to(dense.weight.dtype))
 
 
+# The encoders with BERT's post-norm layer (fused here as ``Layer``), by ``model_type``: the base model
+# class ``AutoModel`` builds for it. RoBERTa and XLM-RoBERTa (BGE-M3, multilingual E5, the BGE
+# rerankers) differ from BERT only in how they number positions.
+_BASE_MODELS: Final = {"bert": "BertModel", "roberta": "RobertaModel", "xlm-roberta": "XLMRobertaModel"}
+
+
 class PackedBert:
-    """Wraps a loaded ``transformers`` ``BertModel``; ``supports`` says whether a model qualifies."""
+    """Wraps a loaded ``transformers`` BERT-layout base model; ``supports`` says whether one qualifies."""
 
     def __init__(self, model: Any, attention: AttentionPlan) -> None:
         self._model = model
@@ -300,6 +309,8 @@ class PackedBert:
         self._hidden = int(config.hidden_size)
         self._head_dim = self.head_dim(config)
         self._layers = [Layer.of(layer, config.hidden_act) for layer in model.encoder.layer]
+        # RoBERTa numbers positions after its padding index (a sequence's first token sits at pad + 1).
+        self.first_position = 0 if config.model_type == "bert" else int(model.embeddings.padding_idx) + 1
         self._lora_layers: dict[str, list[Layer]] = {}
 
     def add_lora(self, name: str) -> None:
@@ -317,13 +328,14 @@ class PackedBert:
 
     @staticmethod
     def supports(model: Any) -> bool:
-        return type(model).__name__ == "BertModel" and PackedBert.supports_config(model.config)
+        base_class = _BASE_MODELS.get(str(model.config.model_type))
+        return base_class == type(model).__name__ and PackedBert.supports_config(model.config)
 
     @staticmethod
     def supports_config(config: Any) -> bool:
         """Whether ``AutoModel`` builds a model of this config that the packed forward runs."""
         return (
-            config.model_type == "bert"
+            config.model_type in _BASE_MODELS
             and getattr(config, "position_embedding_type", "absolute") == "absolute"
             and not getattr(config, "is_decoder", False)
             and config.hidden_size % config.num_attention_heads == 0

@@ -1,7 +1,8 @@
 """Token-classification NER on torch: any ``AutoModelForTokenClassification`` (BERT, RoBERTa, DeBERTa...).
 
-BERT runs the packed forward and its classifier over the real tokens only; other architectures run
-their own padded transformers forward (their heads differ: ModernBERT adds a prediction head first).
+BERT and (XLM-)RoBERTa run the packed forward and their classifier over the real tokens only; other
+architectures run their own padded transformers forward (their heads differ: ModernBERT adds a
+prediction head first).
 Spans, scores and filtering are ``token_entities``', shared with the ONNX Runtime adapter.
 """
 

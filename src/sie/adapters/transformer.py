@@ -222,7 +222,7 @@ class Transformer:
     def token_states(self, batch: Sequence[Prepared]) -> tuple[torch.Tensor, PackedTokens]:
         """Last hidden states of every real token, ``[tokens, hidden]`` in batch order (call inside
         ``running``)."""
-        tokens = PackedTokens.of(batch, self.device)
+        tokens = PackedTokens.of(batch, self.device, self.packed.first_position if self.packed else 0)
         if self.packed is not None:
             return self.packed.hidden_states(tokens, self._lora), tokens
         padded = self.pad(batch)
