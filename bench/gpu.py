@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import os
-import platform
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -30,40 +28,13 @@ from bench.flops import EncoderDims, flops_per_token, peak_tflops, token_weighte
 from bench.gpu_cells import Pool, agreement, run_cells, vectors_line
 from bench.gpu_options import DeviceOptions
 from bench.gpu_results import DeviceRun, ServerResult, ShapeResult, compute_targets, correctness_failures
+from bench.machine import machine as describe_machine
 
 CHECK_TEXTS = 128  # corpus texts whose vectors are compared with raw float32
 
 
 def _say(text: str) -> None:
     print(text, flush=True)
-
-
-def _machine(device: str) -> dict[str, Any]:
-    import sentence_transformers
-    import torch
-    import transformers
-
-    import sie
-
-    info: dict[str, Any] = {
-        "device": device,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "transformers": transformers.__version__,
-        "sentence_transformers": sentence_transformers.__version__,
-        "sie_imported_from": str(Path(sie.__file__).parent),
-    }
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise RuntimeError("--device cuda, but torch sees no CUDA device")
-        props = torch.cuda.get_device_properties(0)
-        info.update(gpu=props.name, capability=f"{props.major}.{props.minor}")
-        info["gpu_memory_mb"] = props.total_memory / 2**20
-    else:
-        info["gpu"] = "none (cpu dry run)"
-    return info
 
 
 def _release_device() -> None:
@@ -182,7 +153,7 @@ def run(
     (a device lease ends) still leaves every number measured so far."""
     started = time.monotonic()
     _quiet_transformers()
-    machine = _machine(opts.device)
+    machine = describe_machine(opts.device)
     peak = opts.peak_tflops or peak_tflops(str(machine.get("gpu", "")))
     _say(
         f"device {opts.device}: {machine['gpu']}; peak {peak or 'unknown'} TFLOP/s; sie from {machine['sie_imported_from']}"

@@ -68,7 +68,7 @@ def summary_markdown(run: RunResult) -> str:
         f"(seed {cfg['seed']}, {run.corpus['tokens']} tokens, mean {run.corpus['mean_tokens']:.1f}), "
         f"{cfg['items']} items per cell (single-item cells: {cfg['items'] // 4} requests), "
         f"{run.machine['cores']} cores "
-        f"({run.machine['cpu']}){', quick' if cfg['quick'] else ''}.",
+        f"({run.machine['cpu']}, {run.machine.get('cpu_isa', '?')}){', quick' if cfg['quick'] else ''}.",
         "",
         "| raw sentence-transformers | best batch | items/s | tokens/s | 1 query p50 ms |",
         "|---|---|---|---|---|",

@@ -18,7 +18,6 @@ import asyncio
 import json
 import multiprocessing
 import os
-import platform
 import queue
 import random
 import sys
@@ -32,6 +31,7 @@ from typing import Any, Final
 
 from bench import corpus, procs, servers
 from bench.http1 import Connection, host_port
+from bench.machine import cpu_class
 
 DEFAULT_MODEL: Final = "sentence-transformers/all-MiniLM-L6-v2"
 MSGPACK: Final = "application/msgpack"
@@ -117,27 +117,6 @@ def _client(
     except BaseException:  # the outermost edge of this process: the parent prints it
         report = ClientReport(index, crash=traceback.format_exc()[-2000:])
     results.put(report)
-
-
-def cpu_class() -> str:
-    """The CPU as benchmarks name it: model, cores, and its widest matrix instructions."""
-    import torch
-
-    caps = torch.cpu.get_capabilities()
-    widest = next(
-        (
-            label
-            for key, label in (
-                ("amx_bf16", "AMX-BF16"),
-                ("avx512_bf16", "AVX512-BF16"),
-                ("avx512_f", "AVX512"),
-                ("avx2", "AVX2"),
-            )
-            if caps.get(key)
-        ),
-        "no AVX2",
-    )
-    return f"{os.cpu_count()}-core {caps.get('cpu_name') or platform.processor()}, {widest} (widest)"
 
 
 def _stats(samples: list[tuple[float, float]], warm_up_s: float) -> dict[str, float]:
