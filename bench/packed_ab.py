@@ -61,12 +61,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--corpus-size", type=int, default=1024)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model-root", type=Path, default=None, help="where the random model is built")
+    parser.add_argument(
+        "--tokenizer-folder",
+        type=Path,
+        default=None,
+        help="tokenizer files (and corpus vocabulary); default the packaged all-MiniLM-L6-v2 folder",
+    )
     return parser
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     shape = random_models.shape_named(args.shape)
-    tokenizer = corpus.default_model_folder()
+    tokenizer = args.tokenizer_folder or corpus.default_model_folder()
     root = args.model_root or Path(tempfile.mkdtemp(prefix="sie-packed-ab-"))
     [built] = random_models.build([shape], tokenizer, root)
     precision = ComputePrecision(args.precision)
