@@ -14,7 +14,8 @@ import pytest
 from gliner import GLiNER
 
 from sie.adapters.base import Forward, LoadSpec, Task, UnsupportedInput
-from sie.adapters.gliner import NO_LABELS, GlinerExtractor, merge_adjacent
+from sie.adapters.gliner import NO_LABELS, GlinerExtractor, merge_adjacent, span_entity
+from sie.adapters.word_windows import MAX_WINDOWS, owned, plan_windows, resolve_overlaps
 from sie.core.extraction import Entity
 from sie.core.options import Capability, ComputePrecision
 from tests import builders
@@ -84,11 +85,13 @@ def test_entities_equal_gliner_predict_entities_alone_and_batched(
 # resize a bi-encoder's embeddings; and gliner warns when it cuts a text to ``max_len`` words.
 @pytest.mark.filterwarnings("ignore:Resizing embeddings is not supported for bi-encoder models")
 @pytest.mark.filterwarnings("ignore:Sentence of length")
-def test_bi_encoder_entities_equal_gliner_and_loadtime_max_len_applies(
+def test_bi_encoder_entities_equal_gliner_and_a_text_past_max_len_is_read_in_windows(
     splade_dir: Path, tmp_path: Path
 ) -> None:
     """GLiNER-bi (labels through their own encoder) runs through the same adapter unchanged; a
-    loadtime ``max_len`` reaches the library (fewer words read, so no entity past them)."""
+    loadtime ``max_len`` reaches the library, and a text longer than it is read in overlapping
+    windows: its entities are the library's on each window, each taken from the window that owns
+    its first word, so entities past the first ``max_len`` words are found too."""
     folder = builders.gliner(splade_dir, tmp_path / "bi", bi_encoder=True)
     reference = GLiNER.from_pretrained(str(folder), local_files_only=True)
     assert type(reference).__name__ == "BiEncoderSpanGLiNER"
@@ -100,12 +103,46 @@ def test_bi_encoder_entities_equal_gliner_and_loadtime_max_len_applies(
         assert_same(ours, want, text)
     short = {
         "adapter": GlinerExtractor.load(
-            LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, None, {"max_len": 8})
+            LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, None, {"max_len": 24})
         )
     }
-    (cut,) = extract(short, options, TEXTS[3:])
-    assert cut and max(e.end or 0 for e in cut) < max(e["end"] for e in expected[3])
-    assert max(e.end or 0 for e in cut) <= len(" ".join(TEXTS[3].split()[:8]))
+    text = TEXTS[3]  # 78 words: windows of 24 sharing 12
+    (windowed,) = extract(short, options, [text])
+    library = GLiNER.from_pretrained(str(folder), local_files_only=True, max_length=24)
+    words = [(start, end) for _, start, end in library.data_processor.words_splitter(text)]
+    windows = plan_windows(words, 24, len(text))
+    assert [(w.start, w.end) for w in windows][:2] == [
+        (words[0][0], words[23][1]),
+        (words[12][0], words[35][1]),
+    ]
+    per_window = [
+        owned(
+            w,
+            [span_entity(r) for r in library.predict_entities(text[w.start : w.end], LABELS, threshold=0.45)],
+            text,
+        )
+        for w in windows
+    ]
+    want = resolve_overlaps([e for found in per_window for e in found], flat=True, multi_label=False)
+    assert [(e.text, e.label, e.start, e.end) for e in windowed] == [
+        (e.text, e.label, e.start, e.end) for e in want
+    ]
+    assert [e.score for e in windowed] == pytest.approx([e.score for e in want], abs=1e-5)
+    assert all(text[e.start or 0 : e.end] == e.text for e in windowed)
+    assert max(e.end or 0 for e in windowed) > words[24][0]  # found past the first window
+    one_window = library.predict_entities(text, LABELS, threshold=0.45)  # the library alone: 24 words
+    assert max(e["end"] for e in one_window) <= words[23][1]
+
+
+def test_a_text_needing_more_windows_than_allowed_is_refused(splade_dir: Path, tmp_path: Path) -> None:
+    folder = builders.gliner(splade_dir, tmp_path / "g")
+    adapter = GlinerExtractor.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, None, {"max_len": 2}))
+    forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of(LABELS, {}))
+    fits = " ".join(["word"] * (MAX_WINDOWS + 1))  # windows of 2 words advancing by 1
+    (item,) = adapter.prepare([fits], forward)
+    assert len(item.payload.windows) == MAX_WINDOWS and item.cost > len(item.ids)
+    with pytest.raises(UnsupportedInput, match=f"at most {MAX_WINDOWS} windows of 2 words"):
+        adapter.prepare([fits + " more"], forward)
 
 
 def test_threshold_keeps_fewer_entities(span_model: dict[str, Any]) -> None:
@@ -118,7 +155,7 @@ def test_threshold_keeps_fewer_entities(span_model: dict[str, Any]) -> None:
 def test_usage_tokens_are_the_backbone_tokens_with_specials(span_model: dict[str, Any]) -> None:
     forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of(LABELS, {}))
     (item,) = span_model["adapter"].prepare(["Alice lives in Paris."], forward)
-    assert item.cost == 7 and item.payload == "Alice lives in Paris."  # the public server bills 7
+    assert item.cost == 7 and item.payload.text == "Alice lives in Paris."  # the public server bills 7
 
 
 @pytest.mark.parametrize(

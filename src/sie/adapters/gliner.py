@@ -9,6 +9,10 @@ backbone's tokenizer on the CPU pool: those ids are what batching weighs and wha
 same label back into one entity. Bi-encoder checkpoints (GLiNER-bi: labels encoded by a second
 encoder) load and run through the same calls; the public ``precompute_labels`` option only caches
 label embeddings there, so it changes no result and is accepted and ignored here.
+
+The library reads at most ``max_len`` words of a text; a longer text is read as overlapping windows
+of that many words, batched with the other items, and their spans merged (``word_windows``), so an
+entity past the first few hundred words is found rather than silently dropped.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Any, Final, Self
 
+import numpy as np
 import torch
 from gliner import GLiNER
 from tokenizers import Tokenizer
@@ -35,6 +40,7 @@ from sie.adapters.base import (
     texts_only,
 )
 from sie.adapters.tokenizer import TextTokenizer
+from sie.adapters.word_windows import MAX_WINDOWS, Window, owned, plan_windows, resolve_overlaps
 from sie.core.extraction import Entity, Extraction
 from sie.core.heap import collect_unloaded
 from sie.core.options import Capability, ComputePrecision, Pooling
@@ -95,6 +101,10 @@ class GlinerExtractor:
     def __init__(self, model: Any, tokenizer: TextTokenizer) -> None:
         self._model = model
         self.tokenizer = tokenizer
+        self._max_words = int(model.config.max_len)
+        self._split_words = model.data_processor.words_splitter
+        # Counts a long text's tokens whole (``tokenizer`` truncates): the batching weight of its windows.
+        self._counter = tokenizer.untruncated()
 
     @classmethod
     def load(cls, spec: LoadSpec) -> Self:
@@ -130,27 +140,54 @@ class GlinerExtractor:
         if any(not text.strip() for text in texts):
             raise UnsupportedInput(BLANK_TEXT)
         return [
-            Prepared(ids, payload=text) for ids, text in zip(self.tokenizer.encode(texts), texts, strict=True)
+            self._prepared(ids, text) for ids, text in zip(self.tokenizer.encode(texts), texts, strict=True)
         ]
+
+    def _prepared(self, ids: np.ndarray, text: str) -> Prepared:
+        """The text with the windows it is read in; a windowed text weighs its windows' tokens."""
+        words = [(start, end) for _, start, end in self._split_words(text)]
+        windows = plan_windows(words, self._max_words, len(text))
+        if len(windows) == 1:
+            return Prepared(ids, payload=_Document(text, windows))
+        if len(windows) > MAX_WINDOWS:
+            raise UnsupportedInput(
+                f"GLiNER reads at most {MAX_WINDOWS} windows of {self._max_words} words; this text has "
+                f"{len(words)} words: split it"
+            )
+        (whole,) = self._counter.encode([text])
+        read = sum(_words_in(words, window) for window in windows)
+        return Prepared(
+            ids, payload=_Document(text, windows), weight=math.ceil(len(whole) * read / len(words))
+        )
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         assert forward.task is not None
         options = GlinerOptions.of(forward.task)
-        texts: list[str] = [item.payload for item in batch]
+        documents: list[_Document] = [item.payload for item in batch]
+        rows = [document.text[w.start : w.end] for document in documents for w in document.windows]
         with torch.inference_mode():
             found = self._model.inference(
-                texts,
+                rows,
                 list(forward.task.labels),
                 flat_ner=options.flat_ner,
                 threshold=options.threshold,
                 multi_label=options.multi_label,
-                batch_size=len(texts),
+                batch_size=len(batch),  # a forward holds no more rows than the batch has items
             )
         extractions = []
-        for text, spans in zip(texts, found, strict=True):
-            entities = [_entity(span) for span in spans]
+        spans = iter(found)
+        for document in documents:
+            if len(document.windows) == 1:
+                entities = [span_entity(span) for span in next(spans)]
+            else:
+                merged = [
+                    entity
+                    for window in document.windows
+                    for entity in owned(window, [span_entity(span) for span in next(spans)], document.text)
+                ]
+                entities = resolve_overlaps(merged, options.flat_ner, options.multi_label)
             if options.merge_adjacent_entities:
-                entities = merge_adjacent(entities, text)
+                entities = merge_adjacent(entities, document.text)
             extractions.append(Extraction(entities=entities))
         return BatchOutputs(extractions=extractions)
 
@@ -162,7 +199,17 @@ class GlinerExtractor:
             torch.cuda.empty_cache()
 
 
-def _entity(span: dict[str, Any]) -> Entity:
+@dataclass(frozen=True)
+class _Document:
+    text: str
+    windows: list[Window]
+
+
+def _words_in(words: Sequence[tuple[int, int]], window: Window) -> int:
+    return sum(1 for start, end in words if window.start <= start and end <= window.end)
+
+
+def span_entity(span: dict[str, Any]) -> Entity:
     return Entity(
         text=str(span["text"]),
         label=str(span["label"]),

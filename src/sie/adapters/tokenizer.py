@@ -77,10 +77,14 @@ class TextTokenizer:
             for e in encodings
         ]
 
+    def untruncated(self) -> TextTokenizer:
+        """A copy that never truncates (to count a long text's tokens whole); the original truncates."""
+        return TextTokenizer(Tokenizer.from_str(self._tokenizer.to_str()), None)
+
     def truncating_first_only(self) -> TextTokenizer:
         """A copy that truncates only a pair's first text, never the second (an NLI hypothesis must
         stay whole, as transformers' zero-shot pipeline keeps it); the original keeps its strategy."""
-        copy = TextTokenizer(Tokenizer.from_str(self._tokenizer.to_str()), None)
+        copy = self.untruncated()
         copy.max_length = self.max_length
         if self.max_length:
             copy._tokenizer.enable_truncation(max_length=self.max_length, strategy="only_first")
