@@ -40,7 +40,7 @@ from sie.adapters.base import (
     texts_only,
 )
 from sie.adapters.tokenizer import TextTokenizer
-from sie.adapters.word_windows import MAX_WINDOWS, Window, owned, plan_windows, resolve_overlaps
+from sie.adapters.word_windows import MAX_WINDOWS, Window, overlap_for, owned, plan_windows, resolve_overlaps
 from sie.core.extraction import Entity, Extraction
 from sie.core.heap import collect_unloaded
 from sie.core.options import Capability, ComputePrecision, Pooling
@@ -155,7 +155,7 @@ class GlinerExtractor:
                 f"{len(words)} words: split it"
             )
         (whole,) = self._counter.encode([text])
-        read = sum(_words_in(words, window) for window in windows)
+        read = len(words) + overlap_for(self._max_words) * (len(windows) - 1)  # shared words read twice
         return Prepared(
             ids, payload=_Document(text, windows), weight=math.ceil(len(whole) * read / len(words))
         )
@@ -203,10 +203,6 @@ class GlinerExtractor:
 class _Document:
     text: str
     windows: list[Window]
-
-
-def _words_in(words: Sequence[tuple[int, int]], window: Window) -> int:
-    return sum(1 for start, end in words if window.start <= start and end <= window.end)
 
 
 def span_entity(span: dict[str, Any]) -> Entity:
