@@ -162,3 +162,26 @@ def test_extract_on_an_embedding_model_is_the_public_400(families: Server) -> No
         "message": f"Model '{MINILM}' does not support extraction. Use an extraction model like GLiNER, "
         "GLiClass, or Florence-2.",
     }
+
+
+def test_a_text_past_the_word_window_is_read_whole_and_one_past_128_windows_is_400(
+    families: Server, adapter: GlinerExtractor
+) -> None:
+    """900 words (three windows of 384) through the server equal the adapter's windowed answer, with
+    offsets into the whole text; a text needing more than 128 windows is refused, and the server
+    keeps serving."""
+    long_text = " ".join(
+        ["Marie Curie was born in Warsaw and worked in Paris at the Sorbonne with Pierre."] * 60
+    )
+    body = {"items": [{"text": long_text}], "params": {"labels": LABELS, "options": {"threshold": 0.45}}}
+    (item,) = extract(families, body, as_json=True)["items"]
+    want = expected(adapter, [long_text], {"threshold": 0.45})[0]
+    assert_entities(item["entities"], want)
+    assert max(e["end"] for e in item["entities"]) > len(" ".join(long_text.split()[:384]))
+    assert all(long_text[e["start"] : e["end"]] == e["text"] for e in item["entities"])
+
+    too_long = " ".join(["word"] * (129 * 320 + 64))
+    status, answer = refused(families, GLINER, {"items": [{"text": too_long}], "params": {"labels": LABELS}})
+    assert status == 400 and answer["detail"]["code"] == "INVALID_INPUT"
+    assert answer["detail"]["message"].startswith("GLiNER reads at most 128 windows of 384 words")
+    families.assert_serving()
