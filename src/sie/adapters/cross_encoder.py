@@ -15,6 +15,7 @@ import torch
 from transformers import AutoModelForSequenceClassification
 
 from sie.adapters.base import BatchOutputs, Forward, LoadSpec, ModelInput, Prepared, UnsupportedInput
+from sie.adapters.packed_bert import ROBERTA_TYPES
 from sie.adapters.transformer import TransformerAdapter
 from sie.core.options import Capability, Pooling
 
@@ -63,6 +64,6 @@ def _first_token_head(model: Any) -> Callable[[torch.Tensor], torch.Tensor] | No
     classifier = model.classifier
     if pooler is not None and isinstance(classifier, torch.nn.Linear):
         return lambda first: classifier(pooler(first))
-    if pooler is None and model.config.model_type in ("roberta", "xlm-roberta"):
+    if pooler is None and model.config.model_type in ROBERTA_TYPES:
         return classifier  # type: ignore[no-any-return]
     return None

@@ -292,9 +292,11 @@ def _merged(dense: Dense, module: Any, name: str) -> Dense:
     return dense if delta is None else replace(dense, weight=dense.weight + delta.to(dense.weight.dtype))
 
 
+# RoBERTa's layouts (XLM-RoBERTa: BGE-M3, multilingual E5, the BGE rerankers): BERT's layers, with
+# positions numbered after the padding index and a classification head that reads the first token itself.
+ROBERTA_TYPES: Final = frozenset({"roberta", "xlm-roberta"})
 # The encoders with BERT's post-norm layer (fused here as ``Layer``), by ``model_type``: the base model
-# class ``AutoModel`` builds for it. RoBERTa and XLM-RoBERTa (BGE-M3, multilingual E5, the BGE
-# rerankers) differ from BERT only in how they number positions.
+# class ``AutoModel`` builds for it.
 _BASE_MODELS: Final = {"bert": "BertModel", "roberta": "RobertaModel", "xlm-roberta": "XLMRobertaModel"}
 
 
@@ -310,7 +312,8 @@ class PackedBert:
         self._head_dim = self.head_dim(config)
         self._layers = [Layer.of(layer, config.hidden_act) for layer in model.encoder.layer]
         # RoBERTa numbers positions after its padding index (a sequence's first token sits at pad + 1).
-        self.first_position = 0 if config.model_type == "bert" else int(model.embeddings.padding_idx) + 1
+        roberta = config.model_type in ROBERTA_TYPES
+        self.first_position = int(model.embeddings.padding_idx) + 1 if roberta else 0
         self._lora_layers: dict[str, list[Layer]] = {}
 
     def add_lora(self, name: str) -> None:
