@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
@@ -41,18 +42,23 @@ from tests.conftest import dense
 
 
 def tiny_bert(**overrides: object) -> BertModel:
+    return tiny_encoder(BertConfig, BertModel, **overrides)
+
+
+def tiny_encoder(config_class: Any, model_class: Any, **overrides: object) -> Any:
+    """A seeded two-layer encoder of BERT's layout (BERT, RoBERTa, XLM-RoBERTa) without a pooler."""
     torch.manual_seed(0)
-    config = BertConfig(
+    dims: dict[str, object] = {"max_position_embeddings": 64, **overrides}
+    config = config_class(
         vocab_size=120,
         hidden_size=48,
         num_hidden_layers=2,
         num_attention_heads=4,
         intermediate_size=96,
-        max_position_embeddings=64,
         attn_implementation="sdpa",
-        **overrides,
+        **dims,
     )
-    return BertModel(config, add_pooling_layer=False).eval()
+    return model_class(config, add_pooling_layer=False).eval()
 
 
 CPU_PLAN: AttentionPlan = plan_attention(AttentionBackend.AUTO, torch.device("cpu"), torch.float32, 12)
@@ -141,18 +147,7 @@ def test_roberta_layouts_run_packed_with_positions_after_the_padding_index(
 ):
     """RoBERTa's layers are BERT's; its first position id is ``pad + 1`` (here 2), which the padded
     forward derives from the ids and the packed one must set itself."""
-    torch.manual_seed(0)
-    config = config_class(
-        vocab_size=120,
-        hidden_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=96,
-        max_position_embeddings=70,
-        pad_token_id=1,
-        attn_implementation="sdpa",
-    )
-    model = model_class(config, add_pooling_layer=False).eval()
+    model = tiny_encoder(config_class, model_class, max_position_embeddings=70, pad_token_id=1)
     assert PackedBert.supports(model)
     packed = packed_bert(model)
     assert packed.first_position == 2
