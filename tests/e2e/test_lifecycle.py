@@ -132,6 +132,12 @@ def test_a_model_with_requests_in_flight_is_never_evicted_under_them(tight_serve
 
     with ThreadPoolExecutor(3) as pool:
         busy = [pool.submit(keep_busy) for _ in range(2)]
+        # The other model asks for room only once MiniLM's requests flow: a load that arrived before
+        # the first of them would find MiniLM idle, and evicting it then is right.
+        deadline = time.monotonic() + 60
+        while not answered and time.monotonic() < deadline and not any(f.done() for f in busy):
+            time.sleep(0.01)
+        assert answered, "the busy loop never got an answer"
         loading = pool.submit(encode, tight_server, SRE)
         states: list[str] = []
         other_seen_loaded = False
