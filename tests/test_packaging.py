@@ -24,5 +24,8 @@ def test_sdk_import_pulls_no_server_dependencies():
 def test_base_dependencies_are_only_the_sdk_ones():
     from importlib.metadata import requires
 
-    base = [r for r in requires("sie-engine") or [] if "extra ==" not in r]
-    assert sorted(r.split(">")[0].split("=")[0].strip() for r in base) == ["httpx", "msgpack", "numpy"]
+    from packaging.requirements import Requirement
+
+    base = [Requirement(r) for r in requires("sie-engine") or [] if "extra ==" not in r]
+    assert sorted(r.name for r in base) == ["httpx", "msgpack", "numpy"]
+    assert all(r.specifier for r in base)  # bounded both ways, like every range (README, Dependencies)

@@ -23,7 +23,12 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 import torch
-from transformers import AutoImageProcessor, AutoTokenizer, CLIPModel, SiglipModel
+from transformers import AutoTokenizer, CLIPModel, SiglipModel
+
+# From its own module: transformers 5.16 exports a torchvision-only placeholder under the top-level
+# name when torchvision is absent (there is no CPU build of it here), though the class itself loads
+# the PIL processors we ask for.
+from transformers.models.auto.image_processing_auto import AutoImageProcessor
 from transformers.utils import logging as hf_logging
 
 from sie.adapters.base import (
