@@ -174,15 +174,18 @@ profiles:
 
 
 @contextlib.contextmanager
-def run_server(log_dir: Path, env: dict[str, str], *extra_args: str) -> Iterator[Server]:
-    """Start ``sie-server serve`` on a free port, wait for ``/readyz`` (60 s at most), stop it after."""
+def run_server(
+    log_dir: Path, env: dict[str, str], *extra_args: str, command: list[str] | None = None
+) -> Iterator[Server]:
+    """Start ``sie-server serve`` on a free port, wait for ``/readyz`` (60 s at most), stop it after.
+    ``command`` is another installation's ``sie-server`` (default: the one beside this Python)."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     log_path = log_dir / "server.log"
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("SIE_")}
     child_env.update({"HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **env})
-    command = [
-        *_server_command(),
+    argv = [
+        *(command or _server_command()),
         "serve",
         "--host",
         "127.0.0.1",
@@ -193,7 +196,7 @@ def run_server(log_dir: Path, env: dict[str, str], *extra_args: str) -> Iterator
         *extra_args,
     ]
     with log_path.open("wb") as log_file:
-        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=child_env)
+        process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, env=child_env)
     server = Server(url, log_path, process)
     try:
         _wait_ready(server)
