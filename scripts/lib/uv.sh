@@ -7,7 +7,8 @@ python="${PYTHON:-python3}"
 uv_wanted=$(sed -n 's/^uv==\([^ \\]*\).*/\1/p' "$lock" 2>/dev/null || true)
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 if ! .venv/bin/uv --version 2>/dev/null | grep -q "^uv ${uv_wanted:-0.13.}"; then
-  .venv/bin/python -m pip install -q "uv${uv_wanted:+==$uv_wanted}${uv_wanted:-<0.14}"
+  if [ -n "$uv_wanted" ]; then uv_spec="uv==$uv_wanted"; else uv_spec="uv<0.14"; fi
+  .venv/bin/python -m pip install -q "$uv_spec"
 fi
 
 find_links=()
