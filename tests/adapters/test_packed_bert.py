@@ -27,13 +27,8 @@ from sie.adapters.attention import (
 )
 from sie.adapters.base import LoadSpec, Prepared, TokenBatch
 from sie.adapters.dense_torch import TorchDenseEncoder
-from sie.adapters.packed_bert import (
-    BucketLayout,
-    PackedBert,
-    PackedTokens,
-    _onednn_linear,
-    attention_buckets,
-)
+from sie.adapters.packed_bert import BucketLayout, PackedBert, _onednn_linear, attention_buckets
+from sie.adapters.packing import PackedTokens
 from sie.adapters.pooling import pool, unpad
 from sie.adapters.transformer import linear_weights_to
 from sie.core.options import AttentionBackend, ComputePrecision, Pooling

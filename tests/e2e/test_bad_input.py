@@ -442,3 +442,60 @@ def test_item_text_over_the_limit(small_server, text: str) -> None:
         message == f"Item 1 text exceeds the limit of {SMALL_ITEM_TEXT_BYTES} bytes (SIE_MAX_ITEM_TEXT_BYTES)"
     )
     small_server.assert_serving()
+
+
+OVER = _ascii_text(SMALL_ITEM_TEXT_BYTES + 1)
+ITEM_1_OVER = f"Item 1 text exceeds the limit of {SMALL_ITEM_TEXT_BYTES} bytes (SIE_MAX_ITEM_TEXT_BYTES)"
+RERANKER = "cross-encoder/ms-marco-MiniLM-L-6-v2"  # in the catalogue; its weights are never needed here
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (ENCODE, {"items": [{"text": "short"}, {"text": OVER}]}),
+        (
+            f"/v1/score/{MODEL}",
+            {
+                "query": {"text": "q"},
+                "items": [{"text": "d"}, {"text": OVER}],
+                "options": {"score_mode": "dense"},
+            },
+        ),
+        ("/v1/extract/nationaldesignstudio/rampart", {"items": [{"text": "John"}, {"text": OVER}]}),
+    ],
+    ids=["encode", "score", "extract"],
+)
+def test_item_text_limit_holds_on_every_native_route(small_server, path: str, body: dict[str, Any]) -> None:
+    assert (
+        assert_error(post_msgpack(small_server.client, body, path), 413, "PAYLOAD_TOO_LARGE") == ITEM_1_OVER
+    )
+    small_server.assert_serving()
+
+
+def test_a_score_query_over_the_limit(small_server) -> None:
+    body = {"query": {"text": OVER}, "items": [{"text": "d"}], "options": {"score_mode": "dense"}}
+    message = assert_error(
+        post_msgpack(small_server.client, body, f"/v1/score/{MODEL}"), 413, "PAYLOAD_TOO_LARGE"
+    )
+    assert (
+        message == f"Query text exceeds the limit of {SMALL_ITEM_TEXT_BYTES} bytes (SIE_MAX_ITEM_TEXT_BYTES)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "code"),
+    [
+        ("/v1/embeddings", {"model": MODEL, "input": ["short", OVER]}, "payload_too_large"),
+        # Checked before a cold reranker would be loaded: no weights are needed for the refusal.
+        ("/v1/rerank", {"model": RERANKER, "query": "q", "documents": ["d", OVER]}, "PAYLOAD_TOO_LARGE"),
+    ],
+    ids=["embeddings", "rerank"],
+)
+def test_item_text_limit_holds_on_the_openai_style_routes(
+    small_server, path: str, body: dict[str, Any], code: str
+) -> None:
+    response = post_json(small_server.client, body, path)
+    assert response.status_code == 413, response.text
+    error = response.json()["error"]
+    assert (error["code"], error["message"]) == (code, ITEM_1_OVER)
+    small_server.assert_serving()

@@ -18,7 +18,7 @@ from sie.engine.runner import BatchGroup
 from sie.observability.metrics import Metrics
 from sie.postprocess.outputs import Postprocess
 from sie.weights.sources import WeightSources
-from sie.wire.requests import EncodeParams, Item
+from sie.wire.requests import EncodeParams, EncodeRequest, Item
 from tests.conftest import MODELS_DIR
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -36,11 +36,13 @@ def make_engine(tmp_path: Path, models_dir: Path = MODELS_DIR, max_pending: int 
 async def test_cold_model_answers_loading_then_serves(tmp_path):
     engine = make_engine(tmp_path)
     with pytest.raises(ModelLoading):
-        await engine.encode(INT8, [Item(text="hi")], None)
+        await engine.encode(INT8, EncodeRequest([Item(text="hi")]))
     await engine.wait_loaded(INT8)
-    outcome = await engine.encode(INT8, [Item(text="hi", id="a"), Item(text="there")], None)
-    assert [r.id for r in outcome.items] == ["a", None]
-    assert outcome.items[0].dense is not None and outcome.items[0].dense.values.shape == (384,)
+    outcome = await engine.encode(INT8, EncodeRequest([Item(text="hi", id="a"), Item(text="there")]))
+    assert [r.id for r in outcome.response.items] == ["a", None]
+    assert outcome.response.items[0].dense is not None and outcome.response.items[0].dense.values.shape == (
+        384,
+    )
     assert outcome.tokens == 6
     await engine.close()
 
@@ -51,14 +53,17 @@ async def test_concurrent_requests_share_batches_and_get_their_own_results(tmp_p
     engine = Engine(Catalog.from_directory(MODELS_DIR), load, EngineLimits(64, 10, 512, 2), metrics)
     await engine.preload([MINILM])
     texts = [f"document number {i} about topic {i % 7}" for i in range(40)]
-    alone = [(await engine.encode(MINILM, [Item(text=t)], None)).items[0].dense.values for t in texts[:3]]
+    alone = [
+        (await engine.encode(MINILM, EncodeRequest([Item(text=t)]))).response.items[0].dense.values
+        for t in texts[:3]
+    ]
     outcomes = await asyncio.gather(
-        *(engine.encode(MINILM, [Item(text=t, id=str(i))], None) for i, t in enumerate(texts))
+        *(engine.encode(MINILM, EncodeRequest([Item(text=t, id=str(i))])) for i, t in enumerate(texts))
     )
     for i, outcome in enumerate(outcomes):
-        assert outcome.items[0].id == str(i)
+        assert outcome.response.items[0].id == str(i)
     for i in range(3):
-        assert float(np.dot(alone[i], outcomes[i].items[0].dense.values)) >= 0.99999
+        assert float(np.dot(alone[i], outcomes[i].response.items[0].dense.values)) >= 0.99999
     samples = {
         s.labels.get("le"): s.value
         for s in metrics.batch_size.collect()[0].samples
@@ -72,12 +77,14 @@ async def test_concurrent_requests_share_batches_and_get_their_own_results(tmp_p
 async def test_output_dtypes_and_profile_variant(tmp_path):
     engine = make_engine(tmp_path)
     await engine.preload([INT8])
-    binary = await engine.encode(INT8, [Item(text="x")], EncodeParams(output_dtype=OutputDType.BINARY))
-    dense = binary.items[0].dense
+    binary = await engine.encode(
+        INT8, EncodeRequest([Item(text="x")], EncodeParams(output_dtype=OutputDType.BINARY))
+    )
+    dense = binary.response.items[0].dense
     assert dense is not None and dense.dims == 384 and dense.dtype == "binary" and dense.values.shape == (48,)
     assert binary.timing.postprocessing_ms is not None
     with pytest.raises(InvalidInput, match="Unknown profile 'nope'"):
-        await engine.encode(INT8, [Item(text="x")], EncodeParams(options={"profile": "nope"}))
+        await engine.encode(INT8, EncodeRequest([Item(text="x")], EncodeParams(options={"profile": "nope"})))
     await engine.close()
 
 
@@ -85,18 +92,18 @@ async def test_admission_limit_and_errors(tmp_path):
     engine = make_engine(tmp_path, max_pending=4)
     await engine.preload([INT8])
     with pytest.raises(InvalidInput, match="admits at most 4 at once"):
-        await engine.encode(INT8, [Item(text="x")] * 5, None)
-    model, worker = engine.ready_model(INT8)
+        await engine.encode(INT8, EncodeRequest([Item(text="x")] * 5))
+    model, worker = engine.registry.ready(INT8)
     first = worker.submit(model.adapter.prepare(["a", "b", "c"], DENSE_GROUP.forward), DENSE_GROUP)
     with pytest.raises(Overloaded, match="would pass the limit of 4"):
         worker.submit(model.adapter.prepare(["d", "e"], DENSE_GROUP.forward), DENSE_GROUP)
     assert len(await asyncio.gather(*first)) == 3
     assert worker.pending_items == 0
     with pytest.raises(InvalidInput, match="must not be empty"):
-        await engine.encode(INT8, [], None)
+        await engine.encode(INT8, EncodeRequest([]))
     with pytest.raises(ModelNotFound):
-        await engine.encode("no/such", [Item(text="x")], None)
-    assert len((await engine.encode(INT8, [Item(text="x")] * 4, None)).items) == 4
+        await engine.encode("no/such", EncodeRequest([Item(text="x")]))
+    assert len((await engine.encode(INT8, EncodeRequest([Item(text="x")] * 4))).response.items) == 4
     await engine.close()
 
 
@@ -112,5 +119,5 @@ async def test_load_failure_is_remembered(tmp_path):
     slot = engine.slots()[0]
     assert slot.state is ModelState.FAILED and slot.failure is not None and slot.failure.permanent
     with pytest.raises(ModelLoadFailed, match="no weights"):
-        await engine.encode("org/broken", [Item(text="x")], None)
+        await engine.encode("org/broken", EncodeRequest([Item(text="x")]))
     await engine.close()

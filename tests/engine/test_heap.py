@@ -100,7 +100,7 @@ def _worker(
 async def test_worker_runs_idle_housekeeping_only_once_the_device_is_idle(tmp_path):
     engine = make_engine(tmp_path)
     await engine.preload([INT8])
-    model, _ = engine.ready_model(INT8)
+    model, _ = engine.registry.ready(INT8)
     calls: list[int] = []
     executor = ThreadPoolExecutor(1)
     worker = _worker(model, executor, lambda: calls.append(worker.pending_items), idle_after_s=0.2)
@@ -120,7 +120,7 @@ async def test_worker_runs_idle_housekeeping_only_once_the_device_is_idle(tmp_pa
 async def test_a_failing_idle_hook_is_logged_and_the_worker_keeps_serving(tmp_path, caplog):
     engine = make_engine(tmp_path)
     await engine.preload([INT8])
-    model, _ = engine.ready_model(INT8)
+    model, _ = engine.registry.ready(INT8)
     executor = ThreadPoolExecutor(1)
 
     def broken() -> None:
@@ -144,7 +144,7 @@ async def test_after_batch_runs_on_the_device_thread_after_each_batch_and_its_fa
 ):
     engine = make_engine(tmp_path)
     await engine.preload([INT8])
-    model, _ = engine.ready_model(INT8)
+    model, _ = engine.registry.ready(INT8)
     executor = ThreadPoolExecutor(1, thread_name_prefix="device")
     threads: list[str] = []
 

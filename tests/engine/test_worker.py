@@ -28,7 +28,7 @@ from tests.engine.test_engine import INT8, make_engine
 async def loaded(tmp_path) -> AsyncIterator[tuple[Engine, LoadedModel]]:
     engine = make_engine(tmp_path)
     await engine.preload([INT8])
-    model, _ = engine.ready_model(INT8)
+    model, _ = engine.registry.ready(INT8)
     yield engine, model
     await engine.close()
 
@@ -94,7 +94,7 @@ async def test_a_failed_forward_keeps_its_cause(loaded, executor):
 async def test_close_unloads_models_on_the_device_thread_not_the_event_loop(tmp_path):
     engine = make_engine(tmp_path)
     await engine.preload([INT8])
-    model, _ = engine.ready_model(INT8)
+    model, _ = engine.registry.ready(INT8)
     closed_on: list[str] = []
     original = model.adapter.close
 

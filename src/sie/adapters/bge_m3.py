@@ -85,14 +85,13 @@ class BgeM3Encoder(TransformerAdapter):
                 out.dense = pool(hidden, tokens, forward.pooling or Pooling.CLS).cpu().numpy()
             if Capability.SPARSE in forward.outputs:
                 weights = torch.relu(self._sparse(hidden.float()).float()).view(-1).cpu().numpy()
-                per_item = np.split(weights, np.cumsum(tokens.host_lengths)[:-1])
                 out.sparse = [
-                    self._term_weights(item.ids, w) for item, w in zip(batch, per_item, strict=True)
+                    self._term_weights(item.ids, w)
+                    for item, w in zip(batch, tokens.per_item(weights), strict=True)
                 ]
             if Capability.MULTIVECTOR in forward.outputs:
                 vectors = F.normalize(self._colbert(hidden.float()).float(), dim=-1).cpu().numpy()
-                per_item = np.split(vectors, np.cumsum(tokens.host_lengths)[:-1])
-                out.multivector = [v[1:] for v in per_item]  # every token after the first
+                out.multivector = [v[1:] for v in tokens.per_item(vectors)]  # every token after the first
         return out
 
     def _term_weights(self, ids: np.ndarray, weights: np.ndarray) -> SparseVector:

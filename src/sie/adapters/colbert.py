@@ -101,8 +101,7 @@ class ColbertEncoder(TransformerAdapter):
         with self.backbone.running(forward.lora):
             hidden, tokens = self.backbone.token_states(batch)
             vectors = F.normalize(hidden.float() @ self._projection.T, dim=-1).cpu().numpy()
-        cuts = np.cumsum(tokens.host_lengths)[:-1]
-        per_item = np.split(vectors, cuts)
+        per_item = tokens.per_item(vectors)
         if not forward.is_query:
             per_item = [v[~np.isin(item.ids, self._skip)] for v, item in zip(per_item, batch, strict=True)]
         return BatchOutputs(multivector=per_item)

@@ -23,7 +23,7 @@ from sie.adapters.base import (
     texts_only,
 )
 from sie.adapters.onnx_session import feeds, open_session
-from sie.adapters.packed_bert import PackedTokens
+from sie.adapters.packing import PackedTokens
 from sie.adapters.pooling import pool, unpad
 from sie.adapters.tokenizer import TextTokenizer
 from sie.core.options import Capability, Pooling

@@ -15,7 +15,7 @@ take a whole batch, whatever its spread of lengths.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache, partial
 from typing import Any, Final
@@ -25,62 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from sie.adapters.attention import CPU_BUCKET_CALL_COST, AttentionPlan, PackedAttention
-from sie.adapters.base import Prepared
+from sie.adapters.packing import PackedTokens, host_to_device
 from sie.core.cuts import cheapest_cuts
-
-
-@dataclass(frozen=True)
-class PackedTokens:
-    """A batch's real tokens, concatenated, and where each sequence sits in that ``[tokens]`` order.
-
-    Every index tensor comes out of one int32 host buffer moved to the device in one copy (pinned and
-    asynchronous on CUDA): on a GPU each small transfer is a synchronising call of its own, and the
-    forward of a small model is launch-bound already. Pooling and varlen attention read these on the
-    device, so nothing in the forward waits for the GPU until the pooled vectors come back.
-    """
-
-    ids: torch.Tensor  # [tokens]
-    types: torch.Tensor  # [tokens], segment of a pair (0 for single texts)
-    positions: torch.Tensor  # [tokens], position id of each token in its sequence (from ``first_position``)
-    segments: torch.Tensor  # [tokens], the sequence each token belongs to (mean pooling)
-    cu_seqlens: torch.Tensor  # [batch + 1], first token of each sequence, then the total (varlen)
-    lasts: torch.Tensor  # [batch], last token of each sequence (last-token pooling)
-    lengths: torch.Tensor  # [batch]
-    host_lengths: np.ndarray  # [batch], the same on the host (bucket layout)
-    longest: int  # the longest sequence (varlen takes it from the host, once per forward)
-
-    @property
-    def starts(self) -> torch.Tensor:
-        return self.cu_seqlens[:-1]
-
-    @classmethod
-    def of(cls, batch: Sequence[Prepared], device: torch.device, first_position: int = 0) -> PackedTokens:
-        """Straight from the prepared items: no padded intermediate. ``first_position`` is the position
-        id of a sequence's first token (``PackedBert.first_position``)."""
-        lengths = np.fromiter((item.cost for item in batch), dtype=np.int64, count=len(batch))
-        count, tokens = len(lengths), int(lengths.sum())
-        host = np.empty(4 * tokens + 3 * count + 1, dtype=np.int32)
-        ids, types, positions, segments, cu_seqlens, lasts, lengths_out = np.split(
-            host, np.cumsum([tokens, tokens, tokens, tokens, count + 1, count])
-        )
-        if count:
-            ids[:] = np.concatenate([item.ids for item in batch])
-            types[:] = np.concatenate(
-                [item.type_ids if item.type_ids is not None else np.zeros(item.cost) for item in batch]
-            )
-        segments[:] = np.repeat(np.arange(count), lengths)
-        cu_seqlens[0] = 0
-        np.cumsum(lengths, out=cu_seqlens[1:])
-        positions[:] = np.arange(first_position, first_position + tokens) - np.repeat(
-            cu_seqlens[:-1], lengths
-        )
-        lasts[:] = cu_seqlens[1:] - 1
-        lengths_out[:] = lengths
-        ids_t, types_t, positions_t, segments_t, cu_t, lasts_t, lengths_t = torch.split(
-            host_to_device(host, device), [tokens, tokens, tokens, tokens, count + 1, count, count]
-        )
-        longest = int(lengths.max(initial=0))
-        return cls(ids_t, types_t, positions_t, segments_t, cu_t, lasts_t, lengths_t, lengths, longest)
 
 
 @dataclass(frozen=True)
@@ -445,17 +391,6 @@ class PackedBert:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bucket.key_mask)
             context[span].view(shape).copy_(out.transpose(1, 2))
         return context if layout.padded_index is None else context.index_select(0, layout.padded_index)
-
-
-def host_to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
-    """One host-to-device copy; from pinned memory and without waiting on CUDA (the caching host
-    allocator keeps the pinned block until the copy has run)."""
-    tensor = torch.from_numpy(np.ascontiguousarray(array))
-    if device.type == "cpu":
-        return tensor
-    if device.type == "cuda":
-        return tensor.pin_memory().to(device, non_blocking=True)
-    return tensor.to(device)
 
 
 def _fuse_qkv(attention: Any) -> tuple[torch.Tensor, torch.Tensor]:

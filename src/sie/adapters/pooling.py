@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from sie.adapters.packed_bert import PackedTokens
+from sie.adapters.packing import PackedTokens
 from sie.core.options import Pooling
 
 

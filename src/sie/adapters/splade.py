@@ -26,7 +26,7 @@ from sie.adapters.base import (
     Prepared,
     SparseVector,
 )
-from sie.adapters.packed_bert import PackedTokens
+from sie.adapters.packing import PackedTokens
 from sie.adapters.tokenizer import TextTokenizer
 from sie.adapters.transformer import TransformerAdapter
 from sie.core.options import Capability, Pooling

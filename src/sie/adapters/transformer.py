@@ -24,7 +24,8 @@ from transformers.utils import logging as hf_logging
 
 from sie.adapters.attention import AttentionPlan, plan_attention
 from sie.adapters.base import TEXT_ONLY, Forward, LoadSpec, ModelInput, Prepared, TokenBatch, texts_only
-from sie.adapters.packed_bert import PackedBert, PackedTokens, host_to_device
+from sie.adapters.packed_bert import PackedBert
+from sie.adapters.packing import PackedTokens, host_to_device
 from sie.adapters.pooling import unpad
 from sie.core.heap import collect_unloaded
 from sie.core.options import ComputePrecision, Modality

@@ -45,6 +45,12 @@ class Catalog:
     def get(self, name: str) -> CatalogEntry | None:
         return self._entries.get(name)
 
+    def __getitem__(self, name: str) -> CatalogEntry:
+        return self._entries[name]
+
+    def entries(self) -> list[CatalogEntry]:
+        return list(self._entries.values())
+
     def names(self) -> list[str]:
         return list(self._entries)
 

@@ -155,80 +155,62 @@ def load_and_warm_up(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel
     return model
 
 
-class ModelLoader:
-    """Owns every model's state; ``start_load`` loads in the background and never blocks the caller.
+def can_retry(failure: LoadFailure | None) -> bool:
+    """Whether a model whose last load ended in ``failure`` may be loaded again now."""
+    return failure is None or (not failure.permanent and time.monotonic() >= failure.retry_at)
 
-    Loads run one at a time on the device executor (see ``load_and_warm_up``)."""
+
+def failure_after(name: str, exc: Exception, previous: LoadFailure | None) -> LoadFailure:
+    """What a failed load leaves behind: classified (``load_errors``), counted, with its cooldown."""
+    attempts = (previous.attempts if previous else 0) + 1
+    failure = classify(exc, attempts)
+    log.error(
+        "loading %s failed (%s, attempt %d, %s): %s",
+        name,
+        failure.error_class.value,
+        attempts,
+        "permanent" if failure.permanent else f"retry after {failure.cooldown_s:.0f} s",
+        exc,
+        exc_info=exc,
+    )
+    reason = f"{type(exc).__name__}: {exc}"
+    return LoadFailure(
+        reason, attempts, failure.permanent, time.monotonic() + failure.cooldown_s, failure.error_class
+    )
+
+
+class ModelLoader:
+    """Loads models one at a time on the device executor (see ``load_and_warm_up``). It writes no model
+    state: the registry owns that, and asks this for a ``LoadedModel`` or the exception."""
 
     def __init__(
         self,
         settings: LoadSettings,
-        on_loaded: Callable[[ModelSlot], None],
         device_executor: Executor,
-        make_room: Callable[[ModelSlot], Awaitable[None]] | None = None,
-        evict_one: Callable[[ModelSlot], Awaitable[bool]] | None = None,
+        make_room: Callable[[CatalogEntry], Awaitable[None]],
+        evict_one: Callable[[CatalogEntry], Awaitable[bool]],
     ) -> None:
         self._settings = settings
-        self._on_loaded = on_loaded
         self._device_executor = device_executor
         self._make_room = make_room
         self._evict_one = evict_one
         self._lock = asyncio.Lock()
 
-    def start_load(self, slot: ModelSlot) -> asyncio.Task[None]:
-        if slot.task is None or slot.task.done():
-            slot.state = ModelState.LOADING
-            slot.task = asyncio.create_task(self._load(slot), name=f"load:{slot.entry.name}")
-        return slot.task
-
-    def can_retry(self, slot: ModelSlot) -> bool:
-        failure = slot.failure
-        return failure is None or (not failure.permanent and time.monotonic() >= failure.retry_at)
-
-    async def _load(self, slot: ModelSlot) -> None:
+    async def load(self, entry: CatalogEntry) -> LoadedModel:
         """Make room (evict under memory pressure), load; out of memory evicts one more and tries once
         more, as the public server does."""
         async with self._lock:
             loop = asyncio.get_running_loop()
+            await self._make_room(entry)
             try:
-                if self._make_room is not None:
-                    await self._make_room(slot)
-                try:
-                    model = await loop.run_in_executor(
-                        self._device_executor, load_and_warm_up, slot.entry, self._settings
-                    )
-                except Exception as exc:
-                    oom = classify(exc, 1).error_class is LoadErrorClass.OOM
-                    if not (oom and self._evict_one is not None and await self._evict_one(slot)):
-                        raise
-                    log.warning(
-                        "out of memory loading %s; evicted a model, trying once more", slot.entry.name
-                    )
-                    model = await loop.run_in_executor(
-                        self._device_executor, load_and_warm_up, slot.entry, self._settings
-                    )
+                return await loop.run_in_executor(
+                    self._device_executor, load_and_warm_up, entry, self._settings
+                )
             except Exception as exc:
-                self._record_failure(slot, exc)
-                return
-            slot.model = model
-            slot.failure = None
-            slot.state = ModelState.LOADED
-            self._on_loaded(slot)
-
-    def _record_failure(self, slot: ModelSlot, exc: Exception) -> None:
-        attempts = (slot.failure.attempts if slot.failure else 0) + 1
-        failure = classify(exc, attempts)
-        log.error(
-            "loading %s failed (%s, attempt %d, %s): %s",
-            slot.entry.name,
-            failure.error_class.value,
-            attempts,
-            "permanent" if failure.permanent else f"retry after {failure.cooldown_s:.0f} s",
-            exc,
-            exc_info=exc,
-        )
-        reason = f"{type(exc).__name__}: {exc}"
-        retry_at = time.monotonic() + failure.cooldown_s
-        slot.failure = LoadFailure(reason, attempts, failure.permanent, retry_at, failure.error_class)
-        slot.state = ModelState.FAILED
-        slot.model = None
+                oom = classify(exc, 1).error_class is LoadErrorClass.OOM
+                if not (oom and await self._evict_one(entry)):
+                    raise
+                log.warning("out of memory loading %s; evicted a model, trying once more", entry.name)
+                return await loop.run_in_executor(
+                    self._device_executor, load_and_warm_up, entry, self._settings
+                )

@@ -94,7 +94,6 @@ def create_app(settings: Settings) -> FastAPI:
                 "metrics": metrics,
                 "lifecycle": lifecycle,
                 "status_identity": identity,
-                "max_item_text_bytes": settings.max_item_text_bytes,
             }
         finally:
             lifecycle.draining = True

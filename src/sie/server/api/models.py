@@ -58,6 +58,6 @@ async def list_models(engine: EngineDep) -> Response:
 )
 async def get_model(model: str, engine: EngineDep) -> Response:
     """One model's entry; an id that is not served answers 404 ``MODEL_NOT_FOUND``."""
-    engine.entry(model)
+    engine.require(model)
     slot = next(s for s in engine.slots() if s.entry.name == model)
     return _json(model_info(slot))

@@ -14,9 +14,7 @@ from starlette.routing import Route
 
 from sie import __version__
 from sie.engine.engine import Engine
-from sie.engine.errors import PayloadTooLarge
 from sie.wire import codec
-from sie.wire.requests import Item
 from sie.wire.responses import Timing
 
 T = TypeVar("T")
@@ -87,14 +85,6 @@ EngineDep = Annotated[Engine, Depends(get_engine)]
 async def read_body(request: Request, into: type[T]) -> T:
     body = await request.body()
     return codec.decode(body, request.headers.get("content-type"), into)
-
-
-def check_text_sizes(items: list[Item], limit: int) -> None:
-    for index, item in enumerate(items):
-        if item.text is not None and len(item.text) * 4 > limit and len(item.text.encode()) > limit:
-            raise PayloadTooLarge(
-                f"Item {index} text exceeds the limit of {limit} bytes (SIE_MAX_ITEM_TEXT_BYTES)"
-            )
 
 
 def timing_headers(timing: Timing) -> dict[str, str]:

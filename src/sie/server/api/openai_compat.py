@@ -28,7 +28,7 @@ from sie.server.api.data_uri import BadImageInput, image_from_data_uri
 from sie.server.api.native import PostRoute, engine_of, render_off_loop_if_big
 from sie.server.errors import openai_error, openai_error_response
 from sie.wire import codec
-from sie.wire.requests import EmbeddingModality, EncodingFormat, Item, OpenAIEmbeddingsRequest
+from sie.wire.requests import EmbeddingModality, EncodeRequest, EncodingFormat, Item, OpenAIEmbeddingsRequest
 from sie.wire.responses import OpenAIEmbedding, OpenAIEmbeddingsResponse, OpenAIUsage
 
 
@@ -103,15 +103,14 @@ async def embeddings(request: Request) -> Response:
     try:
         body = codec.decode(await request.body(), codec.JSON, OpenAIEmbeddingsRequest, strict=False)
         items = await _items(engine, body)
-        await engine.wait_loaded(body.model)
-        outcome = await engine.encode(body.model, items, None)
-        dense = [item.dense.values for item in outcome.items if item.dense is not None]
+        answer = await engine.encode(body.model, EncodeRequest(items=items), wait_loaded=True)
+        dense = [item.dense.values for item in answer.response.items if item.dense is not None]
         matrix = _vectors(np.stack(dense), body.dimensions, body.model)
     except OpenAIError as exc:
         return exc.response()
     except Exception as exc:  # the engine's one error table (a bad body included), in OpenAI's envelope
         return openai_error_response(exc)
-    usage = OpenAIUsage(prompt_tokens=outcome.tokens, total_tokens=outcome.tokens)
+    usage = OpenAIUsage(prompt_tokens=answer.tokens, total_tokens=answer.tokens)
     content = await render_off_loop_if_big(matrix.size, _render, matrix, body, usage)
     return Response(content, media_type=codec.JSON, headers={"X-SIE-Served-By": "local"})
 

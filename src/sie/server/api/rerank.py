@@ -14,7 +14,7 @@ from sie.engine.errors import InvalidInput, require_items
 from sie.server.api.native import PostRoute, engine_of
 from sie.server.errors import openai_error_response
 from sie.wire import codec
-from sie.wire.requests import Item, RerankRequest
+from sie.wire.requests import Item, RerankRequest, ScoreRequest
 from sie.wire.responses import RerankDocument, RerankResponse, RerankResult, Usage
 
 
@@ -27,22 +27,24 @@ async def rerank(request: Request) -> Response:
         require_items(texts)
         if body.top_n is not None and body.top_n < 1:
             raise InvalidInput(f"'top_n' must be at least 1, got {body.top_n}")
-        entry = engine.entry(body.model)
-        if entry.config.tasks.score is None:
+        if engine.require(body.model).config.tasks.score is None:
             raise InvalidInput(
                 f"Model '{body.model}' does not support reranking (no score task). Use a reranker model."
             )
-        await engine.wait_loaded(body.model)
-        outcome = await engine.score(body.model, Item(text=body.query), [Item(text=t) for t in texts], None)
+        # Each document's id is its position, read back from the ranked answer.
+        items = [Item(id=str(i), text=t) for i, t in enumerate(texts)]
+        scoring = ScoreRequest(query=Item(text=body.query), items=items)
+        answer = await engine.score(body.model, scoring, wait_loaded=True)
     except Exception as exc:  # the engine's one error table (a bad body included), in OpenAI's envelope
         return openai_error_response(exc, native_code=True)
-    best = outcome.scores[: body.top_n] if body.top_n is not None else outcome.scores
+    scores = answer.response.scores
+    best = scores[: body.top_n] if body.top_n is not None else scores
     results = []
     for entry_score in best:
-        index = int(entry_score.item_id.removeprefix("item-"))
+        index = int(entry_score.item_id)
         document = RerankDocument(texts[index]) if body.return_documents else None
         results.append(RerankResult(index, entry_score.score, document))
-    response = RerankResponse(outcome.model, results, Usage(outcome.tokens))
+    response = RerankResponse(answer.response.model, results, Usage(answer.tokens))
     return Response(codec.encode_json(response), media_type=codec.JSON, headers={"X-SIE-Served-By": "local"})
 
 

@@ -11,27 +11,23 @@ from fastapi import Request, Response
 
 from sie.server.api.native import PostRoute, engine_of, model_of, negotiated, read_body, timing_headers
 from sie.wire.requests import ExtractRequest, ScoreRequest
-from sie.wire.responses import ExtractResponse, ScoreResponse, Usage
+from sie.wire.responses import ExtractResponse, ScoreResponse
 
 
 async def score(request: Request) -> Response:
     """Rerank ``items`` against ``query``: every item scored, best first, ``rank`` 0 the best."""
     model, engine = model_of(request), engine_of(request)
-    engine.entry(model)
-    body = await read_body(request, ScoreRequest)
-    outcome = await engine.score(model, body.query, body.items, body.options, body.instruction)
-    response = ScoreResponse(outcome.model, body.query.id, outcome.scores, Usage(outcome.tokens))
-    return await negotiated(request, response, timing_headers(outcome.timing), 0)
+    engine.require(model)
+    answer = await engine.score(model, await read_body(request, ScoreRequest))
+    return await negotiated(request, answer.response, timing_headers(answer.timing), 0)
 
 
 async def extract(request: Request) -> Response:
     """Entities, relations, classes or structured data from each item."""
     model, engine = model_of(request), engine_of(request)
-    engine.entry(model)
-    body = await read_body(request, ExtractRequest)
-    outcome = await engine.extract(model, body.items, body.params)
-    response = ExtractResponse(outcome.model, outcome.items, Usage(outcome.tokens))
-    return await negotiated(request, response, timing_headers(outcome.timing), 0)
+    engine.require(model)
+    answer = await engine.extract(model, await read_body(request, ExtractRequest))
+    return await negotiated(request, answer.response, timing_headers(answer.timing), 0)
 
 
 ROUTES = (

@@ -1,0 +1,61 @@
+"""``encode``: dense, sparse and multi-vector embeddings of each item, in request order."""
+
+from __future__ import annotations
+
+import time
+from typing import Final
+
+from sie.adapters.base import Forward, ModelInput
+from sie.core.options import Capability, OutputDType
+from sie.engine.encode_plan import plan_encode
+from sie.engine.errors import InvalidInput
+from sie.engine.ops.parts import Answer, Parts, check_outputs
+from sie.engine.results import encode_result
+from sie.engine.runner import BatchGroup
+from sie.postprocess.outputs import Postprocess
+from sie.wire.requests import EncodeRequest
+from sie.wire.responses import EncodeResponse
+
+# Sparse weights are not quantised to integers: their scale carries the ranking across documents.
+SPARSE_DTYPES: Final = frozenset({OutputDType.FLOAT32, OutputDType.FLOAT16})
+
+
+async def encode(
+    parts: Parts, model: str, request: EncodeRequest, wait_loaded: bool = False
+) -> Answer[EncodeResponse]:
+    started = time.perf_counter()
+    items, params = request.items, request.params
+    parts.admit(items)
+    name = parts.registry.variant(model, (params.options or {}).get("profile") if params else None)
+    entry = parts.registry.require(name)
+    plan = plan_encode(name, entry.config.output_types(), entry.profile.runtime, params)
+    keep = frozenset(Capability(t.value) for t in plan.output_types)
+    if Capability.SPARSE in keep and plan.output_dtype not in SPARSE_DTYPES:
+        raise InvalidInput(
+            f"Sparse output takes output_dtype float32 or float16, not '{plan.output_dtype.value}'"
+        )
+    if wait_loaded:
+        await parts.registry.wait_loaded(name)
+    with parts.registry.hold(name) as held:
+        loaded = held.model
+        computed = keep - {Capability.DENSE} | {Capability.MULTIVECTOR} if plan.muvera else keep
+        check_outputs(held, computed)
+        if plan.muvera and loaded.fixed_dense is None:
+            raise InvalidInput(f"Model '{name}' has no MUVERA configuration")
+        inputs: list[ModelInput] = [plan.input_for(item, name, loaded.adapter) for item in items]
+        with parts.registry.lora(held, plan.lora) as lora:
+            group = BatchGroup(
+                Forward(computed, plan.pooling, plan.is_query, lora=lora),
+                Postprocess(keep, plan.normalize, plan.output_dtype, plan.muvera),
+            )
+            inference = await parts.infer(held, inputs, group)
+        dims = dict(loaded.adapter.dims)
+        if plan.muvera and loaded.fixed_dims is not None:
+            dims[Capability.DENSE] = loaded.fixed_dims
+    results = [
+        encode_result(item.id, result.outputs, plan.output_dtype, dims)
+        for item, result in zip(items, inference.results, strict=True)
+    ]
+    timing = inference.timing(started, postprocessed=plan.output_dtype is not OutputDType.FLOAT32)
+    parts.observe(model, "encode", timing)
+    return Answer(EncodeResponse(model=name, items=results, timing=timing), timing, inference.tokens)

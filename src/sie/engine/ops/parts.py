@@ -1,0 +1,84 @@
+"""What every operation is built from, and what it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from sie.core.options import Capability
+from sie.engine.errors import InvalidInput, PayloadTooLarge, require_items
+from sie.engine.infer import Infer
+from sie.engine.registry import Held, ModelRegistry
+from sie.observability.metrics import Metrics
+from sie.wire.requests import Item
+from sie.wire.responses import Timing
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Answer(Generic[R]):
+    """A wire response and what a front end reports beside it (timing headers, usage, metrics)."""
+
+    response: R
+    timing: Timing
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Parts:
+    registry: ModelRegistry
+    infer: Infer
+    metrics: Metrics
+    max_item_text_bytes: int
+
+    def admit(self, items: Sequence[Item], query: Item | None = None) -> None:
+        """Every request's own checks, before any model work: items present, no text over
+        ``SIE_MAX_ITEM_TEXT_BYTES`` (413)."""
+        require_items(items)
+        limit = self.max_item_text_bytes
+        named = [("Query", query)] if query is not None else []
+        for label, item in [*named, *((f"Item {i}", item) for i, item in enumerate(items))]:
+            text = item.text
+            # Four bytes a character at most: only a text that could pass the limit is encoded.
+            if text is not None and len(text) * 4 > limit and len(text.encode()) > limit:
+                raise PayloadTooLarge(
+                    f"{label} text exceeds the limit of {limit} bytes (SIE_MAX_ITEM_TEXT_BYTES)"
+                )
+
+    def observe(self, model: str, operation: str, timing: Timing) -> None:
+        """The request's phases into ``sie_request_duration_seconds`` (the front end adds ``total``)."""
+        phases = {
+            "queue": timing.queue_ms,
+            "tokenize": timing.tokenization_ms,
+            "inference": timing.inference_ms,
+            "postprocess": timing.postprocessing_ms,
+        }
+        for phase, ms in phases.items():
+            if ms is not None:
+                self.metrics.request_duration.labels(model, operation, phase).observe(ms / 1000)
+
+
+def overlay(runtime: Mapping[str, Any], options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The one precedence of options (the public server's): the request's over the profile's."""
+    return {**runtime, **(options or {})}
+
+
+def lora_option(options: Mapping[str, Any]) -> str | None:
+    """``lora_id``: the LoRA adapter to run with, or None for the base model."""
+    lora = options.get("lora_id")
+    if lora is not None and (not isinstance(lora, str) or not lora):
+        raise InvalidInput("Option 'lora_id' must be a non-empty string")
+    return lora
+
+
+def check_outputs(held: Held, needed: frozenset[Capability]) -> None:
+    """The loaded adapter gives every output asked for (the YAML was checked when planning)."""
+    have = held.model.adapter.capabilities
+    missing = needed - have
+    if missing:
+        raise InvalidInput(
+            f"Model '{held.name}' does not support output types: {sorted(c.value for c in missing)}. "
+            f"Supported: {sorted(c.value for c in have)}"
+        )

@@ -1,0 +1,117 @@
+"""``score``: items ranked against a query, by a cross-encoder's pair scores or by the similarity of
+embeddings (``engine.score_plan``), each text prepared as an encode request would prepare it (the
+profile's templates and instruction, ``is_query`` for the query)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TypeVar
+
+import numpy as np
+
+from sie.adapters.base import Forward, ModelInput
+from sie.core.options import Capability, OutputType
+from sie.engine.encode_plan import plan_encode
+from sie.engine.errors import InvalidInput
+from sie.engine.infer import Inference
+from sie.engine.ops.parts import Answer, Parts, check_outputs, lora_option, overlay
+from sie.engine.registry import Held
+from sie.engine.results import item_id, ranked
+from sie.engine.runner import BatchGroup
+from sie.engine.score_plan import ScorePlan, plan_score
+from sie.postprocess.outputs import Postprocess
+from sie.postprocess.similarity import cosine, maxsim, sparse_dot
+from sie.wire.requests import EncodeParams, ScoreRequest
+from sie.wire.responses import ScoreResponse, Usage
+
+T = TypeVar("T")
+
+
+async def score(
+    parts: Parts, model: str, request: ScoreRequest, wait_loaded: bool = False
+) -> Answer[ScoreResponse]:
+    started = time.perf_counter()
+    query, items, options = request.query, request.items, request.options
+    parts.admit(items, query)
+    name = parts.registry.variant(model, (options or {}).get("profile"))
+    entry = parts.registry.require(name)
+    merged = overlay(entry.profile.runtime, options)
+    plan = plan_score(name, entry.config.tasks.score is not None, entry.config.output_types(), merged)
+    if any(item.text is None for item in [query, *items]):
+        raise InvalidInput("Score requires text on the query and on every item")
+    lora_id = lora_option(merged)
+    if wait_loaded:
+        await parts.registry.wait_loaded(name)
+    with parts.registry.hold(name) as held, parts.registry.lora(held, lora_id) as lora:
+        if plan.weights is None:
+            check_outputs(held, frozenset({Capability.SCORE}))
+            group = BatchGroup(Forward(frozenset({Capability.SCORE}), lora=lora), Postprocess(frozenset()))
+            pairs: list[ModelInput] = [(str(query.text), str(item.text)) for item in items]
+            inference = await parts.infer(held, pairs, group)
+            scores = np.array([r.outputs.score for r in inference.results], dtype=np.float32)
+        else:
+            types = [OutputType(c.value) for c in plan.weights]
+            query_plan, doc_plan = (
+                plan_encode(
+                    name,
+                    entry.config.output_types(),
+                    entry.profile.runtime,
+                    EncodeParams(
+                        types,
+                        instruction=request.instruction,
+                        options={**(options or {}), "is_query": is_query},
+                    ),
+                )
+                for is_query in (True, False)
+            )
+            adapter = held.model.adapter
+            texts = [doc_plan.text_for(item, adapter) for item in items]
+            scores, inference = await _similarity(
+                parts, held, plan, query_plan.text_for(query, adapter), texts, lora
+            )
+    timing = inference.timing(started, postprocessed=False)
+    parts.observe(model, "score", timing)
+    ids = [item_id(item.id, i) for i, item in enumerate(items)]
+    response = ScoreResponse(name, query.id, ranked(ids, scores), Usage(inference.tokens))
+    return Answer(response, timing, inference.tokens)
+
+
+async def _similarity(
+    parts: Parts, held: Held, plan: ScorePlan, query: str, documents: list[str], lora: str | None
+) -> tuple[np.ndarray, Inference]:
+    """The weighted sum of each similarity the plan names, one score per document (in order)."""
+    assert plan.weights is not None
+    outputs = frozenset(plan.weights)
+    check_outputs(held, outputs)
+
+    def group(is_query: bool) -> BatchGroup:
+        return BatchGroup(Forward(outputs, is_query=is_query, lora=lora), Postprocess(outputs))
+
+    asked, answered = await asyncio.gather(
+        parts.infer(held, [query], group(True)),
+        parts.infer(held, list[ModelInput](documents), group(False)),
+    )
+    q = asked.results[0].outputs
+    docs = [r.outputs for r in answered.results]
+    total = np.zeros(len(documents), dtype=np.float32)
+    for capability, weight in plan.weights.items():
+        if capability is Capability.DENSE:
+            assert q.dense is not None
+            part = cosine(q.dense, np.stack([_present(d.dense) for d in docs]))
+        elif capability is Capability.SPARSE:
+            assert q.sparse is not None
+            part = sparse_dot(q.sparse, [_present(d.sparse) for d in docs])
+        else:
+            assert q.multivector is not None
+            part = maxsim(q.multivector, [_present(d.multivector) for d in docs])
+        total += weight * part
+    return total, Inference.joined([asked, answered])
+
+
+def _present(value: T | None) -> T:
+    """Every document has every output asked for (the forward computed them for the whole batch); a
+    missing one would shift scores against ids, so it fails loudly instead of being skipped."""
+    if value is None:
+        raise AssertionError("a document came back without the output its score needs")
+    return value

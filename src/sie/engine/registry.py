@@ -1,0 +1,386 @@
+"""The served models and their states: the one writer of every ``ModelSlot``.
+
+A slot goes AVAILABLE → LOADING → LOADED (or FAILED, remembered until its cooldown ends) → UNLOADING →
+AVAILABLE. Loads start in the background on first use; a model is evicted under memory pressure, after
+``idle_evict_s`` idle, or when another one runs out of memory, never while a request holds it or has
+items queued (``Residency``). A loaded model has one ``ModelWorker`` (its batching loop) and, when its
+adapter takes LoRAs, one ``Loras``. Every load and forward runs on the one device thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from sie.adapters.base import TakesLora
+from sie.core import heap
+from sie.engine.batcher import BatchLimits
+from sie.engine.catalog import Catalog, CatalogEntry
+from sie.engine.errors import EngineClosed, InvalidInput, ModelLoadFailed, ModelLoading, ModelNotFound
+from sie.engine.loader import (
+    LoadedModel,
+    LoadSettings,
+    ModelLoader,
+    ModelSlot,
+    ModelState,
+    can_retry,
+    failure_after,
+)
+from sie.engine.loras import Loras
+from sie.engine.memory import gauge_for
+from sie.engine.residency import Residency
+from sie.engine.runner import ModelRunner
+from sie.engine.worker import BatchStats, ModelWorker
+from sie.observability.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    max_batch_items: int
+    max_batch_wait_ms: float
+    max_pending_items: int
+    preprocessor_workers: int
+    max_loras_per_model: int = 10
+    memory_threshold_percent: float = 85.0
+    idle_evict_s: float | None = None
+    memory_limit_bytes: int | None = None  # a budget for model weights instead of the device's gauge
+    memory_check_s: float = 1.0
+    max_item_text_bytes: int = 2 * 1024 * 1024  # SIE_MAX_ITEM_TEXT_BYTES
+
+
+@dataclass(frozen=True)
+class Held:
+    """A loaded model held for one request: its adapter and the worker that batches for it."""
+
+    name: str
+    model: LoadedModel
+    worker: ModelWorker
+
+
+class ModelRegistry:
+    def __init__(self, catalog: Catalog, load: LoadSettings, limits: EngineLimits, metrics: Metrics) -> None:
+        self.catalog = catalog
+        self.device = load.device
+        self._limits = limits
+        self._metrics = metrics
+        self._slots = {entry.name: ModelSlot(entry) for entry in catalog.entries()}
+        self._workers: dict[str, ModelWorker] = {}
+        self._loras: dict[str, Loras] = {}
+        self._weights = load.weights
+        self._residency = Residency()
+        self._gauge = gauge_for(load.device, limits.memory_limit_bytes, self._loaded_bytes)
+        self._watcher: asyncio.Task[None] | None = None
+        # Every load and forward runs on this one thread: see loader.load_and_warm_up for why.
+        self.device_executor = ThreadPoolExecutor(1, thread_name_prefix="sie-device")
+        self._busy_trim = heap.PeriodicTrim()  # runs on that one thread, for every model's batches
+        self._loader = ModelLoader(
+            load,
+            self.device_executor,
+            self._make_room,
+            lambda entry: self._evict_other(entry.name, "out of memory loading"),
+        )
+        self._closed = False
+
+    def start(self) -> None:
+        """Background work that needs the running loop: the memory and idle watcher."""
+        if self._watcher is None:
+            self._watcher = asyncio.create_task(self._watch_memory(), name="sie-memory-watcher")
+
+    async def preload(self, names: list[str]) -> None:
+        """Load ``names`` one after another before serving; a failure is logged, not fatal."""
+        for name in names:
+            await self._start_load(self._slot(name))
+
+    def slots(self) -> list[ModelSlot]:
+        return list(self._slots.values())
+
+    def queue_depth(self, name: str) -> int:
+        """Items queued or running on the model's worker; 0 when it has none (not loaded)."""
+        worker = self._workers.get(name)
+        return worker.pending_items if worker is not None else 0
+
+    def require(self, name: str) -> CatalogEntry:
+        """The entry of a served id, else ``ModelNotFound``: routes call it before reading a body, so an
+        unknown model answers 404 without the body being decoded."""
+        return self._slot(name).entry
+
+    def _slot(self, name: str) -> ModelSlot:
+        slot = self._slots.get(name)
+        if slot is None:
+            raise ModelNotFound(name)
+        return slot
+
+    def variant(self, name: str, profile: object) -> str:
+        """The catalog id serving ``options.profile`` (a ``{sie_id}:{profile}`` variant) or ``name``."""
+        self._slot(name)
+        if profile is not None and not isinstance(profile, str):
+            raise InvalidInput(f"Option 'profile' must be str, got {type(profile).__name__}")
+        variant = self.catalog.for_profile(name, profile)
+        if variant not in self._slots:
+            available = ", ".join(sorted(self.require(name).config.profiles))
+            raise InvalidInput(f"Unknown profile '{profile}' for model '{name}'. Available: {available}")
+        return variant
+
+    # -- loading ------------------------------------------------------------------------------------
+
+    def _start_load(self, slot: ModelSlot) -> asyncio.Task[None]:
+        if slot.task is None or slot.task.done():
+            slot.state = ModelState.LOADING
+            slot.task = asyncio.create_task(self._load(slot), name=f"load:{slot.entry.name}")
+        return slot.task
+
+    async def _load(self, slot: ModelSlot) -> None:
+        try:
+            model = await self._loader.load(slot.entry)
+        except Exception as exc:
+            slot.failure = failure_after(slot.entry.name, exc, slot.failure)
+            slot.state, slot.model = ModelState.FAILED, None
+            return
+        slot.model, slot.failure, slot.state = model, None, ModelState.LOADED
+        self._start_worker(slot.entry, model)
+
+    def _start_worker(self, entry: CatalogEntry, model: LoadedModel) -> None:
+        name = entry.name
+        max_tokens = entry.profile.max_batch_tokens
+        limits = BatchLimits(
+            max_tokens=max_tokens,
+            max_items=self._limits.max_batch_items,
+            max_wait_s=self._limits.max_batch_wait_ms / 1000,
+        )
+        runner = ModelRunner(model.adapter, max_tokens, model.fixed_dense)
+        worker = ModelWorker(
+            name,
+            runner,
+            limits,
+            self.device_executor,
+            self._limits.max_pending_items,
+            on_batch=lambda stats: self._record_batch(name, stats),
+            on_idle=heap.return_free_memory,
+            after_batch=self._busy_trim,
+            on_oom=lambda: self._evict_other(name, "out of memory in a batch of"),
+            run_split=runner.run_split,
+        )
+        worker.start()
+        self._workers[name] = worker
+        self._metrics.queue_depth.labels(name).set_function(lambda: worker.pending_items)
+        self._residency.loaded(name)
+        if isinstance(model.adapter, TakesLora):
+            loras = Loras(
+                name,
+                model.adapter,
+                self._limits.max_loras_per_model,
+                partial(self._locate_lora, entry),
+                self.device_executor,
+            )
+            self._loras[name] = loras
+            profile_lora = entry.profile.runtime.get("lora_id")
+            if isinstance(profile_lora, str):
+                loras.preload(profile_lora)
+        self._metrics.model_loaded.labels(name, model.device).set(1)
+
+    def _record_batch(self, name: str, stats: BatchStats) -> None:
+        self._metrics.batch_size.labels(name).observe(stats.items)
+        self._metrics.batch_tokens.labels(name).observe(stats.tokens)
+        self._metrics.tokens.labels(name).inc(stats.tokens)
+
+    def _locate_lora(self, entry: CatalogEntry, lora_id: str) -> Path:
+        """A LoRA's folder: a path (absolute, ``~``, or relative to the model's YAML), else an id
+        looked up in the weight tiers like a model's ``hf_id``."""
+        is_path = lora_id.startswith(("/", "./", "../", "~"))
+        return self._weights.resolve(None if is_path else lora_id, lora_id, entry.config_dir)
+
+    # -- serving ------------------------------------------------------------------------------------
+
+    def ready(self, name: str) -> tuple[LoadedModel, ModelWorker]:
+        """The loaded model, or why not: ``ModelLoading`` (load started) or ``ModelLoadFailed``."""
+        if self._closed:
+            raise EngineClosed("The server is shutting down")
+        slot = self._slot(name)
+        if slot.state is ModelState.LOADED and slot.model is not None:
+            return slot.model, self._workers[name]
+        if slot.state is ModelState.UNLOADING:
+            raise ModelLoading(name)  # evicted just now; the next request after it starts a load
+        failure = slot.failure
+        if slot.state is ModelState.FAILED and failure is not None and not can_retry(failure):
+            raise ModelLoadFailed(
+                name, failure.reason, failure.attempts, failure.permanent, failure.error_class.value
+            )
+        self._start_load(slot)
+        raise ModelLoading(name)
+
+    async def wait_loaded(self, name: str) -> None:
+        """Load synchronously; ``ready`` then reports a failed load. The OpenAI and rerank routes do this
+        (as public SIE 0.3 did; 0.10 answers 503) because their clients do not honour ``Retry-After``
+        and a model loads in seconds."""
+        slot = self._slot(name)
+        if slot.state is ModelState.FAILED and not can_retry(slot.failure):
+            return
+        if slot.state is not ModelState.LOADED:
+            await asyncio.shield(self._start_load(slot))
+
+    @contextmanager
+    def hold(self, name: str) -> Iterator[Held]:
+        """The loaded model held for one request: it counts as used, and is not evicted under it."""
+        model, worker = self.ready(name)
+        self._residency.hold(name)
+        try:
+            yield Held(name, model, worker)
+        finally:
+            self._residency.release(name)
+
+    def lora(self, held: Held, lora_id: str | None) -> AbstractContextManager[str | None]:
+        """The request's LoRA held for its duration (``Loras.using``); None runs the base model."""
+        if lora_id is None:
+            return nullcontext(None)
+        loras = self._loras.get(held.name)
+        if loras is None:
+            raise InvalidInput(
+                f"Model '{held.name}' does not support LoRA adapters ({held.model.adapter.family} adapter)"
+            )
+        return loras.using(lora_id)
+
+    # -- eviction -----------------------------------------------------------------------------------
+
+    def _loaded_names(self) -> list[str]:
+        return [n for n, slot in self._slots.items() if slot.state is ModelState.LOADED]
+
+    def _loaded_bytes(self) -> int:
+        return sum(slot.model.memory_bytes for slot in self._slots.values() if slot.model is not None)
+
+    def _busy(self, name: str) -> bool:
+        worker = self._workers.get(name)
+        return worker is not None and worker.pending_items > 0
+
+    def _under_pressure(self) -> bool:
+        return self._gauge.used_percent() > self._limits.memory_threshold_percent
+
+    async def _make_room(self, entry: CatalogEntry) -> None:
+        """Before a load: evict least recently used idle models while the device is over the threshold."""
+        while self._under_pressure():
+            victims = self._residency.least_recent(self._loaded_names(), self._busy, {entry.name})
+            if not victims:
+                return
+            await self._unload(victims[0], f"memory pressure before loading {entry.name}")
+
+    async def _evict_other(self, name: str, why: str) -> bool:
+        """Out of memory for ``name`` (loading it, or in its batch): evict the least recently used other
+        idle model so it can try once more; False when there is none."""
+        victims = self._residency.least_recent(self._loaded_names(), self._busy, {name})
+        if not victims:
+            return False
+        await self._unload(victims[0], f"{why} {name}")
+        return True
+
+    async def _watch_memory(self) -> None:
+        """Every ``memory_check_s``: under pressure, evict the least recently used idle model (never the
+        only loaded one); with ``idle_evict_s``, unload one model idle that long (even the only one)."""
+        idle_after = self._limits.idle_evict_s
+        while True:
+            await asyncio.sleep(self._limits.memory_check_s)
+            try:
+                loaded = self._loaded_names()
+                if len(loaded) > 1 and self._under_pressure():
+                    victims = self._residency.least_recent(loaded, self._busy)
+                    if victims:
+                        await self._unload(victims[0], f"{self._gauge.describe()} over the threshold")
+                        continue
+                if idle_after is not None:
+                    idle = [
+                        n
+                        for n in self._residency.least_recent(self._loaded_names(), self._busy)
+                        if self._residency.idle_for(n) >= idle_after
+                    ]
+                    if idle:
+                        await self._unload(idle[0], f"idle for {idle_after:g} s")
+            except Exception:
+                log.exception("memory watcher step failed")
+
+    async def _unload(self, name: str, why: str) -> None:
+        """Stop the model's worker (nothing is queued: victims are idle), close its LoRAs and the
+        adapter on the device thread, and make the slot loadable again."""
+        slot = self._slots[name]
+        model = slot.model
+        if model is None or slot.state is not ModelState.LOADED:
+            return
+        slot.state = ModelState.UNLOADING
+        loras = self._loras.pop(name, None)
+        if loras is not None:
+            loras.close()
+        worker = self._workers.pop(name, None)
+        if worker is not None:
+            await worker.close()
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self.device_executor, model.adapter.close)
+            await loop.run_in_executor(self.device_executor, heap.return_free_memory)
+        finally:
+            slot.model, slot.task, slot.state = None, None, ModelState.AVAILABLE
+            self._residency.forget(name)
+            self._metrics.model_loaded.labels(name, model.device).set(0)
+            self._metrics.queue_depth.labels(name).set(0)
+        log.info("unloaded %s (%s; it held %.1f MB)", name, why, model.memory_bytes / 1e6)
+
+    # -- hot reload and shutdown ----------------------------------------------------------------------
+
+    async def apply_catalog(self, catalog: Catalog, drain_s: float = 30.0) -> None:
+        """Serve ``catalog`` from now on (hot reload): new ids become loadable; a changed id finishes its
+        requests in flight on the old config, is unloaded, and loads again with the new one if it was
+        loaded (its failure record cleared); a deleted id finishes its requests, is unloaded and gone."""
+        old = self.catalog
+        added = [n for n in catalog.names() if n not in old]
+        removed = [n for n in old.names() if n not in catalog]
+        changed = [n for n in catalog.names() if n in old and catalog[n] != old[n]]
+        self.catalog = catalog
+        for name in added:
+            self._slots[name] = ModelSlot(catalog[name])
+        for name in removed + changed:
+            slot = self._slots[name]
+            if slot.task is not None and not slot.task.done():
+                await asyncio.shield(slot.task)  # a load under way finishes first
+            was_loaded = slot.state is ModelState.LOADED
+            await self._drain(name, drain_s)
+            await self._unload(name, "its config changed" if name in changed else "its config was deleted")
+            if name in removed:
+                del self._slots[name]
+                continue
+            self._slots[name] = ModelSlot(catalog[name])
+            if was_loaded:
+                self._start_load(self._slots[name])
+        if added or removed or changed:
+            log.info("models dir reloaded: added %s, changed %s, removed %s", added, changed, removed)
+
+    async def _drain(self, name: str, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) until no request holds the model and nothing is queued for it."""
+        deadline = time.monotonic() + timeout_s
+        while (self._residency.is_held(name) or self._busy(name)) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+    async def close(self) -> None:
+        """Stop intake, fail queued work, unload models, stop the device thread; the loop only awaits.
+
+        Models are closed on the device thread, where they were loaded and ran (freeing device memory
+        and collecting their objects takes a while)."""
+        self._closed = True
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await asyncio.gather(self._watcher, return_exceptions=True)
+        for loras in self._loras.values():
+            loras.close()
+        await asyncio.gather(*(w.close() for w in self._workers.values()))
+        loop = asyncio.get_running_loop()
+        for slot in self._slots.values():
+            if slot.task is not None and not slot.task.done():
+                slot.task.cancel()
+            if slot.model is not None:
+                adapter, slot.model = slot.model.adapter, None
+                await loop.run_in_executor(self.device_executor, adapter.close)
+        await asyncio.to_thread(self.device_executor.shutdown, wait=True, cancel_futures=True)
