@@ -15,6 +15,7 @@ from sie.engine.error_rules import ERROR_TABLE, UNEXPECTED
 from sie.server.api import encode, openai_compat, score_extract
 from sie.server.api.native import PostRoute
 from sie.server.app import create_app
+from sie.server.errors import http_of
 from sie.settings import Settings
 
 ROUTES = (*encode.ROUTES, *score_extract.ROUTES, *openai_compat.ROUTES)
@@ -34,7 +35,7 @@ def _op(document: dict, route: PostRoute) -> dict:
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.path)
 def test_every_rule_is_documented_in_the_routes_envelope(document, route: PostRoute) -> None:
     responses = _op(document, route)["responses"]
-    statuses = {r.openai.status if route.openai_errors else r.status for r in RULES}
+    statuses = {http_of(r).openai.status if route.openai_errors else http_of(r).status for r in RULES}
     assert set(responses) == {"200", *map(str, statuses)}
     envelope = "OpenAIErrorResponse" if route.openai_errors else "ErrorResponse"
     for status in statuses:
@@ -44,10 +45,10 @@ def test_every_rule_is_documented_in_the_routes_envelope(document, route: PostRo
 def test_native_codes_and_retry_after_follow_the_table(document) -> None:
     responses = _op(document, encode.ROUTES[0])["responses"]
     for rule in RULES:
-        answer = responses[str(rule.status)]
+        answer = responses[str(http_of(rule).status)]
         codes = answer["content"]["application/json"]["schema"]["properties"]["detail"]["properties"]
         assert rule.code.value in codes["code"]["enum"]
-        if rule.retry_after:
+        if rule.retry_after_s:
             assert "Retry-After" in answer["headers"]
 
 

@@ -1,13 +1,16 @@
-"""The one table from the engine's exceptions to what a caller is told: status, wire code, Retry-After.
+"""The one table from the engine's exceptions to what a caller is told: the wire code, whether retrying
+can help, and after how long.
 
-It sits below every front end. The HTTP routes render a rule as the native ``{"detail": ...}`` body or,
-on ``/v1/embeddings``, as OpenAI's ``{"error": ...}`` body (with the OpenAI code and status the public
-server uses there); a queue worker will put the same code into its replies.
+Every front end renders from it. The HTTP server maps each code to a status and OpenAI's code there
+(``server.errors``) and sends ``retry_after_s`` as ``Retry-After``; a queue consumer reads ``queue``:
+answer the work item with the error and acknowledge it, or leave it for redelivery after
+``retry_after_s`` (a NAK with that delay). Nothing here knows HTTP.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Final
 
 from sie.engine.errors import (
@@ -28,45 +31,38 @@ from sie.wire.errors import ErrorCode
 OOM_RETRY_AFTER_S: Final = 5  # the public server's default
 
 
-@dataclass(frozen=True)
-class OpenAIRule:
-    status: int
-    code: str
-    type: str = "server_error"
+class QueueAction(StrEnum):
+    """What a queue consumer does with a work item that raised."""
+
+    ANSWER = "answer"  # the request is wrong: reply with the error and ack (a retry cannot help)
+    RETRY = "retry"  # transient: no reply; NAK so it is redelivered after ``retry_after_s``
+    GIVE_UP = "give_up"  # the server failed it: reply with the error and ack (as the public worker does)
 
 
 @dataclass(frozen=True)
 class ErrorRule:
-    status: int
     code: ErrorCode
-    openai: OpenAIRule
-    retry_after: str | None = None
+    queue: QueueAction
+    retry_after_s: int | None = None  # when retrying makes sense: how long to wait first
 
 
-_BAD_REQUEST: Final = OpenAIRule(400, "invalid_request", "invalid_request_error")
-_UNAVAILABLE: Final = OpenAIRule(503, "model_not_available")
+_ANSWER: Final = QueueAction.ANSWER
 
 ERROR_TABLE: Final[dict[type[Exception], ErrorRule]] = {
-    WireDecodeError: ErrorRule(400, ErrorCode.INVALID_INPUT, _BAD_REQUEST),
-    InvalidInput: ErrorRule(400, ErrorCode.INVALID_INPUT, _BAD_REQUEST),
-    ModelNotFound: ErrorRule(
-        404, ErrorCode.MODEL_NOT_FOUND, OpenAIRule(404, "model_not_found", "invalid_request_error")
-    ),
-    PayloadTooLarge: ErrorRule(
-        413, ErrorCode.PAYLOAD_TOO_LARGE, OpenAIRule(413, "payload_too_large", "invalid_request_error")
-    ),
-    ModelLoadFailed: ErrorRule(502, ErrorCode.MODEL_LOAD_FAILED, _UNAVAILABLE),
-    ModelLoading: ErrorRule(503, ErrorCode.MODEL_LOADING, _UNAVAILABLE, "5"),
-    LoraLoading: ErrorRule(503, ErrorCode.LORA_LOADING, _UNAVAILABLE, "1"),
-    Overloaded: ErrorRule(503, ErrorCode.QUEUE_FULL, OpenAIRule(503, "server_overloaded"), "1"),
-    EngineClosed: ErrorRule(503, ErrorCode.MODEL_NOT_LOADED, _UNAVAILABLE, "5"),
-    InferenceFailed: ErrorRule(500, ErrorCode.INFERENCE_ERROR, OpenAIRule(500, "inference_error")),
-    ResourceExhausted: ErrorRule(
-        503, ErrorCode.RESOURCE_EXHAUSTED, OpenAIRule(503, "server_overloaded"), str(OOM_RETRY_AFTER_S)
-    ),
+    WireDecodeError: ErrorRule(ErrorCode.INVALID_INPUT, _ANSWER),
+    InvalidInput: ErrorRule(ErrorCode.INVALID_INPUT, _ANSWER),
+    ModelNotFound: ErrorRule(ErrorCode.MODEL_NOT_FOUND, _ANSWER),
+    PayloadTooLarge: ErrorRule(ErrorCode.PAYLOAD_TOO_LARGE, _ANSWER),
+    ModelLoadFailed: ErrorRule(ErrorCode.MODEL_LOAD_FAILED, QueueAction.GIVE_UP),
+    ModelLoading: ErrorRule(ErrorCode.MODEL_LOADING, QueueAction.RETRY, 5),
+    LoraLoading: ErrorRule(ErrorCode.LORA_LOADING, QueueAction.RETRY, 1),
+    Overloaded: ErrorRule(ErrorCode.QUEUE_FULL, QueueAction.RETRY, 1),
+    EngineClosed: ErrorRule(ErrorCode.MODEL_NOT_LOADED, QueueAction.RETRY, 5),
+    InferenceFailed: ErrorRule(ErrorCode.INFERENCE_ERROR, QueueAction.GIVE_UP),
+    ResourceExhausted: ErrorRule(ErrorCode.RESOURCE_EXHAUSTED, QueueAction.RETRY, OOM_RETRY_AFTER_S),
 }
 
-UNEXPECTED: Final = ErrorRule(500, ErrorCode.INTERNAL_ERROR, OpenAIRule(500, "internal_error"))
+UNEXPECTED: Final = ErrorRule(ErrorCode.INTERNAL_ERROR, QueueAction.GIVE_UP)
 """What an exception outside the table becomes (its text stays in the log): kept beside the table so
 ``/openapi.json``, which documents every rule, documents this one too."""
 

@@ -1,29 +1,23 @@
 """The composition root of the standalone server: settings in, a ready ASGI app out.
 
-Start order: catalog (fails fast on a bad YAML) → metrics → engine → preload → serve. Shutdown
-(``server.graceful``): SIGTERM → not ready, new requests refused → drain the requests in flight →
-close the listener → close the engine (fail whatever is still queued, unload models).
+Start order: catalog (fails fast on a bad YAML) → the engine's runtime (``engine.runtime``: engine,
+preload, hot reload) → serve. Shutdown (``server.graceful``): SIGTERM → not ready, new requests refused
+→ drain the requests in flight → close the listener → stop the runtime (fail whatever is still queued,
+unload models).
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
 
 from sie import __version__
-from sie.engine.build import build_catalog, build_engine
 from sie.engine.bundles import DEFAULT_BUNDLE, Bundle, load_bundle
-from sie.engine.catalog import Catalog
-from sie.engine.engine import Engine
-from sie.engine.hot_reload import watch_models_dir
-from sie.observability.metrics import Metrics
+from sie.engine.runtime import EngineRuntime
 from sie.server import openapi_docs
 from sie.server.api import encode, health, models, openai_compat, rerank, score_extract, ws
 from sie.server.errors import HANDLED, handle_native_error
@@ -32,7 +26,6 @@ from sie.server.middleware import BodyLimit, IdentityHeaders, SdkVersionSkew
 from sie.server.request_metrics import RequestMetrics
 from sie.server.status import CatalogHash, WorkerIdentity
 from sie.settings import Settings
-from sie.weights.remote_fs import is_remote
 
 
 def worker_identity(settings: Settings) -> WorkerIdentity:
@@ -58,48 +51,21 @@ def create_app(settings: Settings) -> FastAPI:
     # The tokenizer pool already runs tokenization beside the forward pass; the Rust tokenizer's own
     # per-call thread pool would add one thread per core on top and fight the forward for the cores.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    catalog, preload = build_catalog(settings)
-    metrics = Metrics()
+    runtime = EngineRuntime(settings)  # parses the catalogue: a bad YAML stops startup here
+    metrics = runtime.metrics
     lifecycle = Lifecycle(settings.drain_timeout_s, settings.drain_min_s)
     identity = worker_identity(settings)
-    bundle = load_bundle(settings.bundle, settings.bundles_dir) if settings.bundle else None
-
-    async def apply_reloaded(reloaded: Catalog, engine: Engine) -> None:
-        """Hot reload serves the same bundle's models as startup did."""
-        await engine.apply_catalog(bundle.select(reloaded) if bundle is not None else reloaded)
-
     metrics.in_flight.set_function(lambda: lifecycle.in_flight)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[dict[str, Any]]:
-        engine = build_engine(settings, catalog, metrics)
-        engine.start()
+        engine = await runtime.start()
         lifecycle.on_overdue = engine.close
-        await engine.preload(preload)
-        local_dir = None if is_remote(settings.models_dir) else Path(settings.models_dir).expanduser()
-        reload_task = (
-            asyncio.create_task(
-                watch_models_dir(
-                    local_dir,
-                    settings.filter_list() or None,
-                    partial(apply_reloaded, engine=engine),
-                )
-            )
-            if settings.hot_reload and local_dir is not None and local_dir.is_dir()
-            else None
-        )
         try:
-            yield {
-                "engine": engine,
-                "metrics": metrics,
-                "lifecycle": lifecycle,
-                "status_identity": identity,
-            }
+            yield {"engine": engine, "metrics": metrics, "lifecycle": lifecycle, "status_identity": identity}
         finally:
             lifecycle.draining = True
-            if reload_task is not None:
-                reload_task.cancel()
-            await engine.close()
+            await runtime.stop()
 
     app = FastAPI(
         title="SIE Server",
@@ -122,6 +88,6 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(Draining, lifecycle=lifecycle, openai_routes=tuple(openai_routes))
     app.add_middleware(IdentityHeaders)
     app.state.lifecycle = lifecycle  # the server's SIGTERM handling drives the same object
-    example = preload[0] if preload else next(iter(catalog.names()), None)
+    example = runtime.preload[0] if runtime.preload else next(iter(runtime.catalog.names()), None)
     openapi_docs.install(app, __version__, inference, models.STRUCTS, example)
     return app

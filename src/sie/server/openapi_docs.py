@@ -28,7 +28,7 @@ from fastapi.openapi.utils import get_openapi
 
 from sie.engine.error_rules import ERROR_TABLE, UNEXPECTED, ErrorRule
 from sie.server.api.native import PostRoute
-from sie.server.errors import openai_retry_after
+from sie.server.errors import http_of, openai_retry_after
 from sie.wire.codec import JSON, MSGPACK
 from sie.wire.errors import ErrorCode
 
@@ -94,12 +94,13 @@ def error_responses(rules: Iterable[ErrorRule], *, openai: bool = False) -> dict
     """
     by_status: dict[int, list[ErrorRule]] = {}
     for rule in rules:
-        by_status.setdefault(rule.openai.status if openai else rule.status, []).append(rule)
+        http = http_of(rule)
+        by_status.setdefault(http.openai.status if openai else http.status, []).append(rule)
     responses: dict[int | str, Any] = {}
     for status in sorted(by_status):
         group = by_status[status]
         if openai:
-            codes = list(dict.fromkeys(r.openai.code for r in group))
+            codes = list(dict.fromkeys(http_of(r).openai.code for r in group))
             schema: dict[str, Any] = _ref(OPENAI_ERROR)
             retry = openai_retry_after(status) is not None
         else:
@@ -108,7 +109,7 @@ def error_responses(rules: Iterable[ErrorRule], *, openai: bool = False) -> dict
                 "allOf": [_ref(NATIVE_ERROR)],
                 "properties": {"detail": {"properties": {"code": {"enum": codes}}}},
             }
-            retry = any(r.retry_after for r in group)
+            retry = any(r.retry_after_s for r in group)
         answer: dict[str, Any] = {
             "description": f"{HTTPStatus(status).phrase}: {', '.join(codes)}"
             + (" (with Retry-After)" if retry else ""),

@@ -1,4 +1,4 @@
-"""The ``/ws/status`` message: the public worker status (``sie_sdk.types.WorkerStatusMessage``) built
+"""The ``/ws/status`` message (``wire.status.WorkerStatus``, the public ``WorkerStatusMessage``) built
 from the engine's slots, the drain state and the metrics registry.
 
 A gateway reads ``ready``, ``machine_profile``, ``bundle``, ``bundle_config_hash``, ``loaded_models``
@@ -13,7 +13,6 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -24,6 +23,7 @@ from sie.engine.loader import ModelState
 from sie.observability.gpus import gpu_metrics
 from sie.server.api.models import model_info
 from sie.server.lifecycle import Lifecycle
+from sie.wire.status import GpuStatus, ModelConfigStatus, ModelStatus, ServerInfo, WorkerStatus
 
 
 class CatalogHash:
@@ -63,33 +63,32 @@ def _user() -> str:
         return str(os.getuid())
 
 
-def _models(engine: Engine) -> list[dict[str, Any]]:
-    models: list[dict[str, Any]] = []
+def _models(engine: Engine) -> list[ModelStatus]:
+    models: list[ModelStatus] = []
     for slot in engine.slots():
         info = model_info(slot)
-        model = slot.model
-        loaded = slot.state is ModelState.LOADED and model is not None
+        model = slot.model if slot.state is ModelState.LOADED else None
         depth = engine.queue_depth(info.name)
         config = slot.entry.config
         models.append(
-            {
-                "name": info.name,
-                "state": info.state,
-                "device": model.device if loaded and model is not None else None,
-                "memory_bytes": model.memory_bytes if loaded and model is not None else 0,
-                "config": {
-                    "hf_id": config.hf_id,
-                    "adapter": slot.entry.profile.adapter_path,
-                    "inputs": info.inputs,
-                    "outputs": info.outputs,
-                    "dims": info.dims or None,
-                    "max_sequence_length": info.max_sequence_length,
-                },
-                "queue_depth": depth,
-                "queue_pending_items": depth,
-            }
+            ModelStatus(
+                name=info.name,
+                state=info.state,
+                device=model.device if model is not None else None,
+                memory_bytes=model.memory_bytes if model is not None else 0,
+                config=ModelConfigStatus(
+                    hf_id=config.hf_id,
+                    adapter=slot.entry.profile.adapter_path,
+                    inputs=info.inputs,
+                    outputs=info.outputs,
+                    dims=info.dims or None,
+                    max_sequence_length=info.max_sequence_length,
+                ),
+                queue_depth=depth,
+                queue_pending_items=depth,
+            )
         )
-    models.sort(key=lambda m: m["memory_bytes"], reverse=True)  # like top: the biggest first
+    models.sort(key=lambda m: m.memory_bytes, reverse=True)  # like top: the biggest first
     return models
 
 
@@ -111,34 +110,34 @@ def _samples(registry: CollectorRegistry) -> tuple[dict[str, float], dict[str, d
 
 def status_message(
     engine: Engine, identity: WorkerIdentity, lifecycle: Lifecycle, registry: CollectorRegistry
-) -> dict[str, Any]:
-    gpus = gpu_metrics(identity.memory_threshold_pct)
+) -> WorkerStatus:
+    gpus = [GpuStatus(**gpu) for gpu in gpu_metrics(identity.memory_threshold_pct)]
     models = _models(engine)
     counters, histograms = _samples(registry)
     machine_profile = identity.machine_profile
     if machine_profile is None:
-        machine_profile = gpus[0]["gpu_type"] if gpus else ""
-    return {
-        "timestamp": time.time(),
-        "ready": not lifecycle.draining,
-        "name": identity.name,
-        "machine_profile": machine_profile,
-        "pool_name": identity.pool_name,
-        "gpu_count": len(gpus),
-        "bundle": identity.bundle,
-        "bundle_config_hash": identity.config_hash(engine.catalog),
-        "loaded_models": [m["name"] for m in models if m["state"] == ModelState.LOADED.value],
-        "max_batch_requests": identity.max_batch_requests,
-        "saturated": False,
-        "server": {
-            "version": identity.version,
-            "uptime_seconds": int(time.time() - lifecycle.started_at),
-            "user": _user(),
-            "working_dir": str(Path.cwd()),
-            "pid": os.getpid(),
-        },
-        "gpus": gpus,
-        "models": models,
-        "counters": counters,
-        "histograms": histograms,
-    }
+        machine_profile = gpus[0].gpu_type if gpus else ""
+    return WorkerStatus(
+        timestamp=time.time(),
+        ready=not lifecycle.draining,
+        name=identity.name,
+        machine_profile=machine_profile,
+        pool_name=identity.pool_name,
+        gpu_count=len(gpus),
+        bundle=identity.bundle,
+        bundle_config_hash=identity.config_hash(engine.catalog),
+        loaded_models=[m.name for m in models if m.state == ModelState.LOADED.value],
+        max_batch_requests=identity.max_batch_requests,
+        saturated=False,
+        server=ServerInfo(
+            version=identity.version,
+            uptime_seconds=int(time.time() - lifecycle.started_at),
+            user=_user(),
+            working_dir=str(Path.cwd()),
+            pid=os.getpid(),
+        ),
+        gpus=gpus,
+        models=models,
+        counters=counters,
+        histograms=histograms,
+    )
