@@ -171,7 +171,11 @@ class ModelWorker:
             self._wakeup.set()  # the slot is free again: the former may prepare the next batch
             live = [e for e in batch if not e.payload.future.done()]
             if live:
-                await self._run(loop, live)
+                try:
+                    await self._run(loop, live)
+                except BaseException:  # cancelled by close, or the loop itself broke: none may hang
+                    self._fail(live, self._ended())
+                    raise
                 if self._after_batch is not None:
                     done = loop.run_in_executor(self._executor, self._after_batch)
                     done.add_done_callback(partial(self._log_housekeeping_failure, "after-batch"))
@@ -207,9 +211,7 @@ class ModelWorker:
                 log.exception("forward pass failed for model %s", self.name)
                 error = InferenceFailed(f"Inference failed for model '{self.name}': {type(exc).__name__}")
                 error.__cause__ = exc
-            for entry in batch:
-                if not entry.payload.future.done():
-                    entry.payload.future.set_exception(error)
+            self._fail(batch, error)
             return
         for entry, item in zip(batch, outputs, strict=True):
             work = entry.payload
@@ -243,6 +245,18 @@ class ModelWorker:
             )
             return await loop.run_in_executor(self._executor, self._run_split, prepared, groups)
 
+    def _ended(self) -> Exception:
+        """What the items of a loop that ended are told."""
+        if self._closed:
+            return EngineClosed(f"Model '{self.name}' is shutting down")
+        return InferenceFailed(f"Model '{self.name}' worker stopped")
+
+    @staticmethod
+    def _fail(batch: list[Entry[Work]], error: Exception) -> None:
+        for entry in batch:
+            if not entry.payload.future.done():
+                entry.payload.future.set_exception(error)
+
     def _on_task_done(self, task: asyncio.Task[None]) -> None:
         """A loop that ends before ``close`` leaves nothing to run queued work: fail it, and refuse
         new work from then on instead of queueing it forever."""
@@ -256,13 +270,9 @@ class ModelWorker:
 
     def _fail_all(self, error: Exception) -> None:
         while (batch := self._batcher.next_batch(self._clock(), flush=True)) is not None:
-            for entry in batch:
-                if not entry.payload.future.done():
-                    entry.payload.future.set_exception(error)
+            self._fail(batch, error)
         while not self._ready.empty():
-            for entry in self._ready.get_nowait():
-                if not entry.payload.future.done():
-                    entry.payload.future.set_exception(error)
+            self._fail(self._ready.get_nowait(), error)
 
     async def close(self) -> None:
         """Stop intake, cancel the loops, and fail whatever is still queued."""

@@ -24,7 +24,7 @@ class Metrics:
         )
         self.request_duration = Histogram(
             "sie_request_duration_seconds",
-            "Request latency by phase (total, queue, tokenize, inference).",
+            "Request latency by phase: total (the front end), queue, tokenize, inference, postprocess (the engine).",
             ["model", "endpoint", "phase"],
             buckets=_LATENCY_BUCKETS,
             registry=r,

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Final
 
-from sie.adapters.base import Forward, ModelInput
+import numpy as np
+
+from sie.adapters.base import Forward, ItemOutputs, ModelInput
 from sie.core.options import Capability, OutputDType
 from sie.engine.encode_plan import plan_encode
 from sie.engine.errors import InvalidInput
 from sie.engine.ops.parts import Answer, Parts, check_outputs
-from sie.engine.results import encode_result
 from sie.engine.runner import BatchGroup
 from sie.postprocess.outputs import Postprocess
+from sie.postprocess.quantize import wire_dtype_name
 from sie.wire.requests import EncodeRequest
-from sie.wire.responses import EncodeResponse
+from sie.wire.responses import DenseVector, EncodeResponse, EncodeResult, MultiVector, SparseVector
 
 # Sparse weights are not quantised to integers: their scale carries the ranking across documents.
 SPARSE_DTYPES: Final = frozenset({OutputDType.FLOAT32, OutputDType.FLOAT16})
@@ -59,3 +62,23 @@ async def encode(
     timing = inference.timing(started, postprocessed=plan.output_dtype is not OutputDType.FLOAT32)
     parts.observe(model, "encode", timing)
     return Answer(EncodeResponse(model=name, items=results, timing=timing), timing, inference.tokens)
+
+
+def encode_result(
+    item_id: str | None, outputs: ItemOutputs, dtype: OutputDType, dims: Mapping[Capability, int]
+) -> EncodeResult:
+    """``dims`` are the sizes before quantisation (a packed binary vector still reports its width)."""
+    name = wire_dtype_name(dtype)
+    result = EncodeResult(id=item_id)
+    if outputs.dense is not None:
+        result.dense = DenseVector(dims[Capability.DENSE], name, outputs.dense)
+    if outputs.sparse is not None:
+        values = outputs.sparse.values
+        sparse_dtype = "float16" if values.dtype == np.float16 else "float32"
+        result.sparse = SparseVector(
+            dims.get(Capability.SPARSE), sparse_dtype, outputs.sparse.indices, values
+        )
+    if outputs.multivector is not None:
+        vectors = outputs.multivector
+        result.multivector = MultiVector(dims[Capability.MULTIVECTOR], int(vectors.shape[0]), name, vectors)
+    return result

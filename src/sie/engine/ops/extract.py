@@ -8,15 +8,15 @@ import time
 from typing import Final
 
 from sie.adapters.base import Forward, ModelInput, Task
+from sie.core.extraction import Extraction
 from sie.core.options import Capability
 from sie.engine.errors import InvalidInput
 from sie.engine.inputs import image_of, text_of
-from sie.engine.ops.parts import Answer, Parts, check_outputs, lora_option, overlay
-from sie.engine.results import extract_result, item_id
+from sie.engine.ops.parts import Answer, Parts, check_outputs, item_id, lora_option, overlay
 from sie.engine.runner import BatchGroup
 from sie.postprocess.outputs import Postprocess
 from sie.wire.requests import ExtractParams, ExtractRequest
-from sie.wire.responses import ExtractResponse, Usage
+from sie.wire.responses import ExtractResponse, ExtractResult, Usage
 
 # Request options the engine itself reads; the rest of an extract request's options go to the adapter.
 ENGINE_OPTIONS: Final = frozenset({"profile", "lora_id"})
@@ -61,3 +61,10 @@ async def extract(
     timing = inference.timing(started, postprocessed=False)
     parts.observe(model, "extract", timing)
     return Answer(ExtractResponse(name, results, Usage(inference.tokens)), timing, inference.tokens)
+
+
+def extract_result(item_id: str, extraction: Extraction | None) -> ExtractResult:
+    found = extraction or Extraction()
+    return ExtractResult(
+        item_id, found.entities, found.relations, found.classifications, found.objects, found.data
+    )

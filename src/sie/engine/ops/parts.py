@@ -82,3 +82,8 @@ def check_outputs(held: Held, needed: frozenset[Capability]) -> None:
             f"Model '{held.name}' does not support output types: {sorted(c.value for c in missing)}. "
             f"Supported: {sorted(c.value for c in have)}"
         )
+
+
+def item_id(given: str | None, index: int) -> str:
+    """Score and extract name an item without an id by its position, as the public server does."""
+    return given if given is not None else f"item-{index}"

@@ -15,15 +15,14 @@ from sie.core.options import Capability, OutputType
 from sie.engine.encode_plan import plan_encode
 from sie.engine.errors import InvalidInput
 from sie.engine.infer import Inference
-from sie.engine.ops.parts import Answer, Parts, check_outputs, lora_option, overlay
+from sie.engine.ops.parts import Answer, Parts, check_outputs, item_id, lora_option, overlay
 from sie.engine.registry import Held
-from sie.engine.results import item_id, ranked
 from sie.engine.runner import BatchGroup
 from sie.engine.score_plan import ScorePlan, plan_score
 from sie.postprocess.outputs import Postprocess
 from sie.postprocess.similarity import cosine, maxsim, sparse_dot
 from sie.wire.requests import EncodeParams, ScoreRequest
-from sie.wire.responses import ScoreResponse, Usage
+from sie.wire.responses import ScoreEntry, ScoreResponse, Usage
 
 T = TypeVar("T")
 
@@ -115,3 +114,9 @@ def _present(value: T | None) -> T:
     if value is None:
         raise AssertionError("a document came back without the output its score needs")
     return value
+
+
+def ranked(item_ids: list[str], scores: np.ndarray) -> list[ScoreEntry]:
+    """Best first; equal scores keep the request's order."""
+    order = np.argsort(-scores, kind="stable")
+    return [ScoreEntry(item_ids[i], float(scores[i]), rank) for rank, i in enumerate(order)]

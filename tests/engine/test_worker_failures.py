@@ -1,0 +1,150 @@
+"""The worker's failure semantics on a fake batch runner: no torch, no model, no sleeps on the wall
+clock. Every item is answered exactly once, whatever breaks."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pytest
+
+from sie.adapters.base import ItemOutputs, Prepared
+from sie.engine.batcher import BatchLimits
+from sie.engine.errors import EngineClosed, InferenceFailed, OutOfMemory, ResourceExhausted
+from sie.engine.worker import ModelWorker
+
+LIMITS = BatchLimits(max_tokens=1000, max_items=4, max_wait_s=0.0)
+GROUP = "group"
+
+
+def items(*lengths: int) -> list[Prepared]:
+    return [Prepared(np.arange(n)) for n in lengths]
+
+
+class FakeRunner:
+    """Answers each item with its length as a score; ``fail`` lists what each call raises first."""
+
+    def __init__(self, *fail: BaseException) -> None:
+        self.fail = list(fail)
+        self.batches: list[list[int]] = []
+
+    def __call__(
+        self, batch: list[Prepared], groups: Sequence[Any]
+    ) -> tuple[list[ItemOutputs], float, float]:
+        self.batches.append([p.cost for p in batch])
+        if self.fail:
+            raise self.fail.pop(0)
+        return [ItemOutputs(score=float(p.cost)) for p in batch], 0.001, 0.0
+
+
+@pytest.fixture
+async def executor() -> AsyncIterator[ThreadPoolExecutor]:
+    pool = ThreadPoolExecutor(1)
+    yield pool
+    pool.shutdown(wait=True)
+
+
+def worker(runner: FakeRunner, executor: ThreadPoolExecutor, **kwargs: Any) -> ModelWorker:
+    built = ModelWorker("m", runner, LIMITS, executor, 64, **kwargs)
+    built.start()
+    return built
+
+
+async def test_a_failing_forward_fails_its_batch_only(executor):
+    runner = FakeRunner(RuntimeError("boom"))
+    w = worker(runner, executor)
+    first = w.submit(items(3, 4), GROUP)
+    results = await asyncio.gather(*first, return_exceptions=True)
+    assert all(isinstance(r, InferenceFailed) and isinstance(r.__cause__, RuntimeError) for r in results)
+    second = await asyncio.gather(*w.submit(items(5), GROUP))
+    assert [r.outputs.score for r in second] == [5.0]
+    assert w.pending_items == 0
+    await w.close()
+
+
+async def test_out_of_memory_evicts_then_retries_then_splits(executor):
+    evictions: list[bool] = []
+
+    async def on_oom() -> bool:
+        evictions.append(True)
+        return len(evictions) == 1  # one model could be evicted, the second time none
+
+    runner = FakeRunner(OutOfMemory("x"))  # the first run fails; the retry after the eviction works
+    w = worker(runner, executor, on_oom=on_oom, run_split=runner)
+    assert [r.outputs.score for r in await asyncio.gather(*w.submit(items(2, 3), GROUP))] == [2.0, 3.0]
+    assert evictions == [True] and len(runner.batches) == 2
+
+    split = FakeRunner()
+    runner.fail = [OutOfMemory("x")]
+    w2 = worker(runner, executor, on_oom=on_oom, run_split=split)
+    assert [r.outputs.score for r in await asyncio.gather(*w2.submit(items(2, 3), GROUP))] == [2.0, 3.0]
+    assert split.batches == [[2, 3]]  # nothing left to evict: the batch ran split
+
+    runner.fail = [OutOfMemory("x")]
+    w3 = worker(runner, executor)  # no eviction, no split: the caller is told to come back later
+    (outcome,) = await asyncio.gather(*w3.submit(items(2), GROUP), return_exceptions=True)
+    assert isinstance(outcome, ResourceExhausted)
+    for one in (w, w2, w3):
+        await one.close()
+
+
+class Fatal(BaseException):
+    """Not an ``Exception``: it ends the run loop itself, as a bug in the loop would."""
+
+
+async def test_a_dead_loop_fails_its_batch_and_what_is_queued_and_refuses_new_work(executor):
+    started, release = asyncio.Event(), asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    class Dying(FakeRunner):
+        def __call__(self, batch, groups):  # type: ignore[no-untyped-def]
+            loop.call_soon_threadsafe(started.set)
+            asyncio.run_coroutine_threadsafe(release.wait(), loop).result()
+            raise Fatal()
+
+    w = worker(Dying(), executor)
+    running = w.submit(items(1), GROUP)
+    await started.wait()
+    queued = w.submit(items(2), GROUP)
+    release.set()
+    outcomes = await asyncio.gather(*running, *queued, return_exceptions=True)
+    assert all(isinstance(o, InferenceFailed) and "worker stopped" in str(o) for o in outcomes), outcomes
+    with pytest.raises(InferenceFailed, match="worker stopped"):
+        w.submit(items(1), GROUP)
+    await w.close()
+
+
+async def test_close_fails_the_running_batch_and_queued_work_with_engine_closed(executor):
+    started, release = asyncio.Event(), asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    class Busy(FakeRunner):
+        def __call__(self, batch, groups):  # type: ignore[no-untyped-def]
+            loop.call_soon_threadsafe(started.set)
+            asyncio.run_coroutine_threadsafe(release.wait(), loop).result()
+            return super().__call__(batch, groups)
+
+    w = worker(Busy(), executor)
+    running = w.submit(items(1), GROUP)
+    await started.wait()  # the device is busy with the first batch
+    queued = w.submit(items(2), GROUP)
+    await w.close()
+    release.set()
+    outcomes = await asyncio.gather(*running, *queued, return_exceptions=True)
+    assert all(isinstance(o, EngineClosed) for o in outcomes), outcomes
+    with pytest.raises(EngineClosed):
+        w.submit(items(1), GROUP)
+
+
+async def test_a_cancelled_caller_is_skipped_not_run(executor):
+    runner = FakeRunner()
+    w = worker(runner, executor)
+    futures = w.submit(items(7, 8), GROUP)
+    futures[0].cancel()
+    assert (await futures[1]).outputs.score == 8.0
+    assert [7] not in runner.batches and all(7 not in b for b in runner.batches)
+    assert w.pending_items == 0
+    await w.close()
