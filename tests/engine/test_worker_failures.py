@@ -4,6 +4,7 @@ clock. Every item is answered exactly once, whatever breaks."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -95,21 +96,33 @@ class Fatal(BaseException):
     """Not an ``Exception``: it ends the run loop itself, as a bug in the loop would."""
 
 
+class Blocking(FakeRunner):
+    """Holds the device thread until ``release`` is set, then answers, or raises ``then``."""
+
+    def __init__(self, then: BaseException | None = None) -> None:
+        super().__init__()
+        self.loop = asyncio.get_running_loop()
+        self.started = asyncio.Event()
+        self.release = threading.Event()  # waited on by the device thread, whatever the loop does
+        self.then = then
+
+    def __call__(
+        self, batch: list[Prepared], groups: Sequence[Any]
+    ) -> tuple[list[ItemOutputs], float, float]:
+        self.loop.call_soon_threadsafe(self.started.set)
+        self.release.wait(timeout=10)
+        if self.then is not None:
+            raise self.then
+        return super().__call__(batch, groups)
+
+
 async def test_a_dead_loop_fails_its_batch_and_what_is_queued_and_refuses_new_work(executor):
-    started, release = asyncio.Event(), asyncio.Event()
-    loop = asyncio.get_running_loop()
-
-    class Dying(FakeRunner):
-        def __call__(self, batch, groups):  # type: ignore[no-untyped-def]
-            loop.call_soon_threadsafe(started.set)
-            asyncio.run_coroutine_threadsafe(release.wait(), loop).result()
-            raise Fatal()
-
-    w = worker(Dying(), executor)
+    runner = Blocking(then=Fatal())
+    w = worker(runner, executor)
     running = w.submit(items(1), GROUP)
-    await started.wait()
+    await runner.started.wait()
     queued = w.submit(items(2), GROUP)
-    release.set()
+    runner.release.set()
     outcomes = await asyncio.gather(*running, *queued, return_exceptions=True)
     assert all(isinstance(o, InferenceFailed) and "worker stopped" in str(o) for o in outcomes), outcomes
     with pytest.raises(InferenceFailed, match="worker stopped"):
@@ -118,21 +131,13 @@ async def test_a_dead_loop_fails_its_batch_and_what_is_queued_and_refuses_new_wo
 
 
 async def test_close_fails_the_running_batch_and_queued_work_with_engine_closed(executor):
-    started, release = asyncio.Event(), asyncio.Event()
-    loop = asyncio.get_running_loop()
-
-    class Busy(FakeRunner):
-        def __call__(self, batch, groups):  # type: ignore[no-untyped-def]
-            loop.call_soon_threadsafe(started.set)
-            asyncio.run_coroutine_threadsafe(release.wait(), loop).result()
-            return super().__call__(batch, groups)
-
-    w = worker(Busy(), executor)
+    runner = Blocking()
+    w = worker(runner, executor)
     running = w.submit(items(1), GROUP)
-    await started.wait()  # the device is busy with the first batch
+    await runner.started.wait()  # the device is busy with the first batch
     queued = w.submit(items(2), GROUP)
     await w.close()
-    release.set()
+    runner.release.set()
     outcomes = await asyncio.gather(*running, *queued, return_exceptions=True)
     assert all(isinstance(o, EngineClosed) for o in outcomes), outcomes
     with pytest.raises(EngineClosed):
