@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from sie.postprocess.muvera import Muvera, MuveraConfig, gray_code_rank
+from sie.core.options import Capability
+from sie.postprocess.muvera import Muvera, MuveraConfig, MuveraStage, gray_code_rank
 
 TOKEN_DIM = 16
 SIGNS = np.array([-1.0, 1.0], dtype=np.float32)
@@ -293,3 +294,15 @@ def test_config_is_frozen_and_token_dim_checked():
         Muvera(config, 0)
     with pytest.raises(ValueError, match="at most 16777216"):
         Muvera(MuveraConfig(num_repetitions=100_000), 128)
+
+
+def test_the_stage_declares_what_it_consumes_and_produces():
+    config = {"num_repetitions": 2, "num_simhash_projections": 2, "final_projection_dim": None}
+    stage = MuveraStage.of(TOKEN_DIM, {"muvera_config": config})
+    assert stage.dims == 2 * 4 * TOKEN_DIM
+    asked = frozenset({Capability.DENSE, Capability.SPARSE})
+    assert stage.computed(asked) == {Capability.MULTIVECTOR, Capability.SPARSE}
+    bags = [random_bag(1, 3), random_bag(2, 5)]
+    np.testing.assert_array_equal(stage(bags, True), stage.encoder.encode_batch(bags, is_query=True))
+    with pytest.raises(ValueError, match="unknown key"):
+        MuveraStage.of(TOKEN_DIM, {"muvera_config": {"repetitions": 2}})

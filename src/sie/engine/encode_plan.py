@@ -16,6 +16,7 @@ from sie.adapters.base import Adapter, ModelInput
 from sie.core.options import OutputDType, OutputType, Pooling
 from sie.engine.errors import InvalidInput
 from sie.engine.inputs import image_of, text_of
+from sie.postprocess.muvera import MuveraStage
 from sie.wire.requests import EncodeParams, Item
 
 
@@ -90,8 +91,8 @@ def plan_encode(
         raise InvalidInput(str(exc)) from None
     instruction = params.instruction or _typed(options, "instruction", str, None)
     muvera = options.get("muvera") is not None
-    if muvera:
-        supported = supported | {OutputType.DENSE.value}
+    if muvera:  # the model's MuveraStage produces the dense output
+        supported = supported | {MuveraStage.PRODUCES.value}
     return EncodePlan(
         output_types=_output_types(model, raw_types, supported),
         output_dtype=output_dtype,

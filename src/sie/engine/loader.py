@@ -17,8 +17,6 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-import numpy as np
-
 from sie.adapters.base import Adapter, Forward, LoadSpec, ModelInput, Task, runs_onnx
 from sie.adapters.device import effective_precision
 from sie.adapters.images import sample_image
@@ -28,8 +26,7 @@ from sie.core.options import AttentionBackend, Capability, ComputePrecision, Mod
 from sie.engine.catalog import CatalogEntry
 from sie.engine.load_errors import LoadErrorClass, classify
 from sie.engine.memory import model_bytes
-from sie.postprocess.muvera import Muvera, MuveraConfig
-from sie.postprocess.outputs import FixedDense
+from sie.postprocess.muvera import MuveraStage
 from sie.weights.sources import WeightSources
 
 log = logging.getLogger(__name__)
@@ -57,8 +54,7 @@ class LoadedModel:
     adapter: Adapter
     adapter_name: str
     device: str
-    fixed_dense: FixedDense | None = None  # MUVERA of the multivector output, when the model has one
-    fixed_dims: int | None = None
+    muvera: MuveraStage | None = None  # for a model with a multivector output
     memory_bytes: int = 0  # what its weights hold on the device (``memory.model_bytes``)
 
 
@@ -111,16 +107,12 @@ def load_model(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel:
         precision.value,
         held / 1e6,
     )
-    if Capability.MULTIVECTOR not in adapter.capabilities:
-        return LoadedModel(adapter, cls.__name__, settings.device, memory_bytes=held)
-    muvera = Muvera(
-        MuveraConfig.from_options(loadtime.get("muvera_config")), adapter.dims[Capability.MULTIVECTOR]
+    muvera = (
+        MuveraStage.of(adapter.dims[Capability.MULTIVECTOR], loadtime)
+        if Capability.MULTIVECTOR in adapter.capabilities
+        else None
     )
-
-    def fixed_dense(multivectors: list[np.ndarray], is_query: bool) -> np.ndarray:
-        return muvera.encode_batch(multivectors, is_query=is_query)
-
-    return LoadedModel(adapter, cls.__name__, settings.device, fixed_dense, muvera.dims, held)
+    return LoadedModel(adapter, cls.__name__, settings.device, muvera, held)
 
 
 def warm_up(adapter: Adapter) -> None:

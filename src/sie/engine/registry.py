@@ -156,7 +156,7 @@ class ModelRegistry:
             max_items=self._limits.max_batch_items,
             max_wait_s=self._limits.max_batch_wait_ms / 1000,
         )
-        runner = ModelRunner(model.adapter, max_tokens, model.fixed_dense)
+        runner = ModelRunner(model.adapter, max_tokens, model.muvera)
         worker = ModelWorker(
             name,
             runner,

@@ -22,7 +22,8 @@ from sie.adapters.base import Adapter, BatchOutputs, Forward, ItemOutputs, Prepa
 from sie.core import heap
 from sie.engine.batcher import split_by_padded_cost
 from sie.engine.errors import OutOfMemory, ResourceExhausted
-from sie.postprocess.outputs import FixedDense, Postprocess, finish
+from sie.postprocess.muvera import MuveraStage
+from sie.postprocess.outputs import Postprocess, finish
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +57,10 @@ class BatchGroup:
 
 
 class ModelRunner:
-    def __init__(self, adapter: Adapter, max_tokens: int, fixed: FixedDense | None = None) -> None:
+    def __init__(self, adapter: Adapter, max_tokens: int, muvera: MuveraStage | None = None) -> None:
         self._adapter = adapter
         self._max_tokens = max_tokens
-        self._fixed = fixed
+        self._muvera = muvera
 
     def __call__(
         self, batch: list[Prepared], groups: Sequence[BatchGroup]
@@ -87,7 +88,7 @@ class ModelRunner:
         infer_end = time.perf_counter()
         posts = [group.post for group in groups]
         if all(post == posts[0] for post in posts):
-            items = finish(outputs, posts[0], forward.is_query, self._fixed).items(len(batch))
+            items = finish(outputs, posts[0], forward.is_query, self._muvera).items(len(batch))
         else:
             items = self._finish_apart(outputs, posts, forward.is_query)
         return items, infer_end - start, time.perf_counter() - infer_end
@@ -131,7 +132,7 @@ class ModelRunner:
         items: list[ItemOutputs | None] = [None] * len(posts)
         for post in dict.fromkeys(posts):
             rows = [i for i, p in enumerate(posts) if p == post]
-            finished = finish(outputs.take(rows), post, is_query, self._fixed).items(len(rows))
+            finished = finish(outputs.take(rows), post, is_query, self._muvera).items(len(rows))
             for row, item in zip(rows, finished, strict=True):
                 items[row] = item
         return [item for item in items if item is not None]

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from typing import ClassVar
 
 import numpy as np
+
+from sie.core.options import Capability
 
 _MAX_SIMHASH_PROJECTIONS = 16
 # The public default needs 327,680 intermediate values; about 50x that still fits, far beyond it a mistyped
@@ -206,3 +209,31 @@ class Muvera:
             return fde
         sketched = np.bincount(self.sketch_buckets, weights=self.sketch_signs * fde, minlength=self.dims)
         return sketched.astype(np.float32)
+
+
+@dataclass(frozen=True)
+class MuveraStage:
+    """MUVERA as one postprocess stage of a loaded model: it consumes the multivector output and
+    produces a dense vector of ``dims``. A request asks for it with the ``muvera`` option (the public
+    server's ``muvera`` profiles); the forward then computes the multivector in place of the dense
+    output, and postprocessing turns one into the other."""
+
+    CONSUMES: ClassVar = Capability.MULTIVECTOR
+    PRODUCES: ClassVar = Capability.DENSE
+
+    encoder: Muvera
+
+    @classmethod
+    def of(cls, token_dims: int, loadtime: Mapping[str, object]) -> MuveraStage:
+        return cls(Muvera(MuveraConfig.from_options(loadtime.get("muvera_config")), token_dims))  # type: ignore[arg-type]
+
+    @property
+    def dims(self) -> int:
+        return self.encoder.dims
+
+    def computed(self, keep: frozenset[Capability]) -> frozenset[Capability]:
+        """What the forward must compute for a response that carries ``keep``."""
+        return keep - {self.PRODUCES} | {self.CONSUMES}
+
+    def __call__(self, multivectors: Sequence[np.ndarray], is_query: bool) -> np.ndarray:
+        return self.encoder.encode_batch(multivectors, is_query=is_query)

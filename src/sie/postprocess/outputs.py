@@ -9,17 +9,14 @@ response does not carry (a multivector that only fed MUVERA) are dropped here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from sie.adapters.base import BatchOutputs, SparseVector
 from sie.core.options import Capability, OutputDType
+from sie.postprocess.muvera import MuveraStage
 from sie.postprocess.quantize import l2_normalize, quantize
-
-# Multivectors of a batch (and whether they are queries) to one fixed-size dense row each.
-FixedDense = Callable[[list[np.ndarray], bool], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -27,19 +24,19 @@ class Postprocess:
     keep: frozenset[Capability]  # what the response carries
     normalize: bool = True
     output_dtype: OutputDType = OutputDType.FLOAT32
-    muvera: bool = False  # dense from the multivector
+    muvera: bool = False  # dense from the multivector, by the model's ``MuveraStage``
 
 
 def finish(
-    outputs: BatchOutputs, spec: Postprocess, is_query: bool, fixed: FixedDense | None
+    outputs: BatchOutputs, spec: Postprocess, is_query: bool, muvera: MuveraStage | None
 ) -> BatchOutputs:
     dense = outputs.dense
     if dense is not None and spec.normalize:
         dense = l2_normalize(dense)
     if spec.muvera:
-        if fixed is None or outputs.multivector is None:
+        if muvera is None or outputs.multivector is None:
             raise ValueError("MUVERA needs the model's multivector output and its MUVERA configuration")
-        dense = fixed(outputs.multivector, is_query)
+        dense = muvera(outputs.multivector, is_query)
     result = BatchOutputs(scores=outputs.scores, extractions=outputs.extractions)
     if Capability.DENSE in spec.keep and dense is not None:
         result.dense = quantize(dense, spec.output_dtype)

@@ -41,10 +41,11 @@ async def encode(
         await parts.registry.wait_loaded(name)
     with parts.registry.hold(name) as held:
         loaded = held.model
-        computed = keep - {Capability.DENSE} | {Capability.MULTIVECTOR} if plan.muvera else keep
-        check_outputs(held, computed)
-        if plan.muvera and loaded.fixed_dense is None:
+        muvera = loaded.muvera if plan.muvera else None
+        if plan.muvera and muvera is None:
             raise InvalidInput(f"Model '{name}' has no MUVERA configuration")
+        computed = muvera.computed(keep) if muvera is not None else keep
+        check_outputs(held, computed)
         inputs: list[ModelInput] = [plan.input_for(item, name, loaded.adapter) for item in items]
         with parts.registry.lora(held, plan.lora) as lora:
             group = BatchGroup(
@@ -53,8 +54,8 @@ async def encode(
             )
             inference = await parts.infer(held, inputs, group)
         dims = dict(loaded.adapter.dims)
-        if plan.muvera and loaded.fixed_dims is not None:
-            dims[Capability.DENSE] = loaded.fixed_dims
+        if muvera is not None:
+            dims[muvera.PRODUCES] = muvera.dims
     results = [
         encode_result(item.id, result.outputs, plan.output_dtype, dims)
         for item, result in zip(items, inference.results, strict=True)
