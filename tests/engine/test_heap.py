@@ -18,10 +18,10 @@ import pytest
 
 from sie.core import heap
 from sie.engine.batcher import BatchLimits
-from sie.engine.loader import LoadedModel
-from sie.engine.runner import ModelRunner
 from sie.engine.worker import ModelWorker
-from tests.engine.test_engine import DENSE_GROUP, INT8, make_engine
+from tests.engine.fakes import FakeRunner, FakeTimers, items
+
+GROUP = "group"
 
 
 class Node:
@@ -76,94 +76,86 @@ def test_periodic_trim_trims_at_most_once_per_interval():
 
 
 def _worker(
-    model: LoadedModel,
     executor: Executor,
     on_idle: Callable[[], object],
-    idle_after_s: float,
+    timers: FakeTimers,
     after_batch: Callable[[], object] | None = None,
 ) -> ModelWorker:
+    """A worker on the fake runner (no model): its idle timer fires when the test says so."""
     limits = BatchLimits(max_tokens=64, max_items=4, max_wait_s=0.0)
     worker = ModelWorker(
         "t",
-        ModelRunner(model.adapter, limits.max_tokens),
+        FakeRunner(),
         limits,
         executor,
         64,
         on_idle=on_idle,
-        idle_after_s=idle_after_s,
+        idle_after_s=1.0,
         after_batch=after_batch,
+        call_later=timers,
     )
     worker.start()
     return worker
 
 
-async def test_worker_runs_idle_housekeeping_only_once_the_device_is_idle(tmp_path):
-    engine = make_engine(tmp_path)
-    await engine.preload([INT8])
-    model, _ = engine.registry.ready(INT8)
+async def _device_done(executor: Executor) -> None:
+    """Everything queued on the single device thread so far has run (it is FIFO), and the loop has
+    taken the callbacks of what finished."""
+    await asyncio.get_running_loop().run_in_executor(executor, lambda: None)
+    await asyncio.sleep(0)
+
+
+async def test_worker_runs_idle_housekeeping_only_once_the_device_is_idle():
     calls: list[int] = []
-    executor = ThreadPoolExecutor(1)
-    worker = _worker(model, executor, lambda: calls.append(worker.pending_items), idle_after_s=0.2)
-    for _ in range(3):  # back-to-back requests, 0.05 s apart: the device never idles for 0.2 s
-        await asyncio.gather(
-            *worker.submit(model.adapter.prepare(["a b c"] * 10, DENSE_GROUP.forward), DENSE_GROUP)
-        )
-        await asyncio.sleep(0.05)
-    assert calls == []
-    await asyncio.sleep(0.5)
-    assert calls == [0]
-    await worker.close()
-    executor.shutdown()
-    await engine.close()
+    timers = FakeTimers()
+    with ThreadPoolExecutor(1) as executor:
+        worker = _worker(executor, lambda: calls.append(worker.pending_items), timers)
+        for _ in range(3):  # back to back: each batch cancels the idle timer the last one left
+            await asyncio.gather(*worker.submit(items(3, 3, 3, 3, 3), GROUP))
+        assert len(timers.scheduled) >= 3 and len(timers.pending()) == 1
+        assert all(t.delay == 1.0 for t in timers.scheduled)
+        assert calls == []
+        timers.fire_pending()  # a second without work
+        await _device_done(executor)
+        assert calls == [0]
+        await worker.close()
 
 
-async def test_a_failing_idle_hook_is_logged_and_the_worker_keeps_serving(tmp_path, caplog):
-    engine = make_engine(tmp_path)
-    await engine.preload([INT8])
-    model, _ = engine.registry.ready(INT8)
-    executor = ThreadPoolExecutor(1)
+async def test_a_failing_idle_hook_is_logged_and_the_worker_keeps_serving(caplog):
+    timers = FakeTimers()
 
     def broken() -> None:
         raise OSError("no trim today")
 
-    worker = _worker(model, executor, broken, idle_after_s=0.05)
-    await asyncio.gather(*worker.submit(model.adapter.prepare(["a b c"], DENSE_GROUP.forward), DENSE_GROUP))
-    await asyncio.sleep(0.3)
-    assert "idle housekeeping for model t failed: OSError('no trim today')" in caplog.text
-    results = await asyncio.gather(
-        *worker.submit(model.adapter.prepare(["d e f"], DENSE_GROUP.forward), DENSE_GROUP)
-    )
-    assert results[0].outputs.dense.shape == (384,)
-    await worker.close()
-    executor.shutdown()
-    await engine.close()
+    with ThreadPoolExecutor(1) as executor:
+        worker = _worker(executor, broken, timers)
+        await asyncio.gather(*worker.submit(items(3), GROUP))
+        timers.fire_pending()
+        await _device_done(executor)
+        failures = [r for r in caplog.records if r.levelname == "WARNING" and "OSError" in r.getMessage()]
+        assert len(failures) == 1 and "idle" in failures[0].getMessage()
+        (result,) = await asyncio.gather(*worker.submit(items(5), GROUP))
+        assert result.outputs.score == 5.0
+        await worker.close()
 
 
-async def test_after_batch_runs_on_the_device_thread_after_each_batch_and_its_failure_is_logged(
-    tmp_path, caplog
-):
-    engine = make_engine(tmp_path)
-    await engine.preload([INT8])
-    model, _ = engine.registry.ready(INT8)
-    executor = ThreadPoolExecutor(1, thread_name_prefix="device")
+async def test_after_batch_runs_on_the_device_thread_after_each_batch_and_its_failure_is_logged(caplog):
     threads: list[str] = []
 
     def after_batch() -> None:
         threads.append(threading.current_thread().name)
         raise OSError("trim failed")
 
-    worker = _worker(model, executor, lambda: None, idle_after_s=60.0, after_batch=after_batch)
-    for _ in range(2):  # 10 items, at most 4 per batch: three batches per request, the device busy
-        results = await asyncio.gather(
-            *worker.submit(model.adapter.prepare(["a b c"] * 10, DENSE_GROUP.forward), DENSE_GROUP)
-        )
-        assert [r.outputs.dense.shape for r in results] == [(384,)] * 10
-    await asyncio.sleep(0.1)
-    assert len(threads) == 6 and all(name.startswith("device") for name in threads)
-    assert "after-batch housekeeping for model t failed: OSError('trim failed')" in caplog.text
-    await worker.close()
-    executor.shutdown()
-    await engine.close()
+    with ThreadPoolExecutor(1, thread_name_prefix="device") as executor:
+        worker = _worker(executor, lambda: None, FakeTimers(), after_batch=after_batch)
+        for _ in range(2):  # 10 items, at most 4 per batch: three batches per request
+            results = await asyncio.gather(*worker.submit(items(*[3] * 10), GROUP))
+            assert [r.outputs.score for r in results] == [3.0] * 10
+        await _device_done(executor)
+        assert len(threads) == 6 and all(name.startswith("device") for name in threads)
+        failures = [r for r in caplog.records if "after-batch" in r.getMessage()]
+        assert len(failures) == 6 and all("OSError('trim failed')" in r.getMessage() for r in failures)
+        await worker.close()
 
 
 _TCMALLOC_PROBE = """

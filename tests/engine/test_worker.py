@@ -49,36 +49,6 @@ def start_worker(
     return worker
 
 
-async def test_a_failing_statistics_hook_still_answers_every_item(loaded, executor, caplog):
-    _, model = loaded
-
-    def broken(stats: BatchStats) -> None:
-        raise RuntimeError("metrics backend down")
-
-    worker = start_worker(model, executor, broken)
-    results = await asyncio.wait_for(
-        asyncio.gather(*worker.submit(model.adapter.prepare(["one", "two words"], GROUP.forward), GROUP)), 10
-    )
-    assert [r.outputs.dense.shape for r in results] == [(384,), (384,)]
-    assert "batch statistics for model t failed" in caplog.text
-    again = await asyncio.wait_for(
-        asyncio.gather(*worker.submit(model.adapter.prepare(["three"], GROUP.forward), GROUP)), 10
-    )
-    assert again[0].outputs.dense.shape == (384,)
-    await worker.close()
-
-
-async def test_a_dead_loop_fails_queued_work_and_refuses_new_work(loaded, executor):
-    _, model = loaded
-    worker = start_worker(model, executor, lambda stats: None)
-    runner = worker._tasks[1]
-    runner.cancel()  # the run loop ends while the worker is open, as if it had crashed
-    await asyncio.gather(runner, return_exceptions=True)
-    with pytest.raises(InferenceFailed, match="worker stopped"):
-        worker.submit(model.adapter.prepare(["after the crash"], GROUP.forward), GROUP)
-    await worker.close()
-
-
 async def test_a_failed_forward_keeps_its_cause(loaded, executor):
     _, model = loaded
     worker = start_worker(model, executor, lambda stats: None)

@@ -9,36 +9,16 @@ from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import numpy as np
 import pytest
 
 from sie.adapters.base import ItemOutputs, Prepared
 from sie.engine.batcher import BatchLimits
 from sie.engine.errors import EngineClosed, InferenceFailed, OutOfMemory, ResourceExhausted
-from sie.engine.worker import ModelWorker
+from sie.engine.worker import BatchStats, ModelWorker
+from tests.engine.fakes import FakeRunner, items
 
 LIMITS = BatchLimits(max_tokens=1000, max_items=4, max_wait_s=0.0)
 GROUP = "group"
-
-
-def items(*lengths: int) -> list[Prepared]:
-    return [Prepared(np.arange(n)) for n in lengths]
-
-
-class FakeRunner:
-    """Answers each item with its length as a score; ``fail`` lists what each call raises first."""
-
-    def __init__(self, *fail: BaseException) -> None:
-        self.fail = list(fail)
-        self.batches: list[list[int]] = []
-
-    def __call__(
-        self, batch: list[Prepared], groups: Sequence[Any]
-    ) -> tuple[list[ItemOutputs], float, float]:
-        self.batches.append([p.cost for p in batch])
-        if self.fail:
-            raise self.fail.pop(0)
-        return [ItemOutputs(score=float(p.cost)) for p in batch], 0.001, 0.0
 
 
 @pytest.fixture
@@ -152,4 +132,15 @@ async def test_a_cancelled_caller_is_skipped_not_run(executor):
     assert (await futures[1]).outputs.score == 8.0
     assert [7] not in runner.batches and all(7 not in b for b in runner.batches)
     assert w.pending_items == 0
+    await w.close()
+
+
+async def test_a_failing_statistics_hook_still_answers_every_item(executor, caplog):
+    def broken(stats: BatchStats) -> None:
+        raise RuntimeError("metrics backend down")
+
+    w = worker(FakeRunner(), executor, on_batch=broken)
+    assert [r.outputs.score for r in await asyncio.gather(*w.submit(items(1, 2), GROUP))] == [1.0, 2.0]
+    assert [r for r in caplog.records if r.levelname == "ERROR" and "statistics" in r.getMessage()]
+    assert [r.outputs.score for r in await asyncio.gather(*w.submit(items(3), GROUP))] == [3.0]
     await w.close()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes.util
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -70,9 +70,9 @@ class Plan:
     env: dict[str, str]
 
 
-def find(known: Allocator) -> str | None:
-    """The allocator's shared library from the system's packages, or None."""
-    for folder in LIBRARY_DIRS:
+def find(known: Allocator, dirs: Sequence[str] = LIBRARY_DIRS) -> str | None:
+    """The allocator's shared library from the system's packages (``dirs`` first), or None."""
+    for folder in dirs:
         for name in known.files:
             if (Path(folder) / name).is_file():
                 return str(Path(folder) / name)

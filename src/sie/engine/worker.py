@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from sie.adapters.base import ItemOutputs, Prepared
 from sie.engine.batcher import Batcher, BatchLimits, Entry
@@ -37,6 +37,14 @@ log = logging.getLogger(__name__)
 # Runs a batch on the device executor, given each item's group (all equal): per-item outputs, the
 # forward's and the postprocessing's seconds.
 RunBatch = Callable[[list[Prepared], list[Any]], tuple[list[ItemOutputs], float, float]]
+
+
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+# Schedules a call after a delay, as ``loop.call_later`` does; tests pass a clock of their own.
+CallLater = Callable[[float, Callable[[], object]], Timer]
 
 
 @dataclass
@@ -77,6 +85,7 @@ class ModelWorker:
         on_oom: Callable[[], Awaitable[bool]] | None = None,
         run_split: RunBatch | None = None,
         after_batch: Callable[[], object] | None = None,
+        call_later: CallLater | None = None,
     ) -> None:
         self.name = name
         self._run_batch = run_batch
@@ -90,7 +99,8 @@ class ModelWorker:
         self._on_oom = on_oom
         self._run_split = run_split
         self._after_batch = after_batch
-        self._idle_timer: asyncio.TimerHandle | None = None
+        self._call_later = call_later
+        self._idle_timer: Timer | None = None
         self._ready: asyncio.Queue[list[Entry[Work]]] = asyncio.Queue(maxsize=1)
         self._wakeup = asyncio.Event()
         self._device_idle = True
@@ -183,7 +193,8 @@ class ModelWorker:
                 self._device_idle = True
                 self._wakeup.set()
                 if self._on_idle is not None:
-                    self._idle_timer = loop.call_later(self._idle_after_s, self._idle_housekeeping, loop)
+                    call_later = self._call_later or loop.call_later
+                    self._idle_timer = call_later(self._idle_after_s, partial(self._idle_housekeeping, loop))
 
     def _idle_housekeeping(self, loop: asyncio.AbstractEventLoop) -> None:
         """Queued on the device executor, so a batch formed meanwhile simply runs after it."""
