@@ -4,6 +4,7 @@ encode for similarity) so the assembly around the forward is what is tested."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -123,3 +124,21 @@ async def test_operations_refuse_what_the_model_cannot_do(engine: Engine):
         await engine.score(RAMPART, ScoreRequest(Item(text="q"), [Item(text="a")]))
     with pytest.raises(InvalidInput, match="Option 'lora_id' must be a non-empty string"):
         await engine.score(RERANKER, ScoreRequest(Item(text="q"), [Item(text="a")], options={"lora_id": 3}))
+
+
+async def test_metrics_measure_the_phases_and_the_queue_empties_after_a_burst(
+    models_dir: Path, tmp_path: Path
+):
+    metrics = Metrics()
+    load = LoadSettings("cpu", ComputePrecision.FLOAT32, 2, WeightSources(tmp_path, hf_fallback=False))
+    async with Engine(
+        Catalog.from_directory(models_dir), load, EngineLimits(8, 5, 512, 1), metrics
+    ) as engine:
+        await engine.preload([MINILM])
+        burst = [engine.encode(MINILM, EncodeRequest([Item(text=f"text {i}")] * 4)) for i in range(10)]
+        await asyncio.gather(*burst)
+        registry = metrics.registry
+        for phase in ("queue", "tokenize", "inference"):
+            labels = {"model": MINILM, "endpoint": "encode", "phase": phase}
+            assert registry.get_sample_value("sie_request_duration_seconds_count", labels) == 10
+        assert registry.get_sample_value("sie_queue_depth", {"model": MINILM}) == 0

@@ -32,7 +32,14 @@ SHUTTING_DOWN: Final = "The server is shutting down; retry on another replica"
 
 
 class Lifecycle:
-    def __init__(self, drain_timeout_s: float = 25.0, drain_min_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        drain_timeout_s: float = 25.0,
+        drain_min_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._clock, self._sleep = clock, sleep  # a test's own time, to drive the drain
         self.drain_timeout_s = drain_timeout_s
         self.drain_min_s = drain_min_s
         self.draining = False
@@ -51,7 +58,7 @@ class Lifecycle:
         """Wait until no request is in flight (and at least ``drain_min_s``), at most
         ``drain_timeout_s``; True when everything was answered in time."""
         self.begin_drain()
-        started = time.monotonic()
+        started = self._clock()
         log.warning(
             "draining %d request(s) in flight before shutdown (at most %.0f s)",
             self.in_flight,
@@ -59,18 +66,18 @@ class Lifecycle:
         )
         deadline = started + self.drain_timeout_s
         earliest = started + min(self.drain_min_s, self.drain_timeout_s)
-        while time.monotonic() < deadline and (self.in_flight > 0 or time.monotonic() < earliest):
-            await asyncio.sleep(DRAIN_POLL_S)
+        while self._clock() < deadline and (self.in_flight > 0 or self._clock() < earliest):
+            await self._sleep(DRAIN_POLL_S)
         drained = self.in_flight == 0
         if drained:
-            log.info("drained in %.2f s", time.monotonic() - started)
+            log.info("drained in %.2f s", self._clock() - started)
             return True
         log.warning("drain timed out with %d request(s) still in flight; refusing them", self.in_flight)
         if self.on_overdue is not None:
             await self.on_overdue()
-            grace = time.monotonic() + OVERDUE_GRACE_S
-            while self.in_flight > 0 and time.monotonic() < grace:
-                await asyncio.sleep(DRAIN_POLL_S)
+            grace = self._clock() + OVERDUE_GRACE_S
+            while self.in_flight > 0 and self._clock() < grace:
+                await self._sleep(DRAIN_POLL_S)
         return False
 
 
