@@ -142,3 +142,29 @@ async def test_metrics_measure_the_phases_and_the_queue_empties_after_a_burst(
             labels = {"model": MINILM, "endpoint": "encode", "phase": phase}
             assert registry.get_sample_value("sie_request_duration_seconds_count", labels) == 10
         assert registry.get_sample_value("sie_queue_depth", {"model": MINILM}) == 0
+
+
+async def test_a_misspelt_option_is_refused_with_the_allowed_ones(engine: Engine):
+    with pytest.raises(InvalidInput) as info:
+        await engine.encode(
+            MINILM, EncodeRequest([Item(text="a")], EncodeParams(options={"normalise": False}))
+        )
+    message = str(info.value)
+    assert message.startswith(f"Unknown option 'normalise' for model '{MINILM}'. Allowed: ")
+    assert "normalize" in message and "is_query" in message and "threshold" not in message
+    with pytest.raises(InvalidInput, match="Unknown options 'score-mode', 'x'"):
+        await engine.score(
+            MINILM, ScoreRequest(Item(text="q"), [Item(text="a")], options={"score-mode": 1, "x": 2})
+        )
+    with pytest.raises(InvalidInput, match="Unknown option 'treshold'"):
+        await engine.extract(
+            RAMPART, ExtractRequest([Item(text="a")], ExtractParams(options={"treshold": 0.5}))
+        )
+    # The family's own options pass (the tagger reads threshold), and nothing was loaded for the refusals.
+    assert all(slot.model is None for slot in engine.slots())
+    answer = await engine.extract(
+        RAMPART,
+        ExtractRequest([Item(text="John")], ExtractParams(options={"threshold": 0.5})),
+        wait_loaded=True,
+    )
+    assert len(answer.response.items) == 1

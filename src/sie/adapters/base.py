@@ -225,6 +225,9 @@ class Adapter(Protocol):
     capabilities: frozenset[Capability]
     inputs: frozenset[Modality]  # what an item may carry; the engine refuses the rest before any work
     family: str  # named in input errors ("SentenceTransformer adapters requires text input")
+    # The request options the family reads itself (from ``Task``), beyond the engine's own; a request
+    # naming any other option is refused (``engine.request_options``).
+    request_options: frozenset[str]
     # Output sizes: dense dims, sparse vocabulary, multivector token dims.
     dims: Mapping[Capability, int]
     default_pooling: Pooling

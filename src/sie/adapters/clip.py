@@ -69,6 +69,7 @@ class DualEncoder:
     """What CLIP and SigLIP share; a family sets its model class, its name and its text padding."""
 
     family: ClassVar[str]
+    request_options: ClassVar[frozenset[str]] = frozenset()
     model_class: ClassVar[Any]
     pads_to_max_length: ClassVar[bool]  # SigLIP: every text padded to max_length
     class_token: ClassVar[int]  # tokens the vision tower adds to the patches (CLIP's class token)

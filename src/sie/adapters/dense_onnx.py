@@ -34,6 +34,7 @@ _CPU: Final = torch.device("cpu")
 
 class OnnxDenseEncoder:
     family = _FAMILY
+    request_options: frozenset[str] = frozenset()
     capabilities = frozenset({Capability.DENSE})
     inputs = TEXT_ONLY
     packs_tokens = False  # the exported graph takes a padded batch

@@ -92,6 +92,9 @@ def _flag(task: Task, name: str, default: bool) -> bool:
 
 class GlinerExtractor:
     family = _FAMILY
+    request_options = frozenset(
+        {"threshold", "flat_ner", "multi_label", "merge_adjacent_entities", "precompute_labels"}
+    )
     capabilities = frozenset({Capability.EXTRACT})
     inputs = TEXT_ONLY
     dims: dict[Capability, int] = {}  # noqa: RUF012  # extraction only

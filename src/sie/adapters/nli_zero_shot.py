@@ -95,6 +95,7 @@ def ranked(labels: Sequence[str], scores: np.ndarray) -> list[Classification]:
 
 class NliZeroShotClassifier(TransformerAdapter):
     family = "ZeroShotClassification"
+    request_options = frozenset({"hypothesis_template", "multi_label"})
     auto_class = AutoModelForSequenceClassification
     capabilities = frozenset({Capability.EXTRACT})
     dims: dict[Capability, int] = {}  # noqa: RUF012  # classifications only

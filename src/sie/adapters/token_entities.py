@@ -31,6 +31,8 @@ from sie.core.extraction import Entity, Extraction
 
 FAMILY: Final = "TokenClassification"
 DEFAULT_THRESHOLD: Final = 0.0
+# The request options the token-classification families read (``threshold`` and ``merge_adjacent_entities`` below).
+OPTIONS: Final = frozenset({"threshold", "merge_adjacent_entities"})
 _OUTSIDE: Final = "O"
 
 

@@ -23,6 +23,7 @@ from sie.core.options import Capability, Pooling
 
 class TorchTokenNer(TransformerAdapter):
     family = token_entities.FAMILY
+    request_options = token_entities.OPTIONS
     auto_class = AutoModelForTokenClassification
     capabilities = frozenset({Capability.EXTRACT})
     dims: dict[Capability, int] = {}  # noqa: RUF012  # entities only

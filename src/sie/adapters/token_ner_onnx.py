@@ -20,6 +20,7 @@ from sie.core.options import Capability, Pooling
 
 class OnnxTokenNer:
     family = token_entities.FAMILY
+    request_options = token_entities.OPTIONS
     capabilities = frozenset({Capability.EXTRACT})
     inputs = TEXT_ONLY
     dims: dict[Capability, int] = {}  # noqa: RUF012  # entities only

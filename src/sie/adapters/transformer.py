@@ -254,6 +254,7 @@ class TransformerAdapter:
     needs a head of transformers' own, ``auto_class``; then it adds its ``run``."""
 
     family: ClassVar[str]
+    request_options: ClassVar[frozenset[str]] = frozenset()
     auto_class: ClassVar[Any] = AutoModel
     inputs: ClassVar[frozenset[Modality]] = TEXT_ONLY
 

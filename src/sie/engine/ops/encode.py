@@ -10,6 +10,7 @@ import numpy as np
 
 from sie.adapters.base import Forward, ItemOutputs, ModelInput
 from sie.core.options import Capability, OutputDType
+from sie.engine import request_options
 from sie.engine.encode_plan import plan_encode
 from sie.engine.errors import InvalidInput
 from sie.engine.ops.parts import Answer, Parts, check_outputs
@@ -31,6 +32,7 @@ async def encode(
     parts.admit(items)
     name = parts.registry.variant(model, (params.options or {}).get("profile") if params else None)
     entry = parts.registry.require(name)
+    request_options.check_known(entry, request_options.ENCODE, params.options if params else None)
     plan = plan_encode(name, entry.config.output_types(), entry.profile.runtime, params)
     keep = frozenset(Capability(t.value) for t in plan.output_types)
     if Capability.SPARSE in keep and plan.output_dtype not in SPARSE_DTYPES:

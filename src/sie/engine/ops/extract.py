@@ -10,6 +10,7 @@ from typing import Final
 from sie.adapters.base import Forward, ModelInput, Task
 from sie.core.extraction import Extraction
 from sie.core.options import Capability
+from sie.engine import request_options
 from sie.engine.errors import InvalidInput
 from sie.engine.inputs import image_of, text_of
 from sie.engine.ops.parts import Answer, Parts, check_outputs, item_id, lora_option, overlay
@@ -37,6 +38,7 @@ async def extract(
     entry = parts.registry.require(name)
     if entry.config.tasks.extract is None:
         raise InvalidInput(f"Model '{name}' {EXTRACT_HINT}")
+    request_options.check_known(entry, request_options.EXTRACT, params.options)
     options = overlay(entry.profile.runtime, params.options)
     instruction = params.instruction or options.get("instruction")
     task = Task.of(

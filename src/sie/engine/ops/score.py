@@ -12,6 +12,7 @@ import numpy as np
 
 from sie.adapters.base import Forward, ModelInput
 from sie.core.options import Capability, OutputType
+from sie.engine import request_options
 from sie.engine.encode_plan import plan_encode
 from sie.engine.errors import InvalidInput
 from sie.engine.infer import Inference
@@ -35,6 +36,7 @@ async def score(
     parts.admit(items, query)
     name = parts.registry.variant(model, (options or {}).get("profile"))
     entry = parts.registry.require(name)
+    request_options.check_known(entry, request_options.SCORE, options)
     merged = overlay(entry.profile.runtime, options)
     plan = plan_score(name, entry.config.tasks.score is not None, entry.config.output_types(), merged)
     if any(item.text is None for item in [query, *items]):
