@@ -122,6 +122,10 @@ async def test_operations_refuse_what_the_model_cannot_do(engine: Engine):
         await engine.extract(MINILM, ExtractRequest([Item(text="a")]))
     with pytest.raises(InvalidInput, match="does not support scoring"):
         await engine.score(RAMPART, ScoreRequest(Item(text="q"), [Item(text="a")]))
+    with pytest.raises(InvalidInput, match="does not take output_schema"):
+        await engine.extract(
+            RAMPART, ExtractRequest([Item(text="a")], ExtractParams(output_schema={"type": "object"}))
+        )
     with pytest.raises(InvalidInput, match="Option 'lora_id' must be a non-empty string"):
         await engine.score(RERANKER, ScoreRequest(Item(text="q"), [Item(text="a")], options={"lora_id": 3}))
 

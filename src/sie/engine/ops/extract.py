@@ -38,6 +38,10 @@ async def extract(
     entry = parts.registry.require(name)
     if entry.config.tasks.extract is None:
         raise InvalidInput(f"Model '{name}' {EXTRACT_HINT}")
+    if params.output_schema is not None:  # no family here fills a schema: refused, not dropped unread
+        raise InvalidInput(
+            f"Model '{name}' does not take output_schema: its family extracts no structured data"
+        )
     request_options.check_known(entry, request_options.EXTRACT, params.options)
     options = overlay(entry.profile.runtime, params.options)
     instruction = params.instruction or options.get("instruction")
