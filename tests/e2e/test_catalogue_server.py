@@ -28,7 +28,9 @@ def expected_info(name: str) -> dict[str, Any]:
     entry = CATALOG.get(name)
     assert entry is not None
     config = entry.config
-    outputs = sorted(config.output_types()) + (["score"] if config.tasks.score is not None else [])
+    outputs = sorted(c.value for c in config.output_types()) + (
+        ["score"] if config.tasks.score is not None else []
+    )
     outputs += ["json"] if config.tasks.extract is not None else []  # the public name of extraction
     return {
         "inputs": config.inputs.names(),

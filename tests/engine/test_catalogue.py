@@ -14,7 +14,7 @@ import pytest
 from sie.adapters import registry
 from sie.adapters.base import Task
 from sie.adapters.gliner import GlinerOptions
-from sie.core.options import OutputType
+from sie.core.options import Capability
 from sie.engine.catalog import Catalog
 from sie.engine.encode_plan import plan_encode
 from sie.engine.model_config import ModelConfig, load_model_dir
@@ -22,7 +22,6 @@ from sie.engine.score_plan import plan_score
 from sie.postprocess.muvera import MuveraConfig
 from sie.weights.packaged import PACKAGED
 from sie.weights.sources import WeightSources
-from sie.wire.requests import EncodeParams
 from tests.conftest import MODELS_DIR
 
 DENSE = "sie.adapters.dense_torch:TorchDenseEncoder"
@@ -341,12 +340,8 @@ def test_every_runtime_default_plans():
         outputs = entry.config.output_types()
         if not outputs:
             continue
-        asked = (
-            None
-            if "dense" in outputs
-            else EncodeParams(output_types=[OutputType(o) for o in sorted(outputs)])
-        )
-        plan = plan_encode(name, outputs, entry.profile.runtime, asked)
+        asked = None if Capability.DENSE in outputs else sorted(outputs)
+        plan = plan_encode(name, outputs, entry.profile.runtime, None, output_types=asked)
         assert plan.muvera == ("muvera" in entry.profile.runtime)
 
 

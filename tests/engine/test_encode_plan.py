@@ -3,12 +3,28 @@ from types import SimpleNamespace
 import pytest
 
 from sie.adapters.base import TEXT_ONLY, ImageData
-from sie.core.options import Modality, OutputDType, OutputType, Pooling
+from sie.core.options import Capability, Modality, OutputDType, OutputType, Pooling
 from sie.engine.encode_plan import plan_encode
 from sie.engine.errors import InvalidInput
 from sie.wire.requests import EncodeParams, ImageInput, Item
 
-DENSE = {"dense"}
+DENSE = frozenset({Capability.DENSE})
+
+
+def planned(runtime: dict | None = None, params: EncodeParams | None = None):
+    """``plan_encode`` as the encode operation calls it, from a request's ``params``."""
+    params = params or EncodeParams()
+    return plan_encode(
+        "m",
+        DENSE,
+        runtime or {},
+        params.options,
+        output_types=params.output_types,
+        output_dtype=params.output_dtype,
+        instruction=params.instruction,
+    )
+
+
 # What a plan reads of an adapter: its family (named in errors) and the inputs it takes.
 NAMED_A = SimpleNamespace(family="A", inputs=TEXT_ONLY)
 NAMED_ST = SimpleNamespace(family="SentenceTransformer", inputs=TEXT_ONLY)
@@ -16,7 +32,7 @@ VISION = SimpleNamespace(family="CLIP", inputs=frozenset({Modality.TEXT, Modalit
 
 
 def test_defaults():
-    plan = plan_encode("m", DENSE, {}, None)
+    plan = planned({}, None)
     assert plan.output_types == (OutputType.DENSE,)
     assert plan.output_dtype is OutputDType.FLOAT32
     assert plan.normalize is True and plan.pooling is None and plan.is_query is False
@@ -25,7 +41,7 @@ def test_defaults():
 def test_request_options_overlay_profile_runtime():
     runtime = {"pooling": "cls", "normalize": True, "instruction": "profile"}
     params = EncodeParams(options={"normalize": False, "pooling": "last_token", "is_query": True})
-    plan = plan_encode("m", DENSE, runtime, params)
+    plan = planned(runtime, params)
     assert plan.pooling is Pooling.LAST and plan.normalize is False and plan.is_query is True
     assert plan.instruction == "profile"
 
@@ -34,24 +50,20 @@ def test_precedence_of_dtype_and_instruction():
     params = EncodeParams(
         output_dtype=OutputDType.INT8, instruction="req", options={"output_dtype": "binary"}
     )
-    plan = plan_encode("m", DENSE, {"default_instruction": "d"}, params)
+    plan = planned({"default_instruction": "d"}, params)
     assert plan.output_dtype is OutputDType.INT8 and plan.instruction == "req"
-    assert plan_encode("m", DENSE, {"default_instruction": "d"}, None).instruction == "d"
+    assert planned({"default_instruction": "d"}, None).instruction == "d"
 
 
 def test_templates_and_instruction_shape_the_text():
-    query = plan_encode(
-        "m",
-        DENSE,
+    query = planned(
         {"query_template": "query: {text}", "doc_template": "passage: {text}"},
         EncodeParams(options={"is_query": True}),
     )
     assert query.text_for(Item(text="x"), NAMED_A) == "query: x"
-    doc = plan_encode(
-        "m", DENSE, {"query_template": "query: {text}", "doc_template": "passage: {text}"}, None
-    )
+    doc = planned({"query_template": "query: {text}", "doc_template": "passage: {text}"}, None)
     assert doc.text_for(Item(text="x"), NAMED_A) == "passage: x"
-    instructed = plan_encode("m", DENSE, {}, EncodeParams(instruction="Represent this"))
+    instructed = planned({}, EncodeParams(instruction="Represent this"))
     assert instructed.text_for(Item(text="x"), NAMED_A) == "Represent this x"
 
 
@@ -70,24 +82,24 @@ def test_templates_and_instruction_shape_the_text():
 )
 def test_invalid_requests_name_the_bad_value(params, message):
     with pytest.raises(InvalidInput) as info:
-        plan_encode("m", DENSE, {}, params)
+        planned({}, params)
     assert message in str(info.value)
 
 
 def test_item_without_text_is_invalid():
     with pytest.raises(InvalidInput, match="requires text input"):
-        plan_encode("m", DENSE, {}, None).text_for(Item(), NAMED_ST)
+        planned({}, None).text_for(Item(), NAMED_ST)
 
 
 def test_an_image_goes_to_a_model_that_takes_images_and_text_otherwise():
-    plan = plan_encode("m", DENSE, {"query_template": "q: {text}"}, EncodeParams(options={"is_query": True}))
+    plan = planned({"query_template": "q: {text}"}, EncodeParams(options={"is_query": True}))
     image = ImageInput(b"\x89PNG...", "png")
     assert plan.input_for(Item(text="a", images=[image]), "m", VISION) == ImageData(b"\x89PNG...", "png")
     assert plan.input_for(Item(text="a"), "m", VISION) == "q: a"
 
 
 def test_an_image_to_a_text_only_model_or_several_images_are_invalid():
-    plan = plan_encode("m", DENSE, {}, None)
+    plan = planned({}, None)
     image = ImageInput(b"x", "jpeg")
     with pytest.raises(InvalidInput, match="Model 'm' does not support image input"):
         plan.input_for(Item(images=[image]), "m", NAMED_ST)

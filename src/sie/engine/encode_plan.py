@@ -9,20 +9,21 @@ model's multivector output (the public server's ``muvera`` profiles).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sie.adapters.base import Adapter, ModelInput
-from sie.core.options import OutputDType, OutputType, Pooling
+from sie.core.options import Capability, OutputDType, OutputType, Pooling
 from sie.engine.errors import InvalidInput
 from sie.engine.inputs import image_of, text_of
 from sie.postprocess.muvera import MuveraStage
-from sie.wire.requests import EncodeParams, Item
+from sie.wire.requests import Item
 
 
 @dataclass(frozen=True)
 class EncodePlan:
-    output_types: tuple[OutputType, ...]
+    output_types: tuple[Capability, ...]
     output_dtype: OutputDType
     pooling: Pooling | None
     normalize: bool
@@ -59,26 +60,37 @@ def _typed(options: dict[str, Any], key: str, kind: type, default: Any) -> Any:
     return value
 
 
-def _output_types(model: str, raw: list[Any], supported: set[str]) -> tuple[OutputType, ...]:
+def _output_types(model: str, raw: Sequence[Any], supported: frozenset[Capability]) -> tuple[Capability, ...]:
+    """The encode outputs asked for, in the one vocabulary (``Capability``), checked against the
+    model's YAML: the loaded adapter gives what its YAML declares (``ops.parts.check_outputs``)."""
     names = [str(v) for v in raw]
     unknown = sorted(set(names) - {t.value for t in OutputType})
     if unknown:
-        raise InvalidInput(f"Unknown output types: {unknown}. Allowed: ['dense', 'multivector', 'sparse']")
-    missing = set(names) - supported
+        raise InvalidInput(f"Unknown output types: {unknown}. Allowed: {sorted(t.value for t in OutputType)}")
+    declared = {c.value for c in supported}
+    missing = set(names) - declared
     if missing:
         raise InvalidInput(
-            f"Model '{model}' does not support output types: {missing}. Supported: {supported or set()}"
+            f"Model '{model}' does not support output types: {missing}. Supported: {declared or set()}"
         )
-    return tuple(dict.fromkeys(OutputType(n) for n in names))
+    return tuple(dict.fromkeys(Capability(n) for n in names))
 
 
 def plan_encode(
-    model: str, supported: set[str], runtime: dict[str, Any], params: EncodeParams | None
+    model: str,
+    supported: frozenset[Capability],
+    runtime: Mapping[str, Any],
+    request_options: Mapping[str, Any] | None,
+    *,
+    output_types: Sequence[str] | None = None,
+    output_dtype: str | None = None,
+    instruction: str | None = None,
 ) -> EncodePlan:
-    params = params or EncodeParams()
-    options = {**runtime, **(params.options or {})}
-    raw_types = _typed(options, "output_types", list, None) or params.output_types or ["dense"]
-    dtype_name = params.output_dtype or _typed(options, "output_dtype", str, None) or OutputDType.FLOAT32
+    """``output_types``, ``output_dtype`` and ``instruction`` are the request's own fields (encode's
+    ``params``); a score by similarity passes the outputs its mode reads."""
+    options = {**runtime, **(request_options or {})}
+    raw_types = _typed(options, "output_types", list, None) or output_types or ["dense"]
+    dtype_name = output_dtype or _typed(options, "output_dtype", str, None) or OutputDType.FLOAT32
     try:
         output_dtype = OutputDType(dtype_name)
     except ValueError:
@@ -89,10 +101,10 @@ def plan_encode(
         pooling = Pooling.parse(pooling_name) if pooling_name else None
     except ValueError as exc:
         raise InvalidInput(str(exc)) from None
-    instruction = params.instruction or _typed(options, "instruction", str, None)
+    instruction = instruction or _typed(options, "instruction", str, None)
     muvera = options.get("muvera") is not None
     if muvera:  # the model's MuveraStage produces the dense output
-        supported = supported | {MuveraStage.PRODUCES.value}
+        supported = supported | {MuveraStage.PRODUCES}
     return EncodePlan(
         output_types=_output_types(model, raw_types, supported),
         output_dtype=output_dtype,

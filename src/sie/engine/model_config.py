@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sie.core.options import ComputePrecision
+from sie.core.options import Capability, ComputePrecision
 
 
 class _Strict(BaseModel):
@@ -123,8 +123,11 @@ class ModelConfig(_Strict):
             runtime=child.runtime or parent.runtime,
         )
 
-    def output_types(self) -> set[str]:
-        return set(self.tasks.encode.dims()) if self.tasks.encode else set()
+    def output_types(self) -> frozenset[Capability]:
+        """The encode outputs the YAML declares: the one source a request's output types are checked by."""
+        return (
+            frozenset(Capability(n) for n in self.tasks.encode.dims()) if self.tasks.encode else frozenset()
+        )
 
 
 # libyaml's parser when PyYAML was built with it: every start parses the whole catalogue, and over the

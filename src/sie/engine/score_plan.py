@@ -69,7 +69,9 @@ def _weights(raw: object) -> dict[str, float]:
     return {k: float(v) for k, v in weights.items()}
 
 
-def plan_score(model: str, declares_score: bool, outputs: set[str], options: dict[str, Any]) -> ScorePlan:
+def plan_score(
+    model: str, declares_score: bool, outputs: frozenset[Capability], options: dict[str, Any]
+) -> ScorePlan:
     """``outputs`` are the model's declared encode output types."""
     raw_mode = options.get("score_mode")
     if raw_mode is None:
@@ -84,15 +86,15 @@ def plan_score(model: str, declares_score: bool, outputs: set[str], options: dic
         chosen = {
             cap: weights[name]
             for cap, name in SIMILARITY_OUTPUT.values()
-            if cap.value in outputs and weights[name] > 0
+            if cap in outputs and weights[name] > 0
         }
         if not chosen:
             raise InvalidInput(f"score_mode 'hybrid' has no positive weight for an output of model '{model}'")
         return ScorePlan(chosen)
     capability, _ = SIMILARITY_OUTPUT[mode]
-    if capability.value not in outputs:
+    if capability not in outputs:
         raise InvalidInput(
             f"score_mode '{mode.value}' needs the {capability.value} output, which model '{model}' "
-            f"does not have. Its outputs: {sorted(outputs) or 'none'}"
+            f"does not have. Its outputs: {sorted(c.value for c in outputs) or 'none'}"
         )
     return ScorePlan({capability: 1.0})

@@ -33,8 +33,16 @@ async def encode(
     name = parts.registry.variant(model, (params.options or {}).get("profile") if params else None)
     entry = parts.registry.require(name)
     request_options.check_known(entry, request_options.ENCODE, params.options if params else None)
-    plan = plan_encode(name, entry.config.output_types(), entry.profile.runtime, params)
-    keep = frozenset(Capability(t.value) for t in plan.output_types)
+    plan = plan_encode(
+        name,
+        entry.config.output_types(),
+        entry.profile.runtime,
+        params.options if params else None,
+        output_types=params.output_types if params else None,
+        output_dtype=params.output_dtype if params else None,
+        instruction=params.instruction if params else None,
+    )
+    keep = frozenset(plan.output_types)
     if Capability.SPARSE in keep and plan.output_dtype not in SPARSE_DTYPES:
         raise InvalidInput(
             f"Sparse output takes output_dtype float32 or float16, not '{plan.output_dtype.value}'"

@@ -11,7 +11,7 @@ from typing import TypeVar
 import numpy as np
 
 from sie.adapters.base import Forward, ModelInput
-from sie.core.options import Capability, OutputType
+from sie.core.options import Capability
 from sie.engine import request_options
 from sie.engine.encode_plan import plan_encode
 from sie.engine.errors import InvalidInput
@@ -22,7 +22,7 @@ from sie.engine.runner import BatchGroup
 from sie.engine.score_plan import ScorePlan, plan_score
 from sie.postprocess.outputs import Postprocess
 from sie.postprocess.similarity import cosine, maxsim, sparse_dot
-from sie.wire.requests import EncodeParams, ScoreRequest
+from sie.wire.requests import ScoreRequest
 from sie.wire.responses import ScoreEntry, ScoreResponse, Usage
 
 T = TypeVar("T")
@@ -52,17 +52,14 @@ async def score(
             inference = await parts.infer(held, pairs, group)
             scores = np.array([r.outputs.score for r in inference.results], dtype=np.float32)
         else:
-            types = [OutputType(c.value) for c in plan.weights]
             query_plan, doc_plan = (
                 plan_encode(
                     name,
                     entry.config.output_types(),
                     entry.profile.runtime,
-                    EncodeParams(
-                        types,
-                        instruction=request.instruction,
-                        options={**(options or {}), "is_query": is_query},
-                    ),
+                    {**(options or {}), "is_query": is_query},
+                    output_types=list(plan.weights),
+                    instruction=request.instruction,
                 )
                 for is_query in (True, False)
             )

@@ -17,7 +17,7 @@ router = APIRouter(tags=["models"])
 
 def model_info(slot: ModelSlot) -> ModelInfo:
     config = slot.entry.config
-    outputs = sorted(config.output_types())
+    outputs = sorted(c.value for c in config.output_types())
     if config.tasks.score is not None:
         outputs.append("score")
     if config.tasks.extract is not None:
