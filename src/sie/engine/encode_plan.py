@@ -17,6 +17,7 @@ from sie.adapters.base import Adapter, ModelInput
 from sie.core.options import Capability, OutputDType, OutputType, Pooling
 from sie.engine.errors import InvalidInput
 from sie.engine.inputs import image_of, text_of
+from sie.engine.request_options import lora_option, overlay
 from sie.postprocess.muvera import MuveraStage
 from sie.wire.requests import Item
 
@@ -88,7 +89,7 @@ def plan_encode(
 ) -> EncodePlan:
     """``output_types``, ``output_dtype`` and ``instruction`` are the request's own fields (encode's
     ``params``); a score by similarity passes the outputs its mode reads."""
-    options = {**runtime, **(request_options or {})}
+    options = overlay(runtime, request_options)
     raw_types = _typed(options, "output_types", list, None) or output_types or ["dense"]
     dtype_name = output_dtype or _typed(options, "output_dtype", str, None) or OutputDType.FLOAT32
     try:
@@ -115,5 +116,5 @@ def plan_encode(
         query_template=_typed(options, "query_template", str, None),
         doc_template=_typed(options, "doc_template", str, None),
         muvera=muvera,
-        lora=_typed(options, "lora_id", str, None),
+        lora=lora_option(options),
     )

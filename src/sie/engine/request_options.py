@@ -45,3 +45,16 @@ def check_known(entry: CatalogEntry, understood: frozenset[str], options: Mappin
             f"Unknown option{'s' if len(unknown) > 1 else ''} {named} for model '{entry.name}'. "
             f"Allowed: {', '.join(sorted(allowed))}"
         )
+
+
+def overlay(runtime: Mapping[str, Any], options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The one precedence of options (the public server's): the request's over the profile's."""
+    return {**runtime, **(options or {})}
+
+
+def lora_option(options: Mapping[str, Any]) -> str | None:
+    """``lora_id``: the LoRA adapter to run with, or None for the base model."""
+    lora = options.get("lora_id")
+    if lora is not None and (not isinstance(lora, str) or not lora):
+        raise InvalidInput("Option 'lora_id' must be a non-empty string")
+    return lora

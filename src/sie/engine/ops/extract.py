@@ -13,7 +13,8 @@ from sie.core.options import Capability
 from sie.engine import request_options
 from sie.engine.errors import InvalidInput
 from sie.engine.inputs import image_of, text_of
-from sie.engine.ops.parts import Answer, Parts, check_outputs, item_id, lora_option, overlay
+from sie.engine.ops.parts import Answer, Parts, check_outputs, item_id
+from sie.engine.request_options import lora_option, overlay
 from sie.engine.runner import BatchGroup
 from sie.postprocess.outputs import Postprocess
 from sie.wire.requests import ExtractParams, ExtractRequest

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from sie.core.options import Capability
 from sie.engine.errors import InvalidInput, PayloadTooLarge, require_items
@@ -58,19 +58,6 @@ class Parts:
         for phase, ms in phases.items():
             if ms is not None:
                 self.metrics.request_duration.labels(model, operation, phase).observe(ms / 1000)
-
-
-def overlay(runtime: Mapping[str, Any], options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The one precedence of options (the public server's): the request's over the profile's."""
-    return {**runtime, **(options or {})}
-
-
-def lora_option(options: Mapping[str, Any]) -> str | None:
-    """``lora_id``: the LoRA adapter to run with, or None for the base model."""
-    lora = options.get("lora_id")
-    if lora is not None and (not isinstance(lora, str) or not lora):
-        raise InvalidInput("Option 'lora_id' must be a non-empty string")
-    return lora
 
 
 def check_outputs(held: Held, needed: frozenset[Capability]) -> None:

@@ -16,8 +16,9 @@ from sie.engine import request_options
 from sie.engine.encode_plan import plan_encode
 from sie.engine.errors import InvalidInput
 from sie.engine.infer import Inference
-from sie.engine.ops.parts import Answer, Parts, check_outputs, item_id, lora_option, overlay
+from sie.engine.ops.parts import Answer, Parts, check_outputs, item_id
 from sie.engine.registry import Held
+from sie.engine.request_options import lora_option, overlay
 from sie.engine.runner import BatchGroup
 from sie.engine.score_plan import ScorePlan, plan_score
 from sie.postprocess.outputs import Postprocess
