@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -59,22 +58,6 @@ async def test_a_failed_forward_keeps_its_cause(loaded, executor):
     assert failure.value.__cause__ is not None  # the runtime's own error, for the log and debugging
     assert "InferenceFailed" not in type(failure.value.__cause__).__name__
     await worker.close()
-
-
-async def test_close_unloads_models_on_the_device_thread_not_the_event_loop(tmp_path):
-    engine = make_engine(tmp_path)
-    await engine.preload([INT8])
-    model, _ = engine.registry.ready(INT8)
-    closed_on: list[str] = []
-    original = model.adapter.close
-
-    def recording_close() -> None:
-        closed_on.append(threading.current_thread().name)
-        original()
-
-    model.adapter.close = recording_close  # type: ignore[method-assign]
-    await engine.close()
-    assert len(closed_on) == 1 and closed_on[0].startswith("sie-device")
 
 
 async def test_items_wanting_different_postprocessing_share_one_forward(loaded, executor):
