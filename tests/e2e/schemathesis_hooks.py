@@ -9,7 +9,8 @@ Three things the OpenAPI document cannot carry:
   so their bodies are validated against the schema like JSON ones instead of being skipped;
 * a model-capability refusal is not a schema mismatch. ``/v1/encode/{model}`` serves every model, and
   a schema-valid request can still ask one for what it lacks (an image-only item for a text model, a
-  sparse output from a dense one, a score from an embedder, more ``dimensions`` than it has, an
+  sparse output from a dense one, a score from an embedder, more ``dimensions`` than it has, an option
+  its family and profile do not read, an
   ``input`` string that is no image data URI under ``modality: "image"``). The
   public contract answers those 400 ``INVALID_INPUT``; no schema of a multi-model route can foresee
   them. Exactly those refusals, recognised by their fixed messages, are not counted as "schema-valid
@@ -48,6 +49,10 @@ CAPABILITY_REFUSALS: Final = re.compile(
             # the schema's strings (shared with text inputs) cannot say.
             r"^input\[\d+\] (must be a base64 data URI|is a URL|holds invalid base64)",
             r"^With modality 'image', 'input' must be data URIs",
+            # Which option names a model understands depends on its family and profile; the schema's
+            # ``options`` is an open object on every model's route.
+            r"^Unknown options? '.*' for model '.*'\. Allowed: ",
+            r"^Model '.*' does not take output_schema: ",
         )
     ),
     re.DOTALL,
