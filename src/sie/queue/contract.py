@@ -1,0 +1,180 @@
+"""The queue contract between gateways and workers: subjects, streams, consumers, and the two messages.
+
+These are the public SIE's facts (``sie_sdk.queue_types`` 0.10.1), so our gateway and workers
+interoperate with the public ones: a gateway publishes one ``WorkItem`` per item (a score: one per
+request) to ``sie.work.{pool}.{machine_profile}.{bundle}.{model}``, captured by the pool's stream
+``WORK_POOL_{pool}``; a worker answers each on its ``reply_subject`` (a NATS core inbox) with a
+``WorkResult``. Both are msgpack maps; optional keys are left out rather than sent as nil, and keys a
+side does not know are ignored, so older and newer peers read each other.
+
+Items travel as the server's own ``Item`` struct (unknown item keys dropped, image bytes raw), so a
+decoded work item is ready for the engine without another conversion.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Final
+
+import msgspec
+
+from sie.wire.requests import Item
+
+WORK_SUBJECT_PREFIX: Final = "sie.work"
+# Not ``sie.work.dead``: that would overlap the pool streams' ``sie.work.{pool}.*.*.*``.
+DEAD_LETTER_PREFIX: Final = "sie.dlq"
+WORK_POOL_STREAM_PREFIX: Final = "WORK_POOL"
+WORK_WORKER_STREAM_PREFIX: Final = "WORK_WORKER"
+# JetStream's default largest message; a bigger item travels by reference (``payload_ref``).
+INLINE_THRESHOLD_BYTES: Final = 1_048_576
+
+
+class Operation(StrEnum):
+    ENCODE = "encode"
+    SCORE = "score"
+    EXTRACT = "extract"
+    LOAD = "load"  # no input: asks a worker to load the model (scale-up warm-up)
+
+
+class WorkItem(msgspec.Struct, omit_defaults=True):
+    # Always present.
+    work_item_id: str  # "{request_id}.{item_index}"
+    request_id: str  # "{router_id}-{counter}"
+    item_index: int
+    total_items: int
+    operation: str  # an ``Operation``; kept a string so an unknown one is answered, not undecodable
+    model_id: str
+    profile_id: str
+    pool_name: str
+    machine_profile: str
+    router_id: str
+    reply_subject: str
+    timestamp: float  # Unix seconds when the gateway made it
+    # Optional: left out of the map when unset.
+    bundle_config_hash: str | None = None
+    display_model: str | None = None  # the id the caller asked for, when another route serves it
+    item: Item | None = None
+    payload_ref: str | None = None  # key in the payload store, instead of ``item``
+    output_types: list[str] | None = None
+    instruction: str | None = None
+    is_query: bool | None = None
+    options: dict[str, Any] | None = None
+    query_item: Item | None = None
+    query_payload_ref: str | None = None
+    score_items: list[Item] | None = None
+    labels: list[str] | None = None
+    output_schema: dict[str, Any] | None = None
+    generate: dict[str, Any] | None = None
+    traceparent: str | None = None
+    tracestate: str | None = None
+    deadline: float | None = None  # Unix seconds after which nobody waits for the answer
+    fallback_reason: str | None = None
+
+
+class WorkResult(msgspec.Struct, omit_defaults=True):
+    work_item_id: str
+    request_id: str
+    item_index: int
+    success: bool
+    # The answer for this item as msgpack bytes the gateway splices into its response unread:
+    # encode one EncodeResult map, score the list of ScoreEntry maps, extract one ExtractResult map.
+    result_msgpack: bytes | None = None
+    error: str | None = None
+    error_code: str | None = None
+    inference_ms: float | None = None
+    queue_ms: float | None = None
+    processing_ms: float | None = None
+    worker_id: str | None = None
+    tokenization_ms: float | None = None
+    postprocessing_ms: float | None = None
+    payload_fetch_ms: float | None = None
+    units: dict[str, int] | None = None  # {"input_tokens": n, ...}: counted, never estimated
+    execution_identity_sha256: str | None = None
+    executed_bundle_config_hash: str | None = None
+    retry_after_s: int | None = None
+
+
+class ContractError(ValueError):
+    """A message that is not a valid work item or result (a peer's bug, not a client's input)."""
+
+
+_ENCODER: Final = msgspec.msgpack.Encoder()
+_ITEMS: Final = msgspec.msgpack.Decoder(WorkItem)
+_RESULTS: Final = msgspec.msgpack.Decoder(WorkResult)
+
+
+def encode_message(message: WorkItem | WorkResult) -> bytes:
+    return _ENCODER.encode(message)
+
+
+def decode_work_item(data: bytes) -> WorkItem:
+    try:
+        return _ITEMS.decode(data)
+    except msgspec.DecodeError as exc:
+        raise ContractError(f"not a work item: {exc}") from None
+
+
+def decode_work_result(data: bytes) -> WorkResult:
+    try:
+        return _RESULTS.decode(data)
+    except msgspec.DecodeError as exc:
+        raise ContractError(f"not a work result: {exc}") from None
+
+
+def subject_token(value: str) -> str:
+    """One NATS subject token from a model id, profile, bundle or worker id: ``/`` becomes ``__``,
+    ``.`` becomes ``_dot_``, and ``*``, ``>`` and spaces become ``_`` (the public mapping, so both sides
+    of a mixed cluster bind the same subjects)."""
+    for old, new in (("/", "__"), (".", "_dot_"), ("*", "_"), (">", "_"), (" ", "_")):
+        value = value.replace(old, new)
+    return value
+
+
+def model_of_token(token: str) -> str:
+    """Best-effort inverse of ``subject_token`` for model ids (which never hold ``__``); the work
+    item's ``model_id`` is the authority, the subject only routes."""
+    return token.replace("__", "/").replace("_dot_", ".")
+
+
+def worker_token(worker_id: str) -> str:
+    """A worker id as a subject token. An empty id is refused: a default would make two workers share
+    one durable consumer."""
+    if not worker_id.strip():
+        raise ValueError("worker id is empty; set SIE_WORKER_ID (or HOSTNAME)")
+    return subject_token(worker_id)
+
+
+def work_subject(pool: str, machine_profile: str, bundle: str, model: str) -> str:
+    return f"{WORK_SUBJECT_PREFIX}.{pool}.{subject_token(machine_profile)}.{subject_token(bundle)}.{subject_token(model)}"
+
+
+def pool_stream(pool: str) -> str:
+    """The one stream of a pool: every profile, bundle and model of it."""
+    return f"{WORK_POOL_STREAM_PREFIX}_{pool}"
+
+
+def pool_stream_subjects(pool: str) -> list[str]:
+    return [f"{WORK_SUBJECT_PREFIX}.{pool}.*.*.*"]
+
+
+def lane_consumer(pool: str, machine_profile: str, bundle: str) -> str:
+    """The durable pull consumer every worker of one lane (pool, profile, bundle) shares."""
+    return f"{subject_token(pool)}_{subject_token(machine_profile)}_{subject_token(bundle)}"
+
+
+def worker_subject(pool: str, machine_profile: str, bundle: str, model: str, worker_id: str) -> str:
+    """A work item addressed to one worker (direct dispatch); the pool stream does not capture it."""
+    return f"{work_subject(pool, machine_profile, bundle, model)}.{worker_token(worker_id)}"
+
+
+def worker_stream(worker_id: str) -> str:
+    return f"{WORK_WORKER_STREAM_PREFIX}_{worker_token(worker_id)}"
+
+
+def worker_stream_subjects(pool: str, machine_profile: str, bundle: str, worker_id: str) -> list[str]:
+    lane = f"{WORK_SUBJECT_PREFIX}.{pool}.{subject_token(machine_profile)}.{subject_token(bundle)}"
+    return [f"{lane}.*.{worker_token(worker_id)}"]
+
+
+def worker_consumer(worker_id: str) -> str:
+    return f"gen-{worker_token(worker_id)}"
