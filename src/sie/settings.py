@@ -47,6 +47,15 @@ class Settings(BaseSettings):
     machine_profile: str | None = Field(
         None, description="Machine profile reported on /ws/status (default: the detected GPU type)."
     )
+    nats_url: str | None = Field(
+        None,
+        description="NATS server(s), comma-separated: set, `serve` also pulls work items from the pool's "
+        "JetStream stream as a queue-mode worker (docs/cluster.md).",
+    )
+    worker_id: str | None = Field(
+        None,
+        description="This worker's id on the queue (default: HOSTNAME, then POD_NAME, then the host name).",
+    )
     preload_models: str | None = Field(None, description="Comma-separated model ids loaded before serving.")
     local_cache: Path | None = Field(
         None, description="Weight cache folder (HF hub layout); default $HF_HOME/hub."
@@ -134,6 +143,9 @@ class Settings(BaseSettings):
 
     def preload_list(self) -> list[str]:
         return split_csv(self.preload_models)
+
+    def nats_servers(self) -> list[str]:
+        return split_csv(self.nats_url)
 
     def threads(self) -> int:
         return self.intra_op_threads or os.cpu_count() or 1

@@ -6,21 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import msgpack
 import nats
 import numpy as np
 import pytest
 
-from sie.core.options import ComputePrecision
-from sie.engine.catalog import Catalog
-from sie.engine.engine import Engine, EngineLimits
+from sie.engine.engine import Engine
 from sie.engine.error_rules import QueueAction
 from sie.engine.errors import InvalidInput, ModelLoading, PayloadTooLarge
-from sie.engine.loader import LoadSettings
-from sie.observability.metrics import Metrics
 from sie.queue.contract import (
     WorkItem,
     decode_work_item,
@@ -32,9 +26,7 @@ from sie.queue.contract import (
     work_subject,
 )
 from sie.queue.work import answered, engine_request, failed
-from sie.weights.sources import WeightSources
 from sie.wire.requests import EncodeRequest, ExtractRequest, Item, ScoreRequest
-from tests.conftest import MODELS_DIR
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -83,16 +75,6 @@ def test_failures_follow_the_error_table():
     boom = failed(work(), RuntimeError("secret detail"), "w1")
     assert boom.action is QueueAction.GIVE_UP and boom.result is not None
     assert (boom.result.error_code, boom.result.error) == ("INTERNAL_ERROR", "Internal server error")
-
-
-@pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[Engine]:
-    load = LoadSettings("cpu", ComputePrecision.FLOAT32, 2, WeightSources(tmp_path, hf_fallback=False))
-    async with Engine(
-        Catalog.from_directory(MODELS_DIR), load, EngineLimits(64, 5, 512, 1), Metrics()
-    ) as running:
-        await running.preload([MINILM])
-        yield running
 
 
 async def test_a_work_item_round_trips_over_a_real_jetstream(nats_url: str, engine: Engine):

@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 
 from sie import __version__
 from sie.engine.bundles import DEFAULT_BUNDLE, Bundle, load_bundle
+from sie.engine.engine import Engine
 from sie.engine.runtime import EngineRuntime
 from sie.server import openapi_docs
 from sie.server.api import encode, health, models, openai_compat, rerank, score_extract, ws
@@ -26,6 +27,9 @@ from sie.server.middleware import BodyLimit, IdentityHeaders, SdkVersionSkew
 from sie.server.request_metrics import RequestMetrics
 from sie.server.status import CatalogHash, WorkerIdentity
 from sie.settings import Settings
+
+if TYPE_CHECKING:  # nats-py is the cluster extra's: imported only when SIE_NATS_URL is set
+    from sie.queue.pull import PullLoop
 
 
 def worker_identity(settings: Settings) -> WorkerIdentity:
@@ -47,6 +51,20 @@ def worker_identity(settings: Settings) -> WorkerIdentity:
     )
 
 
+async def start_queue_worker(settings: Settings, engine: Engine) -> PullLoop:
+    """The same process also pulls work from the pool's JetStream stream (``SIE_NATS_URL``)."""
+    try:
+        from sie.queue.pull import PullLoop, lane_of, worker_id_of
+    except ImportError as exc:  # nats-py is the cluster extra's
+        raise RuntimeError(
+            f"SIE_NATS_URL is set but {exc.name} is missing: pip install 'sie-engine[cluster]'"
+        ) from exc
+    lane = lane_of(settings.pool, settings.machine_profile, settings.bundle)
+    loop = PullLoop(engine, settings.nats_servers(), lane, worker_id_of(settings.worker_id))
+    await loop.start()
+    return loop
+
+
 def create_app(settings: Settings) -> FastAPI:
     # The tokenizer pool already runs tokenization beside the forward pass; the Rust tokenizer's own
     # per-call thread pool would add one thread per core on top and fight the forward for the cores.
@@ -61,10 +79,13 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[dict[str, Any]]:
         engine = await runtime.start()
         lifecycle.on_overdue = engine.close
+        queue = await start_queue_worker(settings, engine) if settings.nats_servers() else None
         try:
             yield {"engine": engine, "metrics": metrics, "lifecycle": lifecycle, "status_identity": identity}
         finally:
             lifecycle.draining = True
+            if queue is not None:
+                await queue.stop()  # items in flight finish and are acked; the rest is redelivered
             await runtime.stop()
 
     app = FastAPI(

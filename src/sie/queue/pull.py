@@ -1,0 +1,185 @@
+"""The queue worker's pull loop: fetch work items from the lane's durable JetStream consumer, run each
+through the engine, reply on its inbox, then ack (or NAK it for later, as the error table says).
+
+JetStream does the hard parts: durability, redelivery of what a dead worker never acked, the shared
+durable consumer that spreads a lane's items over its workers. This loop only keeps the engine fed:
+fetches are bounded by a budget and by how many items are in flight, the fetch wait widens while
+the queue is empty (1 ms doubling to 20 ms) and resets once work arrives, and an item whose deadline
+has passed is acked unanswered (nobody waits for it). A result is published before the ack, so a
+crash in between redelivers the item rather than losing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js.errors import NotFoundError
+
+from sie.engine.engine import Engine
+from sie.engine.error_rules import QueueAction
+from sie.queue.contract import (
+    ContractError,
+    WorkItem,
+    decode_work_item,
+    encode_message,
+    lane_consumer,
+    pool_stream,
+    pool_stream_subjects,
+    subject_token,
+)
+from sie.queue.work import EngineRequest, Outcome, answered, engine_request, failed
+from sie.wire.requests import EncodeRequest, ExtractRequest, ScoreRequest
+
+log = logging.getLogger(__name__)
+
+MIN_WAIT_S: Final = 0.001
+MAX_WAIT_S: Final = 0.020
+DRAIN_S: Final = 30.0
+
+
+@dataclass(frozen=True)
+class Lane:
+    """Which work a worker takes: its pool, machine profile and bundle."""
+
+    pool: str
+    machine_profile: str
+    bundle: str
+
+    @property
+    def filter_subject(self) -> str:
+        return f"sie.work.{self.pool}.{subject_token(self.machine_profile)}.{subject_token(self.bundle)}.*"
+
+
+class PullLoop:
+    def __init__(
+        self,
+        engine: Engine,
+        servers: list[str],
+        lane: Lane,
+        worker_id: str,
+        fetch_budget: int = 64,
+        max_in_flight: int = 256,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._engine = engine
+        self._servers = servers
+        self._lane = lane
+        self._worker_id = worker_id
+        self._budget = fetch_budget
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._clock = clock
+        self._client: Client | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._in_flight: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        client = self._client = await nats.connect(
+            servers=self._servers, name=f"sie-worker {self._worker_id}"
+        )
+        jetstream = client.jetstream()
+        stream = pool_stream(self._lane.pool)
+        try:
+            await jetstream.stream_info(stream)
+        except NotFoundError:  # the first worker (or gateway) of a pool creates its stream
+            await jetstream.add_stream(name=stream, subjects=pool_stream_subjects(self._lane.pool))
+        durable = lane_consumer(self._lane.pool, self._lane.machine_profile, self._lane.bundle)
+        subscription = await jetstream.pull_subscribe(
+            self._lane.filter_subject, durable=durable, stream=stream
+        )
+        self._task = asyncio.create_task(self._loop(subscription, client), name="sie-pull-loop")
+        log.info("pulling %s as %s (consumer %s)", self._lane.filter_subject, self._worker_id, durable)
+
+    async def _loop(self, subscription: Any, client: Client) -> None:
+        wait = MIN_WAIT_S
+        while True:
+            try:
+                messages: list[Msg] = await subscription.fetch(self._budget, timeout=wait)
+            except NatsTimeout:
+                wait = min(wait * 2, MAX_WAIT_S)
+                continue
+            except Exception:
+                log.exception("fetching work failed; retrying in %.0f ms", wait * 1000)
+                await asyncio.sleep(wait)
+                continue
+            wait = MIN_WAIT_S
+            for message in messages:
+                await self._slots.acquire()
+                task = asyncio.create_task(self._handle(message, client))
+                self._in_flight.add(task)
+                task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.discard(task)
+        self._slots.release()
+
+    async def _handle(self, message: Msg, client: Client) -> None:
+        try:
+            work = decode_work_item(message.data)
+        except ContractError as exc:
+            log.warning("dropping an undecodable work item on %s: %s", message.subject, exc)
+            await message.term()  # redelivering it would only fail again
+            return
+        if work.deadline is not None and self._clock() > work.deadline:
+            await message.ack()  # nobody waits for it any more: do not spend the device on it
+            return
+        outcome = await self._run(work)
+        if outcome.action is QueueAction.RETRY:
+            await message.nak(delay=outcome.retry_after_s)
+            return
+        if outcome.result is not None and work.reply_subject.startswith("_INBOX."):
+            await client.publish(work.reply_subject, encode_message(outcome.result))
+        await message.ack()
+
+    async def _run(self, work: WorkItem) -> Outcome:
+        try:
+            request = engine_request(work)
+            answer = await self._call(work.model_id, request)
+        except Exception as exc:
+            return failed(work, exc, self._worker_id)
+        return answered(work, answer, self._worker_id)
+
+    def _call(self, model: str, request: EngineRequest) -> Awaitable[Any]:
+        if isinstance(request, EncodeRequest):
+            return self._engine.encode(model, request)
+        if isinstance(request, ScoreRequest):
+            return self._engine.score(model, request)
+        assert isinstance(request, ExtractRequest)
+        return self._engine.extract(model, request)
+
+    async def stop(self) -> None:
+        """Stop fetching, let the items in flight finish and ack (``DRAIN_S`` at most), disconnect.
+        What is left unacked is redelivered to another worker."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._in_flight:
+            await asyncio.wait(self._in_flight, timeout=DRAIN_S)
+        if self._client is not None:
+            # Not drain(): it would wait out the lingering pull request; everything handled is acked.
+            await self._client.close()
+
+
+DEFAULT_LANE_TOKEN: Final = "default"
+
+
+def lane_of(pool: str, machine_profile: str | None, bundle: str | None) -> Lane:
+    """A worker's lane from its settings; what is unset is ``default``, the same default the gateway
+    routes to when a request names no pool or profile, so the two find each other unconfigured."""
+    return Lane(
+        pool or DEFAULT_LANE_TOKEN, machine_profile or DEFAULT_LANE_TOKEN, bundle or DEFAULT_LANE_TOKEN
+    )
+
+
+def worker_id_of(configured: str | None) -> str:
+    return configured or os.environ.get("HOSTNAME") or os.environ.get("POD_NAME") or socket.gethostname()
