@@ -52,6 +52,17 @@ class Settings(BaseSettings):
         description="NATS server(s), comma-separated: set, `serve` also pulls work items from the pool's "
         "JetStream stream as a queue-mode worker (docs/cluster.md).",
     )
+    adaptive_min_quantum_ms: float = Field(
+        2.0, gt=0, description="Queue mode: the pull loop's shortest wait for work."
+    )
+    adaptive_max_quantum_ms: float = Field(
+        15.0, gt=0, description="Queue mode: the pull loop's longest wait for work."
+    )
+    adaptive_target_p50_ms: float = Field(
+        50.0,
+        gt=0,
+        description="Queue mode: the p50 latency of answered items the pull loop's wait is steered to.",
+    )
     worker_id: str | None = Field(
         None,
         description="This worker's id on the queue (default: HOSTNAME, then POD_NAME, then the host name).",

@@ -3,9 +3,9 @@ through the engine, reply on its inbox, then ack (or NAK it for later, as the er
 
 JetStream does the hard parts: durability, redelivery of what a dead worker never acked, the shared
 durable consumer that spreads a lane's items over its workers. This loop only keeps the engine fed:
-fetches are bounded by a budget and by how many items are in flight, the fetch wait widens while
-the queue is empty (1 ms doubling to 20 ms) and resets once work arrives, and an item whose deadline
-has passed is acked unanswered (nobody waits for it). A result is published before the ack, so a
+fetches are bounded by a budget and by how many items are in flight, the fetch wait adapts
+(``adaptive.AdaptiveWait``: it widens while the stream is empty and is steered to the p50 target
+once work flows), and an item whose deadline has passed is acked unanswered (nobody waits for it). A result is published before the ack, so a
 crash in between redelivers the item rather than losing it.
 """
 
@@ -28,6 +28,7 @@ from nats.js.errors import NotFoundError
 
 from sie.engine.engine import Engine
 from sie.engine.error_rules import QueueAction
+from sie.queue.adaptive import AdaptiveWait
 from sie.queue.contract import (
     ContractError,
     WorkItem,
@@ -43,8 +44,6 @@ from sie.wire.requests import EncodeRequest, ExtractRequest, ScoreRequest
 
 log = logging.getLogger(__name__)
 
-MIN_WAIT_S: Final = 0.001
-MAX_WAIT_S: Final = 0.020
 DRAIN_S: Final = 30.0
 
 
@@ -71,6 +70,7 @@ class PullLoop:
         fetch_budget: int = 64,
         max_in_flight: int = 256,
         clock: Callable[[], float] = time.time,
+        wait: AdaptiveWait | None = None,
     ) -> None:
         self._engine = engine
         self._servers = servers
@@ -79,6 +79,7 @@ class PullLoop:
         self._budget = fetch_budget
         self._slots = asyncio.Semaphore(max_in_flight)
         self._clock = clock
+        self._wait = wait or AdaptiveWait()
         self._client: Client | None = None
         self._task: asyncio.Task[None] | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
@@ -101,18 +102,18 @@ class PullLoop:
         log.info("pulling %s as %s (consumer %s)", self._lane.filter_subject, self._worker_id, durable)
 
     async def _loop(self, subscription: Any, client: Client) -> None:
-        wait = MIN_WAIT_S
+        wait = self._wait
         while True:
             try:
-                messages: list[Msg] = await subscription.fetch(self._budget, timeout=wait)
+                messages: list[Msg] = await subscription.fetch(self._budget, timeout=wait.wait_s)
             except NatsTimeout:
-                wait = min(wait * 2, MAX_WAIT_S)
+                wait.idle()
                 continue
             except Exception:
-                log.exception("fetching work failed; retrying in %.0f ms", wait * 1000)
-                await asyncio.sleep(wait)
+                log.exception("fetching work failed; retrying in %.0f ms", wait.wait_s * 1000)
+                await asyncio.sleep(wait.wait_s)
                 continue
-            wait = MIN_WAIT_S
+            wait.worked()
             for message in messages:
                 await self._slots.acquire()
                 task = asyncio.create_task(self._handle(message, client))
@@ -140,6 +141,8 @@ class PullLoop:
         if outcome.result is not None and work.reply_subject.startswith("_INBOX."):
             await client.publish(work.reply_subject, encode_message(outcome.result))
         await message.ack()
+        if outcome.result is not None and outcome.result.success:
+            self._wait.observe(max(0.0, self._clock() - work.timestamp))
 
     async def _run(self, work: WorkItem) -> Outcome:
         try:

@@ -54,13 +54,19 @@ def worker_identity(settings: Settings) -> WorkerIdentity:
 async def start_queue_worker(settings: Settings, engine: Engine) -> PullLoop:
     """The same process also pulls work from the pool's JetStream stream (``SIE_NATS_URL``)."""
     try:
+        from sie.queue.adaptive import AdaptiveWait
         from sie.queue.pull import PullLoop, lane_of, worker_id_of
     except ImportError as exc:  # nats-py is the cluster extra's
         raise RuntimeError(
             f"SIE_NATS_URL is set but {exc.name} is missing: pip install 'sie-engine[cluster]'"
         ) from exc
     lane = lane_of(settings.pool, settings.machine_profile, settings.bundle)
-    loop = PullLoop(engine, settings.nats_servers(), lane, worker_id_of(settings.worker_id))
+    wait = AdaptiveWait(
+        settings.adaptive_min_quantum_ms / 1000,
+        settings.adaptive_max_quantum_ms / 1000,
+        settings.adaptive_target_p50_ms / 1000,
+    )
+    loop = PullLoop(engine, settings.nats_servers(), lane, worker_id_of(settings.worker_id), wait=wait)
     await loop.start()
     return loop
 
