@@ -62,7 +62,7 @@ def test_each_operation_maps_to_the_request_its_route_would_make():
         engine_request(work())
 
 
-def test_failures_follow_the_error_table():
+def test_failures_follow_the_error_table(caplog):
     bad = failed(work(), PayloadTooLarge("Item 0 text exceeds"), "w1")
     assert bad.action is QueueAction.ANSWER and bad.result is not None
     assert (bad.result.success, bad.result.error_code, bad.result.worker_id) == (
@@ -75,6 +75,8 @@ def test_failures_follow_the_error_table():
     boom = failed(work(), RuntimeError("secret detail"), "w1")
     assert boom.action is QueueAction.GIVE_UP and boom.result is not None
     assert (boom.result.error_code, boom.result.error) == ("INTERNAL_ERROR", "Internal server error")
+    logged = [r for r in caplog.records if r.exc_info and r.exc_info[1] is not None]
+    assert [str(r.exc_info[1]) for r in logged] == ["secret detail"]  # the traceback stays in the log
 
 
 async def test_a_work_item_round_trips_over_a_real_jetstream(nats_url: str, engine: Engine):

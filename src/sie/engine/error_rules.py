@@ -9,6 +9,7 @@ answer the work item with the error and acknowledge it, or leave it for redelive
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
@@ -27,6 +28,8 @@ from sie.engine.errors import (
 )
 from sie.wire.codec import WireDecodeError
 from sie.wire.errors import ErrorCode
+
+log = logging.getLogger(__name__)
 
 OOM_RETRY_AFTER_S: Final = 5  # the public server's default
 
@@ -65,6 +68,19 @@ ERROR_TABLE: Final[dict[type[Exception], ErrorRule]] = {
 UNEXPECTED: Final = ErrorRule(ErrorCode.INTERNAL_ERROR, QueueAction.GIVE_UP)
 """What an exception outside the table becomes (its text stays in the log): kept beside the table so
 ``/openapi.json``, which documents every rule, documents this one too."""
+
+
+INTERNAL_MESSAGE: Final = "Internal server error"
+
+
+def told(exc: Exception) -> tuple[ErrorRule, str]:
+    """The rule for ``exc`` and the message a caller may see: an unexpected error's text never leaves
+    the process (its traceback goes to the log), every front end answers it ``INTERNAL_MESSAGE``."""
+    rule = rule_for(exc)
+    if rule is None:
+        log.error("unhandled error", exc_info=exc)
+        return UNEXPECTED, INTERNAL_MESSAGE
+    return rule, str(exc)
 
 
 def rule_for(exc: Exception) -> ErrorRule | None:

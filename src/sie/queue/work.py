@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sie.engine.error_rules import UNEXPECTED, QueueAction, rule_for
+from sie.engine.error_rules import QueueAction, told
 from sie.engine.errors import InvalidInput
 from sie.engine.ops.parts import Answer
 from sie.queue.contract import Operation, WorkItem, WorkResult
@@ -93,10 +93,9 @@ def answered(
 
 def failed(work: WorkItem, error: Exception, worker_id: str) -> Outcome:
     """The error table decides: a retry is a NAK with no result; anything else is answered."""
-    rule = rule_for(error) or UNEXPECTED
+    rule, message = told(error)
     if rule.queue is QueueAction.RETRY:
         return Outcome(QueueAction.RETRY, None, rule.retry_after_s)
-    message = str(error) if rule is not UNEXPECTED else "Internal server error"
     result = WorkResult(
         work.work_item_id,
         work.request_id,

@@ -9,7 +9,6 @@ traceback goes to the log, the client gets a stable code.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Final
@@ -17,13 +16,9 @@ from typing import Final
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from sie.engine.error_rules import ERROR_TABLE, UNEXPECTED, ErrorRule, rule_for
+from sie.engine.error_rules import ERROR_TABLE, ErrorRule, told
 from sie.engine.errors import ModelLoadFailed
 from sie.wire.errors import ErrorCode, error_envelope, openai_error_envelope
-
-log = logging.getLogger(__name__)
-
-INTERNAL_MESSAGE: Final = "Internal server error"
 
 
 @dataclass(frozen=True)
@@ -69,17 +64,8 @@ def retry_after(rule: ErrorRule) -> str | None:
     return None if rule.retry_after_s is None else str(rule.retry_after_s)
 
 
-def _rule(exc: Exception) -> tuple[ErrorRule, str]:
-    """The rule for ``exc`` and the message a client may see (never an unexpected error's text)."""
-    rule = rule_for(exc)
-    if rule is None:
-        log.error("unhandled error", exc_info=exc)
-        return UNEXPECTED, INTERNAL_MESSAGE
-    return rule, str(exc)
-
-
 def native_error_response(exc: Exception) -> JSONResponse:
-    rule, message = _rule(exc)
+    rule, message = told(exc)
     extra: dict[str, object] = {}
     if isinstance(exc, ModelLoadFailed):
         extra = {"error_class": exc.error_class, "attempts": exc.attempts, "permanent": exc.permanent}
@@ -105,7 +91,7 @@ def openai_error(status: int, message: str, code: str, error_type: str) -> JSONR
 def openai_error_response(exc: Exception, native_code: bool = False) -> JSONResponse:
     """OpenAI's envelope with OpenAI's code, or with the native code where the public server puts that
     there (``/v1/rerank``)."""
-    rule, message = _rule(exc)
+    rule, message = told(exc)
     openai = http_of(rule).openai
     return openai_error(openai.status, message, rule.code.value if native_code else openai.code, openai.type)
 
