@@ -144,8 +144,13 @@ def worker_token(worker_id: str) -> str:
     return subject_token(worker_id)
 
 
+def lane_subject(pool: str, machine_profile: str, bundle: str) -> str:
+    """The subject prefix of one lane; its models' subjects are one token under it."""
+    return f"{WORK_SUBJECT_PREFIX}.{pool}.{subject_token(machine_profile)}.{subject_token(bundle)}"
+
+
 def work_subject(pool: str, machine_profile: str, bundle: str, model: str) -> str:
-    return f"{WORK_SUBJECT_PREFIX}.{pool}.{subject_token(machine_profile)}.{subject_token(bundle)}.{subject_token(model)}"
+    return f"{lane_subject(pool, machine_profile, bundle)}.{subject_token(model)}"
 
 
 def pool_stream(pool: str) -> str:
@@ -172,8 +177,7 @@ def worker_stream(worker_id: str) -> str:
 
 
 def worker_stream_subjects(pool: str, machine_profile: str, bundle: str, worker_id: str) -> list[str]:
-    lane = f"{WORK_SUBJECT_PREFIX}.{pool}.{subject_token(machine_profile)}.{subject_token(bundle)}"
-    return [f"{lane}.*.{worker_token(worker_id)}"]
+    return [f"{lane_subject(pool, machine_profile, bundle)}.*.{worker_token(worker_id)}"]
 
 
 def worker_consumer(worker_id: str) -> str:

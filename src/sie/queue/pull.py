@@ -35,9 +35,9 @@ from sie.queue.contract import (
     decode_work_item,
     encode_message,
     lane_consumer,
+    lane_subject,
     pool_stream,
     pool_stream_subjects,
-    subject_token,
 )
 from sie.queue.work import EngineRequest, Outcome, answered, engine_request, failed
 from sie.wire.requests import EncodeRequest, ExtractRequest, ScoreRequest
@@ -57,7 +57,7 @@ class Lane:
 
     @property
     def filter_subject(self) -> str:
-        return f"sie.work.{self.pool}.{subject_token(self.machine_profile)}.{subject_token(self.bundle)}.*"
+        return f"{lane_subject(self.pool, self.machine_profile, self.bundle)}.*"
 
 
 class PullLoop:
