@@ -122,7 +122,7 @@ class ModelWorker:
     def submit(self, prepared: list[Prepared], group: Hashable) -> list[asyncio.Future[ItemResult]]:
         """Queue one request's items; raises ``Overloaded`` instead of letting the queue grow unbounded."""
         if self._closed:
-            raise EngineClosed(f"Model '{self.name}' is shutting down")
+            raise self._shutting_down()
         if self._stopped is not None:
             raise self._stopped
         if len(prepared) > self._max_pending:
@@ -256,11 +256,15 @@ class ModelWorker:
             )
             return await loop.run_in_executor(self._executor, self._run_split, prepared, groups)
 
+    def _shutting_down(self) -> EngineClosed:
+        return EngineClosed(f"Model '{self.name}' is shutting down")
+
+    def _loop_stopped(self) -> InferenceFailed:
+        return InferenceFailed(f"Model '{self.name}' worker stopped")
+
     def _ended(self) -> Exception:
         """What the items of a loop that ended are told."""
-        if self._closed:
-            return EngineClosed(f"Model '{self.name}' is shutting down")
-        return InferenceFailed(f"Model '{self.name}' worker stopped")
+        return self._shutting_down() if self._closed else self._loop_stopped()
 
     @staticmethod
     def _fail(batch: list[Entry[Work]], error: Exception) -> None:
@@ -275,7 +279,7 @@ class ModelWorker:
             return
         cause = task.exception() if not task.cancelled() else None
         log.error("worker loop for %s stopped: %r", self.name, cause)
-        self._stopped = InferenceFailed(f"Model '{self.name}' worker stopped")
+        self._stopped = self._loop_stopped()
         self._stopped.__cause__ = cause
         self._fail_all(self._stopped)
 
@@ -293,4 +297,4 @@ class ModelWorker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._fail_all(EngineClosed(f"Model '{self.name}' is shutting down"))
+        self._fail_all(self._shutting_down())
