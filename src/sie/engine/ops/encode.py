@@ -29,9 +29,8 @@ async def encode(
 ) -> Answer[EncodeResponse]:
     started = time.perf_counter()
     items, params = request.items, request.params
-    parts.admit(items)
-    name = parts.registry.variant(model, (params.options or {}).get("profile") if params else None)
-    entry = parts.registry.require(name)
+    entry = parts.admitted(model, items, params.options if params else None)
+    name = entry.name
     request_options.check_known(entry, request_options.ENCODE, params.options if params else None)
     plan = plan_encode(
         name,

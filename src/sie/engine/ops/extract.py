@@ -34,9 +34,8 @@ async def extract(
 ) -> Answer[ExtractResponse]:
     started = time.perf_counter()
     items, params = request.items, request.params or ExtractParams()
-    parts.admit(items)
-    name = parts.registry.variant(model, (params.options or {}).get("profile"))
-    entry = parts.registry.require(name)
+    entry = parts.admitted(model, items, params.options)
+    name = entry.name
     if entry.config.tasks.extract is None:
         raise InvalidInput(f"Model '{name}' {EXTRACT_HINT}")
     if params.output_schema is not None:  # no family here fills a schema: refused, not dropped unread

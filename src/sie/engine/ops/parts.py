@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sie.core.options import Capability
+from sie.engine.catalog import CatalogEntry
 from sie.engine.errors import InvalidInput, PayloadTooLarge, require_items
 from sie.engine.infer import Infer
 from sie.engine.registry import Held, ModelRegistry
@@ -32,6 +33,18 @@ class Parts:
     infer: Infer
     metrics: Metrics
     max_item_text_bytes: int
+
+    def admitted(
+        self,
+        model: str,
+        items: Sequence[Item],
+        options: Mapping[str, Any] | None,
+        query: Item | None = None,
+    ) -> CatalogEntry:
+        """The entry that serves a request (the variant its ``profile`` option names), once the
+        request's own checks passed; nothing has touched a model yet."""
+        self.admit(items, query)
+        return self.registry.require(self.registry.variant(model, (options or {}).get("profile")))
 
     def admit(self, items: Sequence[Item], query: Item | None = None) -> None:
         """Every request's own checks, before any model work: items present, no text over

@@ -34,9 +34,8 @@ async def score(
 ) -> Answer[ScoreResponse]:
     started = time.perf_counter()
     query, items, options = request.query, request.items, request.options
-    parts.admit(items, query)
-    name = parts.registry.variant(model, (options or {}).get("profile"))
-    entry = parts.registry.require(name)
+    entry = parts.admitted(model, items, options, query)
+    name = entry.name
     request_options.check_known(entry, request_options.SCORE, options)
     merged = overlay(entry.profile.runtime, options)
     plan = plan_score(name, entry.config.tasks.score is not None, entry.config.output_types(), merged)
