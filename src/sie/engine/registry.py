@@ -119,17 +119,6 @@ class ModelRegistry:
             raise ModelNotFound(name)
         return slot
 
-    def variant(self, name: str, profile: object) -> str:
-        """The catalog id serving ``options.profile`` (a ``{sie_id}:{profile}`` variant) or ``name``."""
-        self._slot(name)
-        if profile is not None and not isinstance(profile, str):
-            raise InvalidInput(f"Option 'profile' must be str, got {type(profile).__name__}")
-        variant = self.catalog.for_profile(name, profile)
-        if variant not in self._slots:
-            available = ", ".join(sorted(self.require(name).config.profiles))
-            raise InvalidInput(f"Unknown profile '{profile}' for model '{name}'. Available: {available}")
-        return variant
-
     # -- loading ------------------------------------------------------------------------------------
 
     def _start_load(self, slot: ModelSlot) -> asyncio.Task[None]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
@@ -11,7 +12,9 @@ import numpy as np
 from sie.adapters.base import Forward, ItemOutputs, ModelInput
 from sie.core.options import Capability, OutputDType
 from sie.engine import request_options
-from sie.engine.encode_plan import plan_encode
+from sie.engine.admission import Admission
+from sie.engine.catalog import CatalogEntry
+from sie.engine.encode_plan import EncodePlan, plan_encode
 from sie.engine.errors import InvalidInput
 from sie.engine.ops.parts import Answer, Parts, check_outputs
 from sie.engine.runner import BatchGroup
@@ -24,16 +27,19 @@ from sie.wire.responses import DenseVector, EncodeResponse, EncodeResult, MultiV
 SPARSE_DTYPES: Final = frozenset({OutputDType.FLOAT32, OutputDType.FLOAT16})
 
 
-async def encode(
-    parts: Parts, model: str, request: EncodeRequest, wait_loaded: bool = False
-) -> Answer[EncodeResponse]:
-    started = time.perf_counter()
+@dataclass(frozen=True)
+class EncodeAdmitted:
+    entry: CatalogEntry
+    plan: EncodePlan
+
+
+def admit_encode(admission: Admission, model: str, request: EncodeRequest) -> EncodeAdmitted:
+    """The request's checks, no model touched (the gateway runs exactly these before publishing)."""
     items, params = request.items, request.params
-    entry = parts.admitted(model, items, params.options if params else None)
-    name = entry.name
+    entry = admission.entry(model, items, params.options if params else None)
     request_options.check_known(entry, request_options.ENCODE, params.options if params else None)
     plan = plan_encode(
-        name,
+        entry.name,
         entry.config.output_types(),
         entry.profile.runtime,
         params.options if params else None,
@@ -41,11 +47,20 @@ async def encode(
         output_dtype=params.output_dtype if params else None,
         instruction=params.instruction if params else None,
     )
-    keep = frozenset(plan.output_types)
-    if Capability.SPARSE in keep and plan.output_dtype not in SPARSE_DTYPES:
+    if Capability.SPARSE in plan.output_types and plan.output_dtype not in SPARSE_DTYPES:
         raise InvalidInput(
             f"Sparse output takes output_dtype float32 or float16, not '{plan.output_dtype.value}'"
         )
+    return EncodeAdmitted(entry, plan)
+
+
+async def encode(
+    parts: Parts, model: str, request: EncodeRequest, wait_loaded: bool = False
+) -> Answer[EncodeResponse]:
+    started = time.perf_counter()
+    admitted = admit_encode(parts.admission, model, request)
+    name, plan, items = admitted.entry.name, admitted.plan, request.items
+    keep = frozenset(plan.output_types)
     if wait_loaded:
         await parts.registry.wait_loaded(name)
     with parts.registry.hold(name) as held:

@@ -5,12 +5,15 @@ items batch together only with items of an equal task."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Final
 
 from sie.adapters.base import Forward, ModelInput, Task
 from sie.core.extraction import Extraction
 from sie.core.options import Capability
 from sie.engine import request_options
+from sie.engine.admission import Admission
+from sie.engine.catalog import CatalogEntry
 from sie.engine.errors import InvalidInput
 from sie.engine.inputs import image_of, text_of
 from sie.engine.ops.parts import Answer, Parts, check_outputs, item_id
@@ -29,12 +32,17 @@ EXTRACT_HINT: Final = (
 EXTRACT: Final = frozenset({Capability.EXTRACT})
 
 
-async def extract(
-    parts: Parts, model: str, request: ExtractRequest, wait_loaded: bool = False
-) -> Answer[ExtractResponse]:
-    started = time.perf_counter()
+@dataclass(frozen=True)
+class ExtractAdmitted:
+    entry: CatalogEntry
+    task: Task
+    lora_id: str | None
+
+
+def admit_extract(admission: Admission, model: str, request: ExtractRequest) -> ExtractAdmitted:
+    """The request's checks, no model touched (the gateway runs exactly these before publishing)."""
     items, params = request.items, request.params or ExtractParams()
-    entry = parts.admitted(model, items, params.options)
+    entry = admission.entry(model, items, params.options)
     name = entry.name
     if entry.config.tasks.extract is None:
         raise InvalidInput(f"Model '{name}' {EXTRACT_HINT}")
@@ -50,7 +58,15 @@ async def extract(
         {k: v for k, v in options.items() if k not in ENGINE_OPTIONS},
         instruction if isinstance(instruction, str) else None,
     )
-    lora_id = lora_option(options)
+    return ExtractAdmitted(entry, task, lora_option(options))
+
+
+async def extract(
+    parts: Parts, model: str, request: ExtractRequest, wait_loaded: bool = False
+) -> Answer[ExtractResponse]:
+    started = time.perf_counter()
+    admitted = admit_extract(parts.admission, model, request)
+    name, task, lora_id, items = admitted.entry.name, admitted.task, admitted.lora_id, request.items
     if wait_loaded:
         await parts.registry.wait_loaded(name)
     with parts.registry.hold(name) as held:

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from sie.core.options import Capability
-from sie.engine.catalog import CatalogEntry
-from sie.engine.errors import InvalidInput, PayloadTooLarge, require_items
+from sie.engine.admission import Admission
+from sie.engine.errors import InvalidInput
 from sie.engine.infer import Infer
 from sie.engine.registry import Held, ModelRegistry
 from sie.observability.metrics import Metrics
-from sie.wire.requests import Item
 from sie.wire.responses import Timing
 
 R = TypeVar("R")
@@ -34,31 +32,10 @@ class Parts:
     metrics: Metrics
     max_item_text_bytes: int
 
-    def admitted(
-        self,
-        model: str,
-        items: Sequence[Item],
-        options: Mapping[str, Any] | None,
-        query: Item | None = None,
-    ) -> CatalogEntry:
-        """The entry that serves a request (the variant its ``profile`` option names), once the
-        request's own checks passed; nothing has touched a model yet."""
-        self.admit(items, query)
-        return self.registry.require(self.registry.variant(model, (options or {}).get("profile")))
-
-    def admit(self, items: Sequence[Item], query: Item | None = None) -> None:
-        """Every request's own checks, before any model work: items present, no text over
-        ``SIE_MAX_ITEM_TEXT_BYTES`` (413)."""
-        require_items(items)
-        limit = self.max_item_text_bytes
-        named = [("Query", query)] if query is not None else []
-        for label, item in [*named, *((f"Item {i}", item) for i, item in enumerate(items))]:
-            text = item.text
-            # Four bytes a character at most: only a text that could pass the limit is encoded.
-            if text is not None and len(text) * 4 > limit and len(text.encode()) > limit:
-                raise PayloadTooLarge(
-                    f"{label} text exceeds the limit of {limit} bytes (SIE_MAX_ITEM_TEXT_BYTES)"
-                )
+    @property
+    def admission(self) -> Admission:
+        """The request checks against the catalogue as it is now (hot reload replaces it)."""
+        return Admission(self.registry.catalog, self.max_item_text_bytes)
 
     def observe(self, model: str, operation: str, timing: Timing) -> None:
         """The request's phases into ``sie_request_duration_seconds`` (the front end adds ``total``)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -13,6 +14,8 @@ import numpy as np
 from sie.adapters.base import Forward, ModelInput
 from sie.core.options import Capability
 from sie.engine import request_options
+from sie.engine.admission import Admission
+from sie.engine.catalog import CatalogEntry
 from sie.engine.encode_plan import plan_encode
 from sie.engine.errors import InvalidInput
 from sie.engine.infer import Inference
@@ -29,19 +32,33 @@ from sie.wire.responses import ScoreEntry, ScoreResponse, Usage
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class ScoreAdmitted:
+    entry: CatalogEntry
+    plan: ScorePlan
+    lora_id: str | None
+
+
+def admit_score(admission: Admission, model: str, request: ScoreRequest) -> ScoreAdmitted:
+    """The request's checks, no model touched (the gateway runs exactly these before publishing)."""
+    query, items, options = request.query, request.items, request.options
+    entry = admission.entry(model, items, options, query)
+    request_options.check_known(entry, request_options.SCORE, options)
+    merged = overlay(entry.profile.runtime, options)
+    plan = plan_score(entry.name, entry.config.tasks.score is not None, entry.config.output_types(), merged)
+    if any(item.text is None for item in [query, *items]):
+        raise InvalidInput("Score requires text on the query and on every item")
+    return ScoreAdmitted(entry, plan, lora_option(merged))
+
+
 async def score(
     parts: Parts, model: str, request: ScoreRequest, wait_loaded: bool = False
 ) -> Answer[ScoreResponse]:
     started = time.perf_counter()
     query, items, options = request.query, request.items, request.options
-    entry = parts.admitted(model, items, options, query)
+    admitted = admit_score(parts.admission, model, request)
+    entry, plan, lora_id = admitted.entry, admitted.plan, admitted.lora_id
     name = entry.name
-    request_options.check_known(entry, request_options.SCORE, options)
-    merged = overlay(entry.profile.runtime, options)
-    plan = plan_score(name, entry.config.tasks.score is not None, entry.config.output_types(), merged)
-    if any(item.text is None for item in [query, *items]):
-        raise InvalidInput("Score requires text on the query and on every item")
-    lora_id = lora_option(merged)
     if wait_loaded:
         await parts.registry.wait_loaded(name)
     with parts.registry.hold(name) as held, parts.registry.lora(held, lora_id) as lora:
