@@ -63,6 +63,39 @@ class Settings(BaseSettings):
         gt=0,
         description="Queue mode: the p50 latency of answered items the pull loop's wait is steered to.",
     )
+    health_publish_interval_ms: float = Field(
+        5000, gt=0, description="Queue mode: heartbeat period on sie.health.{worker_id}."
+    )
+    worker_ping_interval_ms: float = Field(
+        2000, gt=0, description="Queue mode: how often the worker checks its NATS connection (readiness)."
+    )
+    worker_readyz_stale_mult: float = Field(
+        3, gt=0, description="Queue mode: /readyz fails after this many ping intervals without an answer."
+    )
+    worker_metrics_port: int = Field(
+        9095, ge=0, le=65535, description="Queue mode: port of /healthz, /readyz and /metrics (0: none)."
+    )
+    gateway_url: str | None = Field(None, description="Queue mode: the gateway asked for pool admission.")
+    pool_admission_enabled: bool = Field(
+        True, description="Queue mode: a worker of a named pool pulls only while the pool is leased."
+    )
+    max_concurrent_batches: int = Field(
+        4, ge=1, description="Queue mode: batches' worth of items the worker holds at once."
+    )
+    batcher_coalesce_ms: float | None = Field(
+        None, ge=0, description="Queue mode: replaces SIE_MAX_BATCH_WAIT_MS (a batch's fill window)."
+    )
+    batcher_max_batch_requests: int | None = Field(
+        None, ge=1, description="Queue mode: replaces SIE_MAX_BATCH_REQUESTS (items per batch)."
+    )
+    rust_pipeline_depth: int = Field(
+        2, ge=1, description="Batches per model at once: one running, the others formed and waiting."
+    )
+    gpu_count: int | None = Field(None, ge=0, description="Queue mode: GPUs advertised (default: detected).")
+    payload_store_url: str | None = Field(
+        None, description="Queue mode: the store gateways put items over 1 MiB in (folder, s3://, gs://)."
+    )
+    auth_token: str | None = Field(None, description="Queue mode: bearer token for the gateway (admission).")
     worker_id: str | None = Field(
         None,
         description="This worker's id on the queue (default: HOSTNAME, then POD_NAME, then the host name).",
@@ -157,6 +190,18 @@ class Settings(BaseSettings):
 
     def nats_servers(self) -> list[str]:
         return split_csv(self.nats_url)
+
+    def batch_items(self) -> int:
+        """Items per batch: a queue worker's ``SIE_BATCHER_MAX_BATCH_REQUESTS`` when set."""
+        if self.nats_servers() and self.batcher_max_batch_requests is not None:
+            return self.batcher_max_batch_requests
+        return self.max_batch_requests
+
+    def batch_wait_ms(self) -> float:
+        """A batch's fill window: a queue worker's ``SIE_BATCHER_COALESCE_MS`` when set."""
+        if self.nats_servers() and self.batcher_coalesce_ms is not None:
+            return self.batcher_coalesce_ms
+        return self.max_batch_wait_ms
 
     def threads(self) -> int:
         return self.intra_op_threads or os.cpu_count() or 1

@@ -62,8 +62,8 @@ def build_engine(settings: Settings, catalog: Catalog, metrics: Metrics) -> Engi
         attention=settings.attention_backend,
     )
     limits = EngineLimits(
-        max_batch_items=settings.max_batch_requests,
-        max_batch_wait_ms=settings.max_batch_wait_ms,
+        max_batch_items=settings.batch_items(),
+        max_batch_wait_ms=settings.batch_wait_ms(),
         max_pending_items=settings.max_concurrent_requests,
         preprocessor_workers=settings.tokenizer_threads(device),
         max_loras_per_model=settings.max_loras_per_model,
@@ -71,6 +71,7 @@ def build_engine(settings: Settings, catalog: Catalog, metrics: Metrics) -> Engi
         idle_evict_s=settings.idle_evict_s,
         memory_limit_bytes=settings.memory_limit_bytes,
         max_item_text_bytes=settings.max_item_text_bytes,
+        pipeline_depth=settings.rust_pipeline_depth,
     )
     engines.append(Engine(catalog, load, limits, metrics))
     return engines[0]

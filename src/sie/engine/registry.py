@@ -55,6 +55,7 @@ class EngineLimits:
     memory_limit_bytes: int | None = None  # a budget for model weights instead of the device's gauge
     memory_check_s: float = 1.0
     max_item_text_bytes: int = 2 * 1024 * 1024  # SIE_MAX_ITEM_TEXT_BYTES
+    pipeline_depth: int = 2  # batches per model at once: one running, the rest formed and waiting
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,7 @@ class ModelRegistry:
             after_batch=self._busy_trim,
             on_oom=lambda: self._evict_other(name, "out of memory in a batch of"),
             run_split=runner.run_split,
+            pipeline_depth=self._limits.pipeline_depth,
         )
         worker.start()
         self._workers[name] = worker

@@ -86,6 +86,7 @@ class ModelWorker:
         run_split: RunBatch | None = None,
         after_batch: Callable[[], object] | None = None,
         call_later: CallLater | None = None,
+        pipeline_depth: int = 2,
     ) -> None:
         self.name = name
         self._run_batch = run_batch
@@ -101,7 +102,8 @@ class ModelWorker:
         self._after_batch = after_batch
         self._call_later = call_later
         self._idle_timer: Timer | None = None
-        self._ready: asyncio.Queue[list[Entry[Work]]] = asyncio.Queue(maxsize=1)
+        # The next batches are formed while one runs, so the device never waits on batch formation.
+        self._ready: asyncio.Queue[list[Entry[Work]]] = asyncio.Queue(maxsize=max(1, pipeline_depth - 1))
         self._wakeup = asyncio.Event()
         self._device_idle = True
         self._pending = 0

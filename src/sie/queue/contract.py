@@ -182,3 +182,51 @@ def worker_stream_subjects(pool: str, machine_profile: str, bundle: str, worker_
 
 def worker_consumer(worker_id: str) -> str:
     return f"gen-{worker_token(worker_id)}"
+
+
+# -- worker heartbeats ------------------------------------------------------------------------------
+
+HEALTH_SUBJECT_PREFIX: Final = "sie.health"
+
+
+class Heartbeat(msgspec.Struct, omit_defaults=True):
+    """What a worker publishes on ``sie.health.{worker_id}`` (JSON, the public sidecar's fields): the
+    gateway routes on ``ready``, ``pool_name``, ``machine_profile`` and ``bundle``, lists models from
+    ``loaded_models``, and forgets a worker whose heartbeats stop."""
+
+    name: str
+    ready: bool
+    machine_profile: str
+    pool_name: str
+    bundle: str
+    timestamp: float
+    terminated: bool = False
+    gpu_count: int = 1
+    total_gpu_slots: int = 1
+    ready_gpu_slots: int = 1
+    bundle_config_hash: str = ""
+    loaded_models: list[str] = []
+    loading_models: list[str] = []
+    queue_depth: int = 0
+    inflight_batches: int = 0
+    saturated: bool = False
+    memory_used_bytes: int = 0
+    memory_total_bytes: int = 0
+
+
+_HEARTBEATS: Final = msgspec.json.Decoder(Heartbeat)
+
+
+def health_subject(worker_id: str) -> str:
+    return f"{HEALTH_SUBJECT_PREFIX}.{worker_token(worker_id)}"
+
+
+def encode_heartbeat(heartbeat: Heartbeat) -> bytes:
+    return msgspec.json.encode(heartbeat)
+
+
+def decode_heartbeat(data: bytes) -> Heartbeat:
+    try:
+        return _HEARTBEATS.decode(data)
+    except msgspec.DecodeError as exc:
+        raise ContractError(f"not a heartbeat: {exc}") from None

@@ -20,11 +20,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-import nats
+from msgspec.structs import replace
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
-from nats.js.errors import NotFoundError
 
 from sie.engine.engine import Engine
 from sie.engine.error_rules import QueueAction
@@ -37,14 +36,16 @@ from sie.queue.contract import (
     lane_consumer,
     lane_subject,
     pool_stream,
-    pool_stream_subjects,
 )
+from sie.queue.payloads import PayloadMissing, PayloadStore
+from sie.queue.streams import ACK_WAIT_S, ensure_work_stream, lane_consumer_config
 from sie.queue.work import EngineRequest, Outcome, answered, engine_request, failed
 from sie.wire.requests import EncodeRequest, ExtractRequest, ScoreRequest
 
 log = logging.getLogger(__name__)
 
 DRAIN_S: Final = 30.0
+PAUSED_POLL_S: Final = 0.25
 
 
 @dataclass(frozen=True)
@@ -64,46 +65,55 @@ class PullLoop:
     def __init__(
         self,
         engine: Engine,
-        servers: list[str],
+        client: Client,
         lane: Lane,
         worker_id: str,
         fetch_budget: int = 64,
         max_in_flight: int = 256,
         clock: Callable[[], float] = time.time,
         wait: AdaptiveWait | None = None,
+        payloads: PayloadStore | None = None,
     ) -> None:
         self._engine = engine
-        self._servers = servers
+        self._client = client
         self._lane = lane
         self._worker_id = worker_id
         self._budget = fetch_budget
         self._slots = asyncio.Semaphore(max_in_flight)
         self._clock = clock
         self._wait = wait or AdaptiveWait()
-        self._client: Client | None = None
+        self._payloads = payloads
         self._task: asyncio.Task[None] | None = None
+        self._keepalive: asyncio.Task[None] | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
+        self._held: dict[Msg, float] = {}  # message -> when it was fetched
+        self.paused = False  # pool admission: a worker of an unleased pool pulls nothing
 
     async def start(self) -> None:
-        client = self._client = await nats.connect(
-            servers=self._servers, name=f"sie-worker {self._worker_id}"
-        )
-        jetstream = client.jetstream()
+        jetstream = self._client.jetstream()
         stream = pool_stream(self._lane.pool)
-        try:
-            await jetstream.stream_info(stream)
-        except NotFoundError:  # the first worker (or gateway) of a pool creates its stream
-            await jetstream.add_stream(name=stream, subjects=pool_stream_subjects(self._lane.pool))
+        await ensure_work_stream(jetstream, self._lane.pool)
         durable = lane_consumer(self._lane.pool, self._lane.machine_profile, self._lane.bundle)
         subscription = await jetstream.pull_subscribe(
-            self._lane.filter_subject, durable=durable, stream=stream
+            self._lane.filter_subject,
+            durable=durable,
+            stream=stream,
+            config=lane_consumer_config(durable, self._lane.filter_subject),
         )
-        self._task = asyncio.create_task(self._loop(subscription, client), name="sie-pull-loop")
+        self._task = asyncio.create_task(self._loop(subscription), name="sie-pull-loop")
+        self._keepalive = asyncio.create_task(self._mark_in_progress(), name="sie-pull-keepalive")
         log.info("pulling %s as %s (consumer %s)", self._lane.filter_subject, self._worker_id, durable)
 
-    async def _loop(self, subscription: Any, client: Client) -> None:
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    async def _loop(self, subscription: Any) -> None:
         wait = self._wait
         while True:
+            if self.paused:
+                await asyncio.sleep(PAUSED_POLL_S)
+                continue
             try:
                 messages: list[Msg] = await subscription.fetch(self._budget, timeout=wait.wait_s)
             except NatsTimeout:
@@ -116,7 +126,8 @@ class PullLoop:
             wait.worked()
             for message in messages:
                 await self._slots.acquire()
-                task = asyncio.create_task(self._handle(message, client))
+                self._held[message] = time.monotonic()
+                task = asyncio.create_task(self._handle(message))
                 self._in_flight.add(task)
                 task.add_done_callback(self._done)
 
@@ -124,7 +135,27 @@ class PullLoop:
         self._in_flight.discard(task)
         self._slots.release()
 
-    async def _handle(self, message: Msg, client: Client) -> None:
+    async def _mark_in_progress(self) -> None:
+        """Items held longer than a third of the ack wait are marked in progress, so JetStream gives a
+        long batch's items to no other worker; a dead worker's items go elsewhere after ``ACK_WAIT_S``."""
+        every = ACK_WAIT_S / 3
+        while True:
+            await asyncio.sleep(every)
+            now = time.monotonic()
+            for message, since in list(self._held.items()):
+                if now - since >= every:
+                    try:
+                        await message.in_progress()
+                    except Exception:  # a lost connection: the item is redelivered, as it must be
+                        log.debug("marking an item in progress failed", exc_info=True)
+
+    async def _handle(self, message: Msg) -> None:
+        try:
+            await self._settle(message)
+        finally:
+            self._held.pop(message, None)
+
+    async def _settle(self, message: Msg) -> None:
         try:
             work = decode_work_item(message.data)
         except ContractError as exc:
@@ -139,18 +170,33 @@ class PullLoop:
             await message.nak(delay=outcome.retry_after_s)
             return
         if outcome.result is not None and work.reply_subject.startswith("_INBOX."):
-            await client.publish(work.reply_subject, encode_message(outcome.result))
+            await self._client.publish(work.reply_subject, encode_message(outcome.result))
         await message.ack()
         if outcome.result is not None and outcome.result.success:
             self._wait.observe(max(0.0, self._clock() - work.timestamp))
 
     async def _run(self, work: WorkItem) -> Outcome:
         try:
+            work = await self._fetch_payloads(work)
             request = engine_request(work)
             answer = await self._call(work.model_id, request)
         except Exception as exc:
             return failed(work, exc, self._worker_id)
         return answered(work, answer, self._worker_id)
+
+    async def _fetch_payloads(self, work: WorkItem) -> WorkItem:
+        """An item sent by reference (over 1 MiB) read back from the payload store."""
+        if work.payload_ref is None and work.query_payload_ref is None:
+            return work
+        if self._payloads is None:
+            raise PayloadMissing(
+                "the item is in a payload store, and this worker has none (SIE_PAYLOAD_STORE_URL)"
+            )
+        if work.payload_ref is not None:
+            return replace(work, item=await self._payloads.item(work.payload_ref), payload_ref=None)
+        assert work.query_payload_ref is not None
+        score = await self._payloads.score(work.query_payload_ref)
+        return replace(work, query_item=score.query, score_items=score.items, query_payload_ref=None)
 
     def _call(self, model: str, request: EngineRequest) -> Awaitable[Any]:
         if isinstance(request, EncodeRequest):
@@ -161,16 +207,16 @@ class PullLoop:
         return self._engine.extract(model, request)
 
     async def stop(self) -> None:
-        """Stop fetching, let the items in flight finish and ack (``DRAIN_S`` at most), disconnect.
-        What is left unacked is redelivered to another worker."""
+        """Stop fetching and let the items in flight finish and ack (``DRAIN_S`` at most); what is left
+        unacked is redelivered to another worker. The client is its owner's to close."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         if self._in_flight:
             await asyncio.wait(self._in_flight, timeout=DRAIN_S)
-        if self._client is not None:
-            # Not drain(): it would wait out the lingering pull request; everything handled is acked.
-            await self._client.close()
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            await asyncio.gather(self._keepalive, return_exceptions=True)
 
 
 DEFAULT_LANE_TOKEN: Final = "default"

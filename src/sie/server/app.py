@@ -19,17 +19,19 @@ from sie import __version__
 from sie.engine.bundles import DEFAULT_BUNDLE, Bundle, load_bundle
 from sie.engine.engine import Engine
 from sie.engine.runtime import EngineRuntime
+from sie.observability.metrics import Metrics
 from sie.server import openapi_docs
 from sie.server.api import encode, health, models, openai_compat, rerank, score_extract, ws
 from sie.server.errors import HANDLED, handle_native_error
 from sie.server.lifecycle import Draining, Lifecycle
 from sie.server.middleware import BodyLimit, IdentityHeaders, SdkVersionSkew
 from sie.server.request_metrics import RequestMetrics
-from sie.server.status import CatalogHash, WorkerIdentity
+from sie.server.status import CatalogHash, WorkerIdentity, heartbeat
 from sie.settings import Settings
 
 if TYPE_CHECKING:  # nats-py is the cluster extra's: imported only when SIE_NATS_URL is set
-    from sie.queue.pull import PullLoop
+    from sie.queue.contract import Heartbeat
+    from sie.queue.worker import QueueWorker
 
 
 def worker_identity(settings: Settings) -> WorkerIdentity:
@@ -51,24 +53,47 @@ def worker_identity(settings: Settings) -> WorkerIdentity:
     )
 
 
-async def start_queue_worker(settings: Settings, engine: Engine) -> PullLoop:
-    """The same process also pulls work from the pool's JetStream stream (``SIE_NATS_URL``)."""
+def queue_worker(
+    settings: Settings, engine: Engine, identity: WorkerIdentity, lifecycle: Lifecycle, metrics: Metrics
+) -> QueueWorker:
+    """The same process is also a queue-mode worker (``SIE_NATS_URL``): see docs/cluster.md."""
     try:
         from sie.queue.adaptive import AdaptiveWait
-        from sie.queue.pull import PullLoop, lane_of, worker_id_of
+        from sie.queue.pull import lane_of, worker_id_of
+        from sie.queue.worker import QueueWorker, WorkerConfig
     except ImportError as exc:  # nats-py is the cluster extra's
         raise RuntimeError(
             f"SIE_NATS_URL is set but {exc.name} is missing: pip install 'sie-engine[cluster]'"
         ) from exc
     lane = lane_of(settings.pool, settings.machine_profile, settings.bundle)
+    worker_id = worker_id_of(settings.worker_id)
     wait = AdaptiveWait(
         settings.adaptive_min_quantum_ms / 1000,
         settings.adaptive_max_quantum_ms / 1000,
         settings.adaptive_target_p50_ms / 1000,
     )
-    loop = PullLoop(engine, settings.nats_servers(), lane, worker_id_of(settings.worker_id), wait=wait)
-    await loop.start()
-    return loop
+    config = WorkerConfig(
+        servers=settings.nats_servers(),
+        lane=lane,
+        worker_id=worker_id,
+        wait=wait,
+        max_in_flight=settings.max_concurrent_batches * settings.batch_items(),
+        heartbeat_interval_s=settings.health_publish_interval_ms / 1000,
+        ping_interval_s=settings.worker_ping_interval_ms / 1000,
+        readyz_stale_mult=settings.worker_readyz_stale_mult,
+        probe_host=settings.host,
+        probe_port=settings.worker_metrics_port,
+        gateway_url=settings.gateway_url,
+        gateway_token=settings.auth_token,
+        admission_enabled=settings.pool_admission_enabled,
+        payload_store_url=settings.payload_store_url,
+    )
+    gpu_count = settings.gpu_count
+
+    def snapshot() -> Heartbeat:
+        return heartbeat(engine, identity, lifecycle, lane, worker_id, gpu_count)
+
+    return QueueWorker(engine, config, snapshot, metrics.render, lambda: lifecycle.draining)
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -85,7 +110,10 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[dict[str, Any]]:
         engine = await runtime.start()
         lifecycle.on_overdue = engine.close
-        queue = await start_queue_worker(settings, engine) if settings.nats_servers() else None
+        queue = None
+        if settings.nats_servers():
+            queue = queue_worker(settings, engine, identity, lifecycle, metrics)
+            await queue.start()
         try:
             yield {"engine": engine, "metrics": metrics, "lifecycle": lifecycle, "status_identity": identity}
         finally:

@@ -8,11 +8,13 @@ and cheap, since it runs every 200 ms per connected client.
 
 from __future__ import annotations
 
+import functools
 import getpass
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
@@ -24,6 +26,10 @@ from sie.observability.gpus import gpu_metrics
 from sie.server.api.models import model_info
 from sie.server.lifecycle import Lifecycle
 from sie.wire.status import GpuStatus, ModelConfigStatus, ModelStatus, ServerInfo, WorkerStatus
+
+if TYPE_CHECKING:  # the cluster extra's
+    from sie.queue.contract import Heartbeat
+    from sie.queue.pull import Lane
 
 
 class CatalogHash:
@@ -141,3 +147,47 @@ def status_message(
         counters=counters,
         histograms=histograms,
     )
+
+
+def heartbeat(
+    engine: Engine,
+    identity: WorkerIdentity,
+    lifecycle: Lifecycle,
+    lane: Lane,
+    worker_id: str,
+    gpu_count: int | None,
+) -> Heartbeat:
+    """A queue worker's ``sie.health`` beat: cheap enough to build four times a second (no device
+    query; the GPU count is the configured one, else the first call's)."""
+    from sie.queue.contract import Heartbeat
+
+    loaded, loading, depth = [], [], 0
+    for slot in engine.slots():
+        name = slot.entry.name
+        if slot.state is ModelState.LOADED:
+            loaded.append(name)
+            depth += engine.queue_depth(name)
+        elif slot.state is ModelState.LOADING:
+            loading.append(name)
+    gpus = gpu_count if gpu_count is not None else _detected_gpus()
+    ready = not lifecycle.draining
+    return Heartbeat(
+        name=worker_id,
+        ready=ready,
+        machine_profile=lane.machine_profile,
+        pool_name=lane.pool,
+        bundle=lane.bundle,
+        timestamp=time.time(),
+        gpu_count=max(gpus, 1),
+        total_gpu_slots=max(gpus, 1),
+        ready_gpu_slots=max(gpus, 1) if ready else 0,
+        bundle_config_hash=identity.config_hash(engine.catalog),
+        loaded_models=loaded,
+        loading_models=loading,
+        queue_depth=depth,
+    )
+
+
+@functools.cache
+def _detected_gpus() -> int:
+    return len(gpu_metrics(100.0))

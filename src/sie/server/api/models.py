@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from sie.engine.catalog import CatalogEntry
 from sie.engine.error_rules import ERROR_TABLE
 from sie.engine.errors import ModelNotFound
 from sie.engine.loader import ModelSlot
@@ -16,25 +17,35 @@ router = APIRouter(tags=["models"])
 
 
 def model_info(slot: ModelSlot) -> ModelInfo:
-    config = slot.entry.config
+    failure = slot.failure
+    error = (
+        ModelError("MODEL_LOAD_FAILED", failure.reason, failure.attempts, failure.permanent)
+        if failure
+        else None
+    )
+    return entry_info(slot.entry, slot.state.value, slot.model is not None, error)
+
+
+def entry_info(
+    entry: CatalogEntry, state: str, loaded: bool, last_error: ModelError | None = None
+) -> ModelInfo:
+    """One catalogue entry as ``/v1/models`` shows it; the gateway renders its own from heartbeats."""
+    config = entry.config
     outputs = sorted(c.value for c in config.output_types())
     if config.tasks.score is not None:
         outputs.append("score")
     if config.tasks.extract is not None:
         outputs.append("json")
-    failure = slot.failure
     return ModelInfo(
-        name=slot.entry.name,
+        name=entry.name,
         inputs=config.inputs.names(),
         outputs=outputs,
         dims=config.tasks.encode.dims() if config.tasks.encode else {},
-        loaded=slot.model is not None,
-        state=slot.state.value,
-        last_error=ModelError("MODEL_LOAD_FAILED", failure.reason, failure.attempts, failure.permanent)
-        if failure
-        else None,
+        loaded=loaded,
+        state=state,
+        last_error=last_error,
         max_sequence_length=config.max_sequence_length,
-        profiles={name: ProfileInfo(is_default=name == slot.entry.profile.name) for name in config.profiles},
+        profiles={name: ProfileInfo(is_default=name == entry.profile.name) for name in config.profiles},
     )
 
 

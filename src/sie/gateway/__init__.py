@@ -1,0 +1,1 @@
+"""sie-gateway: the cluster's stateless front door (HTTP in, work items on NATS JetStream out)."""

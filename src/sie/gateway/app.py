@@ -1,0 +1,142 @@
+"""The composition root of ``sie-gateway``: settings in, an ASGI app out.
+
+Start: the catalogue and bundles (a bad YAML stops startup, as on the server) → the HTTP app, which
+serves at once → NATS in the background (``/readyz`` answers 503 and inference 503 ``QUEUE_FULL``
+until it connects) → the inbox, the heartbeat subscription, pools, dead letters and the pool sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Final
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from starlette.applications import Starlette
+
+from sie import __version__
+from sie.engine.admission import Admission
+from sie.engine.bundles import bundle_names, load_bundle
+from sie.engine.catalog import Catalog
+from sie.gateway import cluster_api, inference, pools_api
+from sie.gateway.auth import Auth, AuthConfig
+from sie.gateway.dead_letters import DeadLetters
+from sie.gateway.dispatch import Dispatcher
+from sie.gateway.metrics import GatewayMetrics
+from sie.gateway.pools import Pools
+from sie.gateway.routing import Demand, Router
+from sie.gateway.settings import GatewaySettings
+from sie.gateway.state import GatewayState
+from sie.gateway.workers import WorkerTable
+from sie.queue.connection import connect
+from sie.queue.contract import HEALTH_SUBJECT_PREFIX, ContractError, decode_heartbeat
+from sie.queue.payloads import PayloadStore
+from sie.server.errors import HANDLED, handle_native_error
+from sie.server.middleware import BodyLimit, IdentityHeaders
+from sie.weights.models_source import models_directory
+
+log = logging.getLogger(__name__)
+
+POOL_SWEEP_S: Final = 10.0
+
+
+def build_state(settings: GatewaySettings) -> GatewayState:
+    catalog = Catalog.from_directory(models_directory(settings.models_dir))
+    bundles = [load_bundle(name, settings.bundles_dir) for name in bundle_names(settings.bundles_dir)]
+    workers = WorkerTable(stale_after_s=3 * settings.health_publish_interval_ms / 1000)
+    demand = Demand()
+    return GatewayState(
+        settings=settings,
+        admission=Admission(catalog, settings.max_item_text_bytes),
+        bundles=bundles,
+        workers=workers,
+        demand=demand,
+        router=Router(workers, demand, settings.configured_gpus()),
+        metrics=GatewayMetrics(),
+        payloads=PayloadStore(settings.payload_store_url) if settings.payload_store_url else None,
+    )
+
+
+async def join_cluster(state: GatewayState) -> Client:
+    """Connect (retrying until NATS answers), then subscribe and create what the gateway owns."""
+
+    async def reconnected() -> None:
+        if state.dispatcher is not None:
+            state.dispatcher.forget_streams()  # a new server may not have them
+        log.info("reconnected to NATS")
+
+    client = await connect(state.settings.nats_servers(), "sie-gateway", reconnected)
+
+    async def on_heartbeat(message: Msg) -> None:
+        try:
+            state.workers.update(decode_heartbeat(message.data))
+        except ContractError as exc:
+            log.debug("ignoring a heartbeat: %s", exc)
+
+    await client.subscribe(f"{HEALTH_SUBJECT_PREFIX}.>", cb=on_heartbeat)
+    dispatcher = Dispatcher(client)
+    await dispatcher.start()
+    pools = Pools(client.jetstream(), state.workers)
+    await pools.start()
+    await DeadLetters(client, state.metrics).start()
+    state.pools, state.dispatcher = pools, dispatcher
+    log.info("joined NATS at %s as router %s", ",".join(state.settings.nats_servers()), dispatcher.router_id)
+    return client
+
+
+async def sweep_pools(state: GatewayState) -> None:
+    while True:
+        await asyncio.sleep(POOL_SWEEP_S)
+        if state.pools is None:
+            continue
+        try:
+            for _ in await state.pools.sweep():
+                state.metrics.pool_events.labels("expired").inc()
+        except Exception:
+            log.warning("pool sweep failed", exc_info=True)
+
+
+def create_app(settings: GatewaySettings) -> Starlette:
+    state = build_state(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        joining = asyncio.create_task(join_cluster(state), name="sie-gateway-join")
+        sweeping = asyncio.create_task(sweep_pools(state), name="sie-gateway-pool-sweep")
+        try:
+            yield
+        finally:
+            sweeping.cancel()
+            joining.cancel()
+            await asyncio.gather(sweeping, joining, return_exceptions=True)
+            if joining.done() and not joining.cancelled() and joining.exception() is None:
+                with contextlib.suppress(Exception):
+                    await joining.result().close()
+
+    if not settings.nats_servers():
+        raise ValueError("sie-gateway needs SIE_NATS_URL (the cluster's NATS server or servers)")
+    app = Starlette(routes=[*inference.ROUTES, *cluster_api.ROUTES, *pools_api.ROUTES], lifespan=lifespan)
+    app.state.gateway = state
+    for exc_type in HANDLED:
+        app.add_exception_handler(exc_type, handle_native_error)
+    app.add_exception_handler(Exception, handle_native_error)
+    # Added innermost first: auth sees a request before anything reads its body.
+    app.add_middleware(BodyLimit, limit=settings.max_request_body_bytes)
+    app.add_middleware(
+        Auth,
+        config=AuthConfig(
+            settings.auth_mode, settings.tokens(), settings.admin_token, settings.auth_exempt_operational
+        ),
+    )
+    app.add_middleware(IdentityHeaders)
+    log.info(
+        "sie-gateway %s: %d models, %d bundles",
+        __version__,
+        len(state.admission.catalog.names()),
+        len(state.bundles),
+    )
+    return app

@@ -1,0 +1,67 @@
+"""``sie-gateway``: ``serve`` (the cluster's HTTP front door) and ``version``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="SIE cluster gateway.")
+
+
+@app.command()
+def serve(
+    host: Annotated[
+        str | None, typer.Option(help="Interface to bind [env SIE_GATEWAY_HOST, default 0.0.0.0].")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option("--port", "-p", help="Port [env SIE_GATEWAY_PORT, default 8080].")
+    ] = None,
+    nats_url: Annotated[
+        str | None, typer.Option(help="NATS server(s), comma-separated [env SIE_NATS_URL].")
+    ] = None,
+    json_logs: Annotated[bool | None, typer.Option("--json-logs", help="JSON log lines.")] = None,
+    log_level: Annotated[str | None, typer.Option("--log-level", "-l", help="Log level.")] = None,
+) -> None:
+    """Start the gateway."""
+    import uvicorn
+
+    from sie.engine.model_config import ModelConfigError
+    from sie.gateway.app import create_app
+    from sie.gateway.settings import GatewaySettings
+    from sie.observability.logging import configure_logging
+
+    overrides: dict[str, Any] = {
+        "gateway_host": host,
+        "gateway_port": port,
+        "nats_url": nats_url,
+        "log_json": json_logs,
+        "log_level": log_level.upper() if log_level else None,
+    }
+    settings = GatewaySettings(**{k: v for k, v in overrides.items() if v is not None})
+    configure_logging(settings.log_level, json_lines=settings.log_json)
+    try:
+        application = create_app(settings)
+    except (ModelConfigError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    uvicorn.run(
+        application,
+        host=settings.gateway_host,
+        port=settings.gateway_port,
+        log_config=None,
+        timeout_keep_alive=120,
+        access_log=False,
+    )
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    from sie import __version__
+
+    typer.echo(__version__)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,95 @@
+"""The gateway's Prometheus metrics (the public gateway's names), the autoscaler's inputs among them:
+``sie_gateway_pending_demand`` (scale from zero), ``sie_gateway_worker_queue_depth`` and
+``sie_gateway_active_lease_gpus``. Gauges of cluster state are set from the worker table, the demand
+and the pools when ``/metrics`` is scraped."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "sie_gateway_requests_total",
+            "Requests answered.",
+            ["endpoint", "status", "machine_profile"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "sie_gateway_request_latency_seconds",
+            "Request latency at the gateway.",
+            ["endpoint", "machine_profile"],
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.provisioning = Counter(
+            "sie_gateway_provisioning_responses_total",
+            "Requests told to come back while capacity starts (202).",
+            ["machine_profile"],
+            registry=r,
+        )
+        self.rejected = Counter(
+            "sie_gateway_rejected_requests_total",
+            "Requests refused by the gateway, by reason.",
+            ["machine_profile", "bundle", "reason"],
+            registry=r,
+        )
+        self.pending_demand = Gauge(
+            "sie_gateway_pending_demand",
+            "1 while requests wait for a machine profile and bundle no worker serves (scale from zero).",
+            ["machine_profile", "bundle"],
+            registry=r,
+        )
+        self.workers = Gauge("sie_gateway_workers", "Workers known from heartbeats.", ["status"], registry=r)
+        self.worker_queue_depth = Gauge(
+            "sie_gateway_worker_queue_depth",
+            "Items queued on each worker (its heartbeat).",
+            ["worker", "machine_profile", "bundle"],
+            registry=r,
+        )
+        self.model_workers = Gauge(
+            "sie_gateway_model_workers", "Workers holding each model loaded.", ["model"], registry=r
+        )
+        self.active_lease_gpus = Gauge(
+            "sie_gateway_active_lease_gpus",
+            "GPUs held by active pool leases.",
+            ["machine_profile", "bundle"],
+            registry=r,
+        )
+        self.publish_seconds = Histogram(
+            "sie_gateway_queue_publish_seconds",
+            "Time to publish a request's items (JetStream acks included).",
+            ["operation"],
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.items_published = Counter(
+            "sie_gateway_queue_items_published", "Work items published.", ["operation"], registry=r
+        )
+        self.result_wait = Histogram(
+            "sie_gateway_queue_result_wait_seconds",
+            "Time from publication to a request's last result.",
+            ["operation"],
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.payload_offloads = Counter(
+            "sie_gateway_queue_payload_offloads_total", "Items passed through the payload store.", registry=r
+        )
+        self.dlq_events = Counter(
+            "sie_gateway_dlq_events_total",
+            "Work items that reached max_deliver, copied to the dead-letter stream.",
+            ["stream", "consumer"],
+            registry=r,
+        )
+        self.pool_events = Counter(
+            "sie_gateway_pool_events_total", "Pool lifecycle events.", ["event"], registry=r
+        )
+        self.nats_connected = Gauge("sie_gateway_nats_connected", "1 while connected to NATS.", registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

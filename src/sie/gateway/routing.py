@@ -1,0 +1,117 @@
+"""Where a request goes: its bundle, pool and machine profile, or why it cannot go anywhere yet.
+
+A request names a machine profile with ``X-SIE-MACHINE-PROFILE`` (``pool/profile`` names a pool too)
+and a pool with ``X-SIE-Pool``; what it leaves open is taken from a healthy worker of the model's
+bundle, so an unconfigured gateway and worker meet on the ``default`` lane. No healthy worker for the
+lane means scale from zero: the caller is told to come back (``Provisioning``) and the demand is
+recorded for the autoscaler. With ``SIE_GATEWAY_CONFIGURED_GPUS`` a profile outside the list is
+refused; a listed one is matched case-insensitively (``l4`` also finds ``l4-spot``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from sie.engine.bundles import Bundle
+from sie.engine.catalog import CatalogEntry
+from sie.gateway.workers import WorkerTable
+
+DEFAULT: Final = "default"
+DEMAND_TTL_S: Final = 120.0
+
+
+@dataclass(frozen=True)
+class Lane:
+    pool: str
+    machine_profile: str
+    bundle: str
+
+
+class Provisioning(Exception):
+    """No worker serves the lane yet; the autoscaler has been told."""
+
+    def __init__(self, profile: str | None, bundle: str) -> None:
+        super().__init__(f"No worker serves bundle '{bundle}'" + (f" on '{profile}'" if profile else ""))
+        self.profile = profile
+        self.bundle = bundle
+
+
+class GpuNotConfigured(Exception):
+    def __init__(self, profile: str, configured: list[str]) -> None:
+        super().__init__(
+            f"Machine profile '{profile}' is not configured on this cluster; configured: {', '.join(configured)}"
+        )
+        self.profile = profile
+        self.configured = configured
+
+
+class Demand:
+    """Lanes asked for while no worker served them: ``sie_gateway_pending_demand``, which an
+    autoscaler (KEDA) reads to start the first worker. An entry lapses ``DEMAND_TTL_S`` after its
+    last request, and is dropped once a healthy worker serves its profile and bundle."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._since: dict[tuple[str, str], float] = {}
+
+    def record(self, profile: str, bundle: str) -> None:
+        self._since[(profile, bundle)] = self._clock()
+
+    def pending(self, workers: WorkerTable) -> dict[tuple[str, str], float]:
+        now = self._clock()
+        for key in list(self._since):
+            profile, bundle = key
+            served = workers.serving(bundle, None, profile if profile else None)
+            if now - self._since[key] > DEMAND_TTL_S or served:
+                del self._since[key]
+        return {key: 1.0 for key in self._since}
+
+
+def bundle_for(entry: CatalogEntry, bundles: list[Bundle], override: str | None) -> str:
+    """The bundle a model's items go to: the one asked for, else the first by priority that serves
+    it, else ``default``."""
+    if override:
+        return override
+    for bundle in sorted(bundles, key=lambda b: (b.priority, b.name)):
+        if bundle.serves(entry):
+            return bundle.name
+    return DEFAULT
+
+
+class Router:
+    def __init__(self, workers: WorkerTable, demand: Demand, configured_gpus: list[str]) -> None:
+        self._workers = workers
+        self._demand = demand
+        self._configured = configured_gpus
+
+    def canonical_profile(self, profile: str) -> str:
+        if not self._configured:
+            return profile
+        lowered = profile.lower()
+        for name in self._configured:
+            if name.lower() == lowered:
+                return name
+        for name in self._configured:
+            if name.lower() == f"{lowered}-spot":
+                return name
+        raise GpuNotConfigured(profile, self._configured)
+
+    def route(self, bundle: str, profile_header: str | None, pool_header: str | None) -> Lane:
+        pool, profile = pool_header or None, None
+        if profile_header:
+            head, _, tail = profile_header.partition("/")
+            if tail:
+                pool, profile = pool or head, tail
+            else:
+                profile = head
+        if profile is not None:
+            profile = self.canonical_profile(profile)
+        serving = self._workers.serving(bundle, pool, profile)
+        if not serving:
+            self._demand.record(profile or "", bundle)
+            raise Provisioning(profile, bundle)
+        beat = serving[0].heartbeat
+        return Lane(pool or beat.pool_name, profile or beat.machine_profile, bundle)

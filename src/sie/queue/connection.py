@@ -1,0 +1,39 @@
+"""One way to reach NATS for every process of the cluster: keep trying until the first connect
+succeeds (a worker or gateway may start before ``nats-server``), then reconnect for ever (a restarted
+``nats-server`` is rejoined without restarting us)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import nats
+from nats.aio.client import Client
+
+log = logging.getLogger(__name__)
+
+FIRST_RETRY_S: Final = 0.25
+MAX_RETRY_S: Final = 5.0
+
+
+async def connect(
+    servers: list[str], name: str, on_reconnect: Callable[[], Awaitable[None]] | None = None
+) -> Client:
+    wait = FIRST_RETRY_S
+    while True:
+        try:
+            return await nats.connect(
+                servers=servers,
+                name=name,
+                allow_reconnect=True,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                connect_timeout=5,
+                reconnected_cb=on_reconnect,
+            )
+        except (OSError, nats.errors.Error, TimeoutError) as exc:
+            log.warning("NATS at %s not reachable (%s); retrying in %.1fs", ",".join(servers), exc, wait)
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, MAX_RETRY_S)

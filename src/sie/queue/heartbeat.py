@@ -1,0 +1,64 @@
+"""The worker's heartbeat on ``sie.health.{worker_id}``: how gateways learn that it exists, which lane
+it serves and which models it holds. Published every ``SIE_HEALTH_PUBLISH_INTERVAL_MS`` and at once
+when its models change (a gateway lists a model as soon as it is loaded), and a last time with
+``terminated`` on shutdown so gateways forget it without waiting for it to go stale."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Final
+
+import msgspec
+from nats.aio.client import Client
+
+from sie.queue.contract import Heartbeat, encode_heartbeat
+
+log = logging.getLogger(__name__)
+
+CHANGE_POLL_S: Final = 0.25
+
+
+class HeartbeatPublisher:
+    def __init__(
+        self, client: Client, subject: str, snapshot: Callable[[], Heartbeat], interval_s: float
+    ) -> None:
+        self._client = client
+        self._subject = subject
+        self._snapshot = snapshot
+        self._interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="sie-heartbeat")
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        last_sent, last_models = float("-inf"), None
+        while True:
+            heartbeat = self._snapshot()
+            models = (heartbeat.ready, heartbeat.loaded_models, heartbeat.loading_models)
+            now = loop.time()
+            if models != last_models or now - last_sent >= self._interval_s:
+                await self._publish(heartbeat)
+                last_sent, last_models = now, models
+            await asyncio.sleep(min(CHANGE_POLL_S, self._interval_s))
+
+    async def _publish(self, heartbeat: Heartbeat) -> None:
+        try:
+            await self._client.publish(self._subject, encode_heartbeat(heartbeat))
+        except Exception:  # disconnected: the next beat goes out after the reconnect
+            log.debug("heartbeat not published", exc_info=True)
+
+    async def stop(self) -> None:
+        """The last beat says ``terminated``: gateways stop routing here at once."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        last = msgspec.structs.replace(self._snapshot(), ready=False, terminated=True)
+        await self._publish(last)
+        try:
+            await self._client.flush(timeout=2)
+        except Exception:
+            log.debug("last heartbeat not flushed", exc_info=True)

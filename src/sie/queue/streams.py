@@ -1,0 +1,64 @@
+"""The one stream and consumer configuration gateways and workers both create.
+
+Whoever comes first creates a pool's stream, so both sides must ask for the same thing (a stream that
+exists with another configuration makes the second create fail). Work streams are work queues (a
+message is gone once acked), on file storage so a restarted ``nats-server`` still holds the queued
+work, bounded in age (nobody waits longer than the gateway's timeout) and in count (``discard new``: a
+full stream refuses the publish, which the gateway answers 503 ``QUEUE_FULL``).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import NotFoundError
+
+from sie.queue.contract import pool_stream, pool_stream_subjects
+
+STREAM_MAX_AGE_S: Final = 120.0
+STREAM_MAX_MSGS: Final = 100_000
+# An unacked item goes to another worker this long after its worker died. Workers mark items they
+# still hold as in progress well within it, so a slow batch is not delivered twice.
+ACK_WAIT_S: Final = 10.0
+MAX_DELIVER: Final = 20
+MAX_ACK_PENDING: Final = 1000
+
+
+def work_stream_config(pool: str) -> StreamConfig:
+    return StreamConfig(
+        name=pool_stream(pool),
+        subjects=pool_stream_subjects(pool),
+        retention=RetentionPolicy.WORK_QUEUE,
+        storage=StorageType.FILE,
+        max_age=STREAM_MAX_AGE_S,
+        max_msgs=STREAM_MAX_MSGS,
+        discard=DiscardPolicy.NEW,
+    )
+
+
+def lane_consumer_config(durable: str, filter_subject: str) -> ConsumerConfig:
+    return ConsumerConfig(
+        durable_name=durable,
+        filter_subject=filter_subject,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=ACK_WAIT_S,
+        max_deliver=MAX_DELIVER,
+        max_ack_pending=MAX_ACK_PENDING,
+    )
+
+
+async def ensure_work_stream(jetstream: JetStreamContext, pool: str) -> None:
+    """Create the pool's stream unless it exists (whatever its configuration: an operator's wins)."""
+    try:
+        await jetstream.stream_info(pool_stream(pool))
+    except NotFoundError:
+        await jetstream.add_stream(work_stream_config(pool))
