@@ -3,6 +3,7 @@ the public ``sie-sdk`` in a Python of its own, for the tests that compare our SD
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import importlib.util
 import json
@@ -226,25 +227,62 @@ def nats_binary() -> str:
     return found
 
 
-@pytest.fixture
-def nats_url(tmp_path: Path) -> Iterator[str]:
-    port = _free_nats_port()
-    log = tmp_path / "nats.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [nats_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path / "store")],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
+class NatsServer:
+    """A ``nats-server`` with JetStream on a file store in ``folder``; ``restart`` stops it and starts
+    it again on the same port and store (what a rolling restart of NATS looks like to clients)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = _free_nats_port()
+        self.url = f"nats://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = self.folder / "nats.log"
+        with log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [
+                    nats_binary(),
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                    "-js",
+                    "-sd",
+                    str(self.folder / "store"),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + 10
         while True:
             with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            assert self.process.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.02)
-        yield f"nats://127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+@contextlib.contextmanager
+def running_nats(folder: Path) -> Iterator[NatsServer]:
+    server = NatsServer(folder)
+    server.start()
+    try:
+        yield server
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        server.stop()
+
+
+@pytest.fixture
+def nats_url(tmp_path: Path) -> Iterator[str]:
+    with running_nats(tmp_path) as server:
+        yield server.url

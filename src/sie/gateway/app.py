@@ -41,7 +41,7 @@ from sie.weights.models_source import models_directory
 
 log = logging.getLogger(__name__)
 
-POOL_SWEEP_S: Final = 10.0
+POOL_SWEEP_S: Final = 1.0  # a listing of the pools' bucket: cheap, and leases lapse on time
 
 
 def build_state(settings: GatewaySettings) -> GatewayState:

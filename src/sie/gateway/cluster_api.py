@@ -109,8 +109,8 @@ async def metrics(request: Request) -> Response:
     for model, count in counts.items():
         m.model_workers.labels(model).set(count)
     m.pending_demand.clear()
-    for (profile, bundle), value in state.demand.pending(state.workers).items():
-        m.pending_demand.labels(profile or "unknown", bundle).set(value)
+    for (pool, profile, bundle), value in state.demand.pending(state.workers).items():
+        m.pending_demand.labels(profile or "unknown", bundle, pool or "any").set(value)
     m.active_lease_gpus.clear()
     if state.pools is not None:
         for (profile, bundle), count in state.pools.leased_gpus(await state.pools.all()).items():

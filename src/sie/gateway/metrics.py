@@ -40,8 +40,8 @@ class GatewayMetrics:
         )
         self.pending_demand = Gauge(
             "sie_gateway_pending_demand",
-            "1 while requests wait for a machine profile and bundle no worker serves (scale from zero).",
-            ["machine_profile", "bundle"],
+            "1 while requests wait for a lane no worker serves (scale from zero).",
+            ["machine_profile", "bundle", "pool"],
             registry=r,
         )
         self.workers = Gauge("sie_gateway_workers", "Workers known from heartbeats.", ["status"], registry=r)

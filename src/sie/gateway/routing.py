@@ -33,8 +33,10 @@ class Lane:
 class Provisioning(Exception):
     """No worker serves the lane yet; the autoscaler has been told."""
 
-    def __init__(self, profile: str | None, bundle: str) -> None:
-        super().__init__(f"No worker serves bundle '{bundle}'" + (f" on '{profile}'" if profile else ""))
+    def __init__(self, pool: str | None, profile: str | None, bundle: str) -> None:
+        where = (f" in pool '{pool}'" if pool else "") + (f" on '{profile}'" if profile else "")
+        super().__init__(f"No worker serves bundle '{bundle}'{where}")
+        self.pool = pool
         self.profile = profile
         self.bundle = bundle
 
@@ -55,16 +57,17 @@ class Demand:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._since: dict[tuple[str, str], float] = {}
+        self._since: dict[tuple[str, str, str], float] = {}
 
-    def record(self, profile: str, bundle: str) -> None:
-        self._since[(profile, bundle)] = self._clock()
+    def record(self, pool: str, profile: str, bundle: str) -> None:
+        self._since[(pool, profile, bundle)] = self._clock()
 
-    def pending(self, workers: WorkerTable) -> dict[tuple[str, str], float]:
+    def pending(self, workers: WorkerTable) -> dict[tuple[str, str, str], float]:
+        """``(pool, machine_profile, bundle) -> 1`` for each lane still waiting ("" where unnamed)."""
         now = self._clock()
         for key in list(self._since):
-            profile, bundle = key
-            served = workers.serving(bundle, None, profile if profile else None)
+            pool, profile, bundle = key
+            served = workers.serving(bundle, pool or None, profile or None)
             if now - self._since[key] > DEMAND_TTL_S or served:
                 del self._since[key]
         return {key: 1.0 for key in self._since}
@@ -111,7 +114,7 @@ class Router:
             profile = self.canonical_profile(profile)
         serving = self._workers.serving(bundle, pool, profile)
         if not serving:
-            self._demand.record(profile or "", bundle)
-            raise Provisioning(profile, bundle)
+            self._demand.record(pool or "", profile or "", bundle)
+            raise Provisioning(pool, profile, bundle)
         beat = serving[0].heartbeat
         return Lane(pool or beat.pool_name, profile or beat.machine_profile, bundle)

@@ -86,7 +86,7 @@ class PullLoop:
         self._task: asyncio.Task[None] | None = None
         self._keepalive: asyncio.Task[None] | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
-        self._held: dict[Msg, float] = {}  # message -> when it was fetched
+        self._held: dict[int, tuple[Msg, float]] = {}  # id(message) -> it, and when it was fetched
         self.paused = False  # pool admission: a worker of an unleased pool pulls nothing
 
     async def start(self) -> None:
@@ -101,6 +101,7 @@ class PullLoop:
             config=lane_consumer_config(durable, self._lane.filter_subject),
         )
         self._task = asyncio.create_task(self._loop(subscription), name="sie-pull-loop")
+        self._task.add_done_callback(_report_death)
         self._keepalive = asyncio.create_task(self._mark_in_progress(), name="sie-pull-keepalive")
         log.info("pulling %s as %s (consumer %s)", self._lane.filter_subject, self._worker_id, durable)
 
@@ -126,7 +127,7 @@ class PullLoop:
             wait.worked()
             for message in messages:
                 await self._slots.acquire()
-                self._held[message] = time.monotonic()
+                self._held[id(message)] = (message, time.monotonic())
                 task = asyncio.create_task(self._handle(message))
                 self._in_flight.add(task)
                 task.add_done_callback(self._done)
@@ -142,7 +143,7 @@ class PullLoop:
         while True:
             await asyncio.sleep(every)
             now = time.monotonic()
-            for message, since in list(self._held.items()):
+            for message, since in list(self._held.values()):
                 if now - since >= every:
                     try:
                         await message.in_progress()
@@ -153,7 +154,7 @@ class PullLoop:
         try:
             await self._settle(message)
         finally:
-            self._held.pop(message, None)
+            self._held.pop(id(message), None)
 
     async def _settle(self, message: Msg) -> None:
         try:
@@ -232,3 +233,8 @@ def lane_of(pool: str, machine_profile: str | None, bundle: str | None) -> Lane:
 
 def worker_id_of(configured: str | None) -> str:
     return configured or os.environ.get("HOSTNAME") or os.environ.get("POD_NAME") or socket.gethostname()
+
+
+def _report_death(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.critical("the pull loop died; this worker takes no more work", exc_info=task.exception())

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from msgspec.structs import replace
 from nats.aio.client import Client
 
 from sie.engine.engine import Engine
@@ -96,12 +97,20 @@ class QueueWorker:
             await self._admission.start()
         await pull.start()
         self._heartbeat = HeartbeatPublisher(
-            client, health_subject(config.worker_id), self._snapshot, config.heartbeat_interval_s
+            client, health_subject(config.worker_id), self._beat, config.heartbeat_interval_s
         )
         self._heartbeat.start()
         assert self._readiness is not None
         self._readiness.start(client)
         log.info("queue worker %s joined lane %s", config.worker_id, config.lane)
+
+    def _beat(self) -> Heartbeat:
+        """Paused by pool admission, a worker is not ready: gateways answer 202 rather than queue
+        items it will not pull."""
+        beat = self._snapshot()
+        if self.pull is not None and self.pull.paused:
+            return replace(beat, ready=False, ready_gpu_slots=0)
+        return beat
 
     async def stop(self) -> None:
         """Gateways hear ``terminated`` first, then the items in flight finish and are acked; what is

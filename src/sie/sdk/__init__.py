@@ -23,7 +23,16 @@ from sie.sdk._errors import (
     SIEError,
 )
 from sie.sdk._sync import SIEClient
-from sie.sdk._types import EncodeResult, ExtractResult, Item, ModelInfo, ScoreResult
+from sie.sdk._types import (
+    CapacityInfo,
+    EncodeResult,
+    ExtractResult,
+    Item,
+    ModelInfo,
+    PoolInfo,
+    ScoreResult,
+    WorkerInfo,
+)
 from sie.sdk.encoding import (
     SparseVector,
     dense_embedding,
@@ -34,6 +43,7 @@ from sie.sdk.encoding import (
 )
 
 __all__ = [
+    "CapacityInfo",
     "EncodeResult",
     "ExtractResult",
     "Item",
@@ -42,6 +52,7 @@ __all__ = [
     "ModelLoadFailedError",
     "ModelLoadingError",
     "PoolError",
+    "PoolInfo",
     "ProvisioningError",
     "RequestError",
     "ResourceExhaustedError",
@@ -52,6 +63,7 @@ __all__ = [
     "ScoreResult",
     "ServerError",
     "SparseVector",
+    "WorkerInfo",
     "dense_embedding",
     "multivector_embedding",
     "normalize_sparse_vector",

@@ -8,15 +8,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Self, overload
 
 import httpx
 
 from sie.sdk._base import BaseClient, PreparedCall
+from sie.sdk._capacity import (
+    CAPACITY_POLL_S,
+    LEASE_RENEWAL_S,
+    capacity,
+    check_pool,
+    deleted,
+    pool_body,
+    pool_info,
+)
 from sie.sdk._decode import model_info, model_list
-from sie.sdk._retry import RESOURCE_EXHAUSTED_MAX_RETRIES, RetryPolicy
-from sie.sdk._types import EncodeResult, ExtractResult, Item, ModelInfo, OutputType, ScoreResult
+from sie.sdk._errors import ProvisioningError, SIEError
+from sie.sdk._retry import DEFAULT_PROVISION_TIMEOUT_S, RESOURCE_EXHAUSTED_MAX_RETRIES, RetryPolicy
+from sie.sdk._types import (
+    CapacityInfo,
+    EncodeResult,
+    ExtractResult,
+    Item,
+    ModelInfo,
+    OutputType,
+    PoolInfo,
+    ScoreResult,
+)
+
+logger = logging.getLogger("sie.sdk")
 
 
 class SIEAsyncClient(BaseClient):
@@ -61,12 +83,19 @@ class SIEAsyncClient(BaseClient):
             http_client = httpx.AsyncClient(timeout=self._timeout(), limits=self._limits(max_connections))
         self._client = http_client
         self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+        self._leases: dict[str, asyncio.Task[None]] = {}  # pool -> its renewal task
+        self.lease_renewal_s = LEASE_RENEWAL_S
         # Bounds requests in flight, not calls: a call sleeping between retries holds no slot.
         self._throttle: contextlib.AbstractAsyncContextManager[Any] = (
             asyncio.Semaphore(max_concurrency) if max_concurrency is not None else contextlib.nullcontext()
         )
 
     async def close(self) -> None:
+        leases = list(self._leases.values())
+        self._leases.clear()
+        for task in leases:
+            task.cancel()
+        await asyncio.gather(*leases, return_exceptions=True)
         await self._client.aclose()
 
     async def __aenter__(self) -> Self:
@@ -99,9 +128,14 @@ class SIEAsyncClient(BaseClient):
             await self._sleep(delay)
 
     async def _get(self, path: str) -> httpx.Response:
+        return await self._call("GET", path)
+
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
         try:
             async with self._throttle:
-                return await self._client.get(self._url(path), headers=self._json_headers())
+                return await self._client.request(
+                    method, self._url(path), json=body, headers=self._json_headers()
+                )
         except httpx.TransportError as error:
             raise self._connection_error(error) from error
 
@@ -248,3 +282,73 @@ class SIEAsyncClient(BaseClient):
     async def get_model(self, model: str) -> ModelInfo:
         """One model's info; an unknown model raises ``RequestError`` with code ``MODEL_NOT_FOUND``."""
         return model_info(await self._get(f"/v1/models/{model}"), model)
+
+    # -- cluster capacity and pools (a gateway) ---------------------------------------------------------
+
+    async def get_capacity(self, *, gpu: str | None = None) -> CapacityInfo:
+        """Healthy workers and live machine profiles (the gateway's ``/health``); ``gpu`` filters."""
+        return capacity(await self._get("/health"), gpu)
+
+    async def wait_for_capacity(
+        self,
+        gpu: str | None = None,
+        *,
+        model: str | None = None,
+        timeout_s: float | None = None,
+        poll_interval_s: float = CAPACITY_POLL_S,
+    ) -> CapacityInfo:
+        """Until a worker of ``gpu`` (any, when None) is up. With ``model``, one warm-up encode
+        (waiting through 202/503 provisioning and the model's load) is what waits."""
+        budget = timeout_s if timeout_s is not None else DEFAULT_PROVISION_TIMEOUT_S
+        if model is not None:
+            await self.encode(
+                model, Item(text="warmup"), gpu=gpu, wait_for_capacity=True, provision_timeout_s=budget
+            )
+            return await self.get_capacity(gpu=gpu)
+        start = self._clock()
+        while True:
+            found = await self.get_capacity(gpu=gpu)
+            if found.get("worker_count", 0) > 0:
+                return found
+            if self._clock() - start + poll_interval_s > budget:
+                raise ProvisioningError(f"No capacity for '{gpu or 'any'}' within {budget:.0f}s", gpu=gpu)
+            await self._sleep(poll_interval_s)
+
+    async def create_pool(
+        self,
+        name: str,
+        gpus: dict[str, int] | None = None,
+        gpu_caps: dict[str, int] | None = None,
+        bundle: str | None = None,
+        minimum_worker_count: int | None = None,
+        pinned_models: list[str] | None = None,
+        *,
+        queue_pool: str | None = None,
+    ) -> None:
+        """Create (or update and renew) a pool; its lease is renewed in the background until
+        ``delete_pool`` or ``close``."""
+        body = pool_body(name, gpus, gpu_caps, bundle, minimum_worker_count, pinned_models, queue_pool)
+        check_pool(await self._call("POST", "/v1/pools", body), name, "create")
+        if name not in self._leases:
+            self._leases[name] = asyncio.create_task(self._renew(name), name=f"sie-pool-{name}")
+
+    async def _renew(self, name: str) -> None:
+        while True:
+            await asyncio.sleep(self.lease_renewal_s)
+            try:
+                response = await self._call("POST", f"/v1/pools/{name}/renew")
+                if response.status_code >= 400:
+                    logger.warning("renewing pool '%s': HTTP %d", name, response.status_code)
+            except SIEError as error:  # the next period tries again; the lease outlives a few misses
+                logger.warning("renewing pool '%s' failed: %s", name, error)
+
+    async def get_pool(self, name: str) -> PoolInfo | None:
+        """The pool, or None when it does not exist (never created, deleted, or expired)."""
+        return pool_info(await self._get(f"/v1/pools/{name}"), name)
+
+    async def delete_pool(self, name: str) -> bool:
+        """Delete the pool and stop renewing it; False when it did not exist."""
+        task = self._leases.pop(name, None)
+        if task is not None:
+            task.cancel()
+        return deleted(await self._call("DELETE", f"/v1/pools/{name}"), name)

@@ -181,3 +181,42 @@ class ModelInfo(TypedDict, total=False):
     dims: ModelDims
     max_sequence_length: int | None
     profiles: dict[str, ProfileInfo]
+
+
+class WorkerInfo(TypedDict, total=False):
+    """One worker as a gateway's ``/health`` reports it."""
+
+    name: str
+    url: str
+    gpu: str
+    gpu_count: int
+    ready_gpu_slots: int
+    healthy: bool
+    queue_depth: int
+    inflight_batches: int
+    loaded_models: list[str]
+    memory_used_bytes: int
+    memory_total_bytes: int
+    bundle: str
+    bundle_config_hash: str
+
+
+class CapacityInfo(TypedDict, total=False):
+    """The cluster's capacity (``get_capacity``): healthy workers and the machine profiles running."""
+
+    status: str
+    worker_count: int
+    gpu_count: int
+    models_loaded: int
+    configured_gpu_types: list[str]
+    live_gpu_types: list[str]
+    workers: list[WorkerInfo]
+
+
+class PoolInfo(TypedDict, total=False):
+    """A resource pool: ``spec`` as created, ``status`` with ``state`` (pending, active, expired),
+    ``assigned_workers``, ``created_at`` and ``last_renewed``."""
+
+    name: str
+    spec: dict[str, Any]
+    status: dict[str, Any]
