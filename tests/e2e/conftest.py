@@ -422,23 +422,27 @@ def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
-def families(tmp_path_factory: pytest.TempPathFactory, family_folders: dict[str, Path]) -> Iterator[Server]:
+def families_models(tmp_path_factory: pytest.TempPathFactory, family_folders: dict[str, Path]) -> Path:
+    """A models dir of the shipped YAMLs and the test models' (their weights built from configs)."""
+    models = tmp_path_factory.mktemp("families-models")
+    for path in MODELS_DIR.glob("*.yaml"):
+        shutil.copy(path, models / path.name)
+    for name, text in YAMLS.items():
+        for key, folder in family_folders.items():
+            text = text.replace(f"@{key}@", str(folder))
+        (models / name).write_text(text)
+    return models
+
+
+@pytest.fixture(scope="session")
+def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) -> Iterator[Server]:
     """A server of every family: the packaged models (MiniLM, the tiny SPLADE ``rasyosef/splade-tiny``,
     the Rampart PII tagger on ONNX Runtime) and models built from configs (tests/builders.py): a BERT
     reranker, a ColBERT with a ``muvera`` profile, a BGE-M3 with a ``sparse`` profile, a GLiNER (under
     the public adapter name) with a ``merged`` profile, a BIO token tagger, an NLI zero-shot classifier,
     a CLIP and a SigLIP; all preloaded, float32."""
     root = tmp_path_factory.mktemp("families")
-    folders = family_folders
-    models = root / "models"
-    models.mkdir()
-    for path in MODELS_DIR.glob("*.yaml"):
-        shutil.copy(path, models / path.name)
-    for name, text in YAMLS.items():
-        for key, folder in folders.items():
-            text = text.replace(f"@{key}@", str(folder))
-        (models / name).write_text(text)
-    env = {"SIE_MODELS_DIR": str(models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
+    env = {"SIE_MODELS_DIR": str(families_models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
     preload = [
         MINILM,
         SPLADE,

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from msgspec.structs import replace
+
 from sie.engine.error_rules import QueueAction, told
 from sie.engine.errors import InvalidInput
-from sie.engine.ops.parts import Answer
+from sie.engine.ops.parts import Answer, item_id
 from sie.queue.contract import Operation, WorkItem, WorkResult
 from sie.wire import codec
 from sie.wire.requests import (
@@ -22,7 +24,7 @@ from sie.wire.requests import (
     Item,
     ScoreRequest,
 )
-from sie.wire.responses import EncodeResponse, ExtractResponse, ScoreResponse
+from sie.wire.responses import EncodeResponse, ExtractResponse, ExtractResult, ScoreResponse
 
 EngineRequest = EncodeRequest | ScoreRequest | ExtractRequest
 
@@ -74,6 +76,9 @@ def answered(
 ) -> Outcome:
     response = answer.response
     body = response.scores if isinstance(response, ScoreResponse) else response.items[0]
+    if isinstance(body, ExtractResult) and work.item is not None and work.item.id is None:
+        # The engine saw one item and named it by that position; the request's position is this one.
+        body = replace(body, id=item_id(None, work.item_index))
     timing = answer.timing
     result = WorkResult(
         work.work_item_id,
