@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Annotated, Any
 
 import typer
@@ -53,6 +55,52 @@ def serve(
         timeout_keep_alive=120,
         access_log=False,
     )
+
+
+@app.command()
+def local(
+    workers: Annotated[int, typer.Option("--workers", "-w", min=0, help="Queue workers to start.")] = 2,
+    host: Annotated[str, typer.Option(help="Interface the gateway binds.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", "-p", help="The gateway's port.")] = 8080,
+    preload: Annotated[
+        str | None, typer.Option(help="Comma-separated ids every worker loads before serving.")
+    ] = None,
+) -> None:
+    """A local cluster: nats-server (JetStream), WORKERS queue workers and the gateway; Ctrl-C stops all."""
+    import uvicorn
+
+    from sie.gateway.app import create_app
+    from sie.gateway.local import LocalClusterError, local_cluster
+    from sie.gateway.settings import GatewaySettings
+    from sie.observability.logging import configure_logging
+
+    try:
+        with local_cluster(workers, preload) as cluster:
+            store = os.environ.get("SIE_PAYLOAD_STORE_URL", str(cluster.folder / "payloads"))
+            given: dict[str, Any] = {
+                "gateway_host": host,
+                "gateway_port": port,
+                "nats_url": cluster.nats_url,
+                "payload_store_url": store,
+            }
+            settings = GatewaySettings(**given)
+            configure_logging(settings.log_level, json_lines=settings.log_json)
+            typer.echo(
+                f"nats {cluster.nats_url}; workers {', '.join(cluster.worker_urls) or 'none'}; "
+                f"gateway http://{host}:{port}; logs in {cluster.folder}",
+                err=True,
+            )
+            # uvicorn re-raises the signal that stopped it: SIGTERM must unwind (stopping the workers and
+            # NATS below) rather than end the process where it stands.
+            signal.signal(signal.SIGTERM, _exit_cleanly)
+            uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)
+    except LocalClusterError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 @app.command()
