@@ -1,5 +1,5 @@
-"""What a gateway does on the wire, for the tests until sie-gateway exists: publish work items to a
-lane's subject, collect the results from one inbox."""
+"""A raw wire client for the worker tests: it publishes hand-made work items (expired ones, bad ones,
+which ``sie-gateway`` never sends) to a lane's subject and collects the results from one inbox."""
 
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ from sie.queue.contract import (
     WorkResult,
     decode_work_result,
     encode_message,
-    pool_stream,
-    pool_stream_subjects,
     work_subject,
 )
 from sie.queue.pull import Lane
+from sie.queue.streams import ensure_work_stream
 
 
 class Gateway:
@@ -32,9 +31,7 @@ class Gateway:
         self.counter = 0
 
     async def start(self) -> None:
-        await self.jetstream.add_stream(
-            name=pool_stream(self.lane.pool), subjects=pool_stream_subjects(self.lane.pool)
-        )
+        await ensure_work_stream(self.jetstream, self.lane.pool)
 
         async def collect(message: nats.aio.msg.Msg) -> None:
             self.results.append(decode_work_result(message.data))

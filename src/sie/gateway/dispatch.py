@@ -11,12 +11,12 @@ answered twice.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -101,14 +101,32 @@ class Dispatcher:
         collector = Collector([None] * len(items), loop.create_future())
         self._collectors[request_id] = collector
         try:
-            try:
-                acks = [self._jetstream.publish(subject, encode_message(item)) for item in items]
-                await asyncio.gather(*acks)
-            except Exception as exc:
-                raise PublishFailed(str(exc) or type(exc).__name__) from exc
+            # The acks are awaited beside the results, not before them: a result may come back before
+            # JetStream's ack does, and waiting for the ack first added its round trip to every request.
+            acks = asyncio.ensure_future(
+                asyncio.gather(*(self._jetstream.publish(subject, encode_message(item)) for item in items))
+            )
             collector.published_at = time.monotonic()
-            with contextlib.suppress(TimeoutError):  # the empty slots say which items did not answer
-                await asyncio.wait_for(asyncio.shield(collector.done), timeout_s)
+            deadline = collector.published_at + timeout_s
+            waiting: set[asyncio.Future[Any]] = {acks, collector.done}
+            while not collector.done.done():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                finished, waiting = await asyncio.wait(
+                    waiting, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+                if acks in finished and acks.exception() is not None:
+                    exc = acks.exception()
+                    raise PublishFailed(str(exc) or type(exc).__name__) from exc
+            if not acks.done():
+                acks.add_done_callback(_log_late_failure)
             return collector.slots
         finally:
             del self._collectors[request_id]
+
+
+def _log_late_failure(acks: asyncio.Future[Any]) -> None:
+    """An ack that fails after the results came back changes nothing for the caller."""
+    if not acks.cancelled() and acks.exception() is not None:
+        log.warning("a JetStream ack failed after its results arrived: %s", acks.exception())

@@ -12,6 +12,8 @@ crash in between redelivers the item rather than losing it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 import os
 import socket
@@ -23,7 +25,6 @@ from typing import Any, Final
 from msgspec.structs import replace
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeout
 
 from sie.engine.engine import Engine
 from sie.engine.error_rules import QueueAction
@@ -38,13 +39,16 @@ from sie.queue.contract import (
     pool_stream,
 )
 from sie.queue.payloads import PayloadMissing, PayloadStore
-from sie.queue.streams import ACK_WAIT_S, ensure_work_stream, lane_consumer_config
+from sie.queue.streams import ACK_WAIT_S, ensure_lane_consumer, ensure_work_stream, lane_consumer_config
 from sie.queue.work import EngineRequest, Outcome, answered, engine_request, failed
 from sie.wire.requests import EncodeRequest, ExtractRequest, ScoreRequest
 
 log = logging.getLogger(__name__)
 
 DRAIN_S: Final = 30.0
+PULL_GRACE_S: Final = 1.0
+STATUS_HEADER: Final = "Status"
+HEARTBEAT_STATUS: Final = "100"
 PAUSED_POLL_S: Final = 0.25
 
 
@@ -79,7 +83,7 @@ class PullLoop:
         self._lane = lane
         self._worker_id = worker_id
         self._budget = fetch_budget
-        self._slots = asyncio.Semaphore(max_in_flight)
+        self._max_in_flight = max_in_flight
         self._clock = clock
         self._wait = wait or AdaptiveWait()
         self._payloads = payloads
@@ -87,6 +91,12 @@ class PullLoop:
         self._keepalive: asyncio.Task[None] | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
         self._held: dict[int, tuple[Msg, float]] = {}  # id(message) -> it, and when it was fetched
+        self._room = asyncio.Event()  # set when an item finishes: the loop may pull again
+        self._pull_over = asyncio.Event()
+        self._credit = 0  # items the open pull request may still deliver
+        self._delivered = 0
+        self._inbox = ""
+        self._next_subject = ""
         self.paused = False  # pool admission: a worker of an unleased pool pulls nothing
 
     async def start(self) -> None:
@@ -94,13 +104,13 @@ class PullLoop:
         stream = pool_stream(self._lane.pool)
         await ensure_work_stream(jetstream, self._lane.pool)
         durable = lane_consumer(self._lane.pool, self._lane.machine_profile, self._lane.bundle)
-        subscription = await jetstream.pull_subscribe(
-            self._lane.filter_subject,
-            durable=durable,
-            stream=stream,
-            config=lane_consumer_config(durable, self._lane.filter_subject),
+        await ensure_lane_consumer(
+            jetstream, stream, lane_consumer_config(durable, self._lane.filter_subject)
         )
-        self._task = asyncio.create_task(self._loop(subscription), name="sie-pull-loop")
+        self._next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
+        self._inbox = self._client.new_inbox()
+        await self._client.subscribe(self._inbox, cb=self._on_delivery)
+        self._task = asyncio.create_task(self._loop(), name="sie-pull-loop")
         self._task.add_done_callback(_report_death)
         self._keepalive = asyncio.create_task(self._mark_in_progress(), name="sie-pull-keepalive")
         log.info("pulling %s as %s (consumer %s)", self._lane.filter_subject, self._worker_id, durable)
@@ -109,32 +119,59 @@ class PullLoop:
     def in_flight(self) -> int:
         return len(self._in_flight)
 
-    async def _loop(self, subscription: Any) -> None:
+    async def _loop(self) -> None:
+        """One pull request open at a time, for as many items as there is room for; every item is
+        handed to the engine the moment it arrives (the engine batches what arrives together), so
+        a lone item waits for no batch to fill. The request's expiry is the adaptive wait: how long
+        an empty pull lingers, never how long an item waits."""
         wait = self._wait
         while True:
             if self.paused:
                 await asyncio.sleep(PAUSED_POLL_S)
                 continue
-            try:
-                messages: list[Msg] = await subscription.fetch(self._budget, timeout=wait.wait_s)
-            except NatsTimeout:
-                wait.idle()
+            room = self._max_in_flight - len(self._in_flight)
+            if room <= 0:
+                self._room.clear()
+                await self._room.wait()
                 continue
+            self._credit = min(self._budget, room)
+            self._pull_over.clear()
+            before = self._delivered
+            request = {"batch": self._credit, "expires": int(wait.wait_s * 1e9)}
+            try:
+                await self._client.publish(
+                    self._next_subject, json.dumps(request).encode(), reply=self._inbox
+                )
+                # The server ends the request (408) when it expires; a lost one (a reconnect) is given up.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._pull_over.wait(), wait.wait_s + PULL_GRACE_S)
             except Exception:
-                log.exception("fetching work failed; retrying in %.0f ms", wait.wait_s * 1000)
+                log.exception("pulling work failed; retrying in %.0f ms", wait.wait_s * 1000)
                 await asyncio.sleep(wait.wait_s)
                 continue
-            wait.worked()
-            for message in messages:
-                await self._slots.acquire()
-                self._held[id(message)] = (message, time.monotonic())
-                task = asyncio.create_task(self._handle(message))
-                self._in_flight.add(task)
-                task.add_done_callback(self._done)
+            if self._delivered > before:
+                wait.worked()
+            else:
+                wait.idle()
+
+    async def _on_delivery(self, message: Msg) -> None:
+        status = message.headers.get(STATUS_HEADER) if message.headers else None
+        if status is not None:  # 408 expired, 404 nothing, 409 conflict; 100 is a heartbeat
+            if status != HEARTBEAT_STATUS:
+                self._pull_over.set()
+            return
+        self._delivered += 1
+        self._credit -= 1
+        if self._credit <= 0:
+            self._pull_over.set()
+        self._held[id(message)] = (message, time.monotonic())
+        task = asyncio.create_task(self._handle(message))
+        self._in_flight.add(task)
+        task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._in_flight.discard(task)
-        self._slots.release()
+        self._room.set()
 
     async def _mark_in_progress(self) -> None:
         """Items held longer than a third of the ack wait are marked in progress, so JetStream gives a

@@ -62,3 +62,12 @@ async def ensure_work_stream(jetstream: JetStreamContext, pool: str) -> None:
         await jetstream.stream_info(pool_stream(pool))
     except NotFoundError:
         await jetstream.add_stream(work_stream_config(pool))
+
+
+async def ensure_lane_consumer(jetstream: JetStreamContext, stream: str, config: ConsumerConfig) -> None:
+    """Create the lane's durable consumer unless it exists (every worker of the lane shares it)."""
+    assert config.durable_name is not None
+    try:
+        await jetstream.consumer_info(stream, config.durable_name)
+    except NotFoundError:
+        await jetstream.add_consumer(stream, config)
