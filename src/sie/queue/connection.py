@@ -32,8 +32,19 @@ async def connect(
                 reconnect_time_wait=0.5,
                 connect_timeout=5,
                 reconnected_cb=on_reconnect,
+                disconnected_cb=_disconnected,
+                error_cb=_error,
             )
         except (OSError, nats.errors.Error, TimeoutError) as exc:
             log.warning("NATS at %s not reachable (%s); retrying in %.1fs", ",".join(servers), exc, wait)
             await asyncio.sleep(wait)
             wait = min(wait * 2, MAX_RETRY_S)
+
+
+async def _disconnected() -> None:
+    log.warning("disconnected from NATS; reconnecting")
+
+
+async def _error(error: Exception) -> None:
+    """nats-py's default prints a traceback for every failed reconnect attempt; one line will do."""
+    log.info("NATS: %s: %s", type(error).__name__, error)

@@ -40,7 +40,8 @@ class Readiness:
         while True:
             try:
                 await client.flush(timeout=max(1, round(self._interval_s)))
-                self._last_ok = time.monotonic()
+                if client.is_connected:  # nats-py answers a flush from its buffer while reconnecting
+                    self._last_ok = time.monotonic()
             except Exception:
                 log.debug("NATS ping failed", exc_info=True)
             await asyncio.sleep(self._interval_s)
