@@ -185,3 +185,25 @@ def test_auth_matrix(nats: NatsServer, tmp_path: Path, mode: str) -> None:
     with run_gateway(tmp_path / "gateway-none", _gateway_env(nats)) as gateway:
         assert gateway.client.post(ENCODE, json=BODY).status_code == 202  # mode none: nothing asked
         assert gateway.client.post("/v1/pools", json={"name": "p3"}).status_code == 201
+
+
+def test_several_gateways_share_workers_and_pools(nats: NatsServer, tmp_path: Path) -> None:
+    """Gateways keep no state of their own: both route to the same worker (its heartbeats reach
+    every gateway) and see the same pools (a JetStream key-value bucket)."""
+    env = _gateway_env(nats)
+    with (
+        run_gateway(tmp_path / "g1", env) as first,
+        run_gateway(tmp_path / "g2", env) as second,
+        run_worker(tmp_path / "w1", worker_env(nats.url, "w1")),
+    ):
+        for gateway in (first, second):
+            gateway.wait_for_workers(1, [MINILM])
+            response = gateway.client.post(ENCODE, json=BODY, headers={"accept": "application/json"})
+            assert response.status_code == 200 and response.headers["x-sie-worker"] == "w1"
+        assert (
+            first.client.post("/v1/pools", json={"name": "shared", "gpus": {"default": 1}}).status_code == 201
+        )
+        view = second.client.get("/v1/pools/shared").json()
+        assert view["spec"]["gpus"] == {"default": 1} and view["status"]["state"] == "active"
+        assert second.client.delete("/v1/pools/shared").status_code == 200
+        assert first.client.get("/v1/pools/shared").status_code == 404
