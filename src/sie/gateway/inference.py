@@ -124,9 +124,7 @@ def _work_items(operation: Operation, body: Any, base: dict[str, Any]) -> list[W
         if params.output_dtype is not None:  # the queue carries it in options, where it ranks below params
             options["output_dtype"] = params.output_dtype.value
         fields = {
-            "output_types": [t.value if hasattr(t, "value") else t for t in params.output_types]
-            if params.output_types
-            else None,
+            "output_types": [str(t) for t in params.output_types] if params.output_types else None,
             "instruction": params.instruction,
             "options": options or None,
         }
@@ -182,7 +180,7 @@ async def _serve(request: Request, operation: Operation) -> Response:
         await request.body(), request.headers.get("content-type"), _REQUESTS[operation]
     )
     entry = _admitted(operation, state, model, body)
-    bundle = bundle_for(entry, state.bundles, None)
+    bundle = bundle_for(entry, state.bundles)
     try:
         lane = state.router.route(
             bundle, request.headers.get("x-sie-machine-profile"), request.headers.get("x-sie-pool")

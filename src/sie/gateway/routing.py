@@ -73,11 +73,8 @@ class Demand:
         return {key: 1.0 for key in self._since}
 
 
-def bundle_for(entry: CatalogEntry, bundles: list[Bundle], override: str | None) -> str:
-    """The bundle a model's items go to: the one asked for, else the first by priority that serves
-    it, else ``default``."""
-    if override:
-        return override
+def bundle_for(entry: CatalogEntry, bundles: list[Bundle]) -> str:
+    """The bundle a model's items go to: the first by priority that serves it, else ``default``."""
     for bundle in sorted(bundles, key=lambda b: (b.priority, b.name)):
         if bundle.serves(entry):
             return bundle.name
