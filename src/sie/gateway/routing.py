@@ -113,5 +113,5 @@ class Router:
         if not serving:
             self._demand.record(pool or "", profile or "", bundle)
             raise Provisioning(pool, profile, bundle)
-        beat = serving[0].heartbeat
-        return Lane(pool or beat.pool_name, profile or beat.machine_profile, bundle)
+        beat = serving[0].heartbeat  # its spelling of the profile: subjects are case-sensitive
+        return Lane(beat.pool_name, beat.machine_profile, beat.bundle)
