@@ -21,9 +21,15 @@ class Clock:
 def beat(
     name: str, pool: str = "default", profile: str = "default", bundle: str = "default", **kw: object
 ) -> Heartbeat:
+    fields: dict[str, object] = {"ready": True, **kw}
     return Heartbeat(
-        name=name, ready=True, machine_profile=profile, pool_name=pool, bundle=bundle, timestamp=0.0, **kw
-    )  # type: ignore[arg-type]
+        name=name,
+        machine_profile=profile,
+        pool_name=pool,
+        bundle=bundle,
+        timestamp=0.0,
+        **fields,  # type: ignore[arg-type]
+    )
 
 
 @pytest.fixture
