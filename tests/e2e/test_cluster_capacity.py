@@ -116,10 +116,11 @@ def test_pools_lease_expiry_and_admission(nats: NatsServer, tmp_path: Path) -> N
             while pools.get("/v1/pools/eval").status_code != 404:
                 assert time.monotonic() < deadline, pools.get("/v1/pools/eval").text
                 time.sleep(0.2)
-            deadline = time.monotonic() + 30
-            while pools.post(ENCODE, json=BODY, headers={"X-SIE-Pool": "eval"}).status_code != 202:
-                assert time.monotonic() < deadline, "the unleased worker still takes work"
-                time.sleep(0.5)
+            deadline = time.monotonic() + 30  # the worker hears it at its next poll and says not ready
+            while any(w["healthy"] for w in gateway.health()["workers"] if w["name"] == "eval-1"):
+                assert time.monotonic() < deadline, "the unleased worker still says it is ready"
+                time.sleep(0.2)
+            assert pools.post(ENCODE, json=BODY, headers={"X-SIE-Pool": "eval"}).status_code == 202
             assert gateway.metric("sie_gateway_pool_events_total", event="expired") == 1
             # Leased again (through the SDK, which renews in the background): it pulls again.
             with SIEClient(gateway.url, timeout_s=30) as client:

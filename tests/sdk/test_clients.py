@@ -36,6 +36,10 @@ EXPECTED_EXPORTS = {
     "PoolError",
     "LoraLoadingError",
     "ModelLoadingError",
+    # What the capacity and pool calls return (sie_sdk exports them too).
+    "CapacityInfo",
+    "WorkerInfo",
+    "PoolInfo",
     # sie.sdk.encoding's helpers, re-exported at top level as sie_sdk does (scoring is not).
     "SparseVector",
     "dense_embedding",
