@@ -88,8 +88,10 @@ async def join_cluster(state: GatewayState) -> Client:
     return client
 
 
-async def sweep_pools(state: GatewayState) -> None:
-    while True:
+async def sweep_pools(state: GatewayState, stop: asyncio.Event) -> None:
+    # ``stop`` as well as the cancel: Python 3.11's wait_for (inside nats-py's requests) can swallow a
+    # cancellation that lands as its future completes.
+    while not stop.is_set():
         await asyncio.sleep(POOL_SWEEP_S)
         if state.pools is None:
             continue
@@ -106,10 +108,12 @@ def create_app(settings: GatewaySettings) -> Starlette:
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         joining = asyncio.create_task(join_cluster(state), name="sie-gateway-join")
-        sweeping = asyncio.create_task(sweep_pools(state), name="sie-gateway-pool-sweep")
+        stop = asyncio.Event()
+        sweeping = asyncio.create_task(sweep_pools(state, stop), name="sie-gateway-pool-sweep")
         try:
             yield
         finally:
+            stop.set()
             sweeping.cancel()
             joining.cancel()
             await asyncio.gather(sweeping, joining, return_exceptions=True)

@@ -32,12 +32,15 @@ class Readiness:
         self._draining = draining
         self._last_ok = float("-inf")
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False
 
     def start(self, client: Client) -> None:
         self._task = asyncio.create_task(self._ping(client), name="sie-worker-ping")
 
     async def _ping(self, client: Client) -> None:
-        while True:
+        # A flag as well as the cancel: Python 3.11's wait_for (inside nats-py's flush) can swallow a
+        # cancellation that lands as its future completes, and the loop would then run on.
+        while not self._stopped:
             try:
                 await client.flush(timeout=max(1, round(self._interval_s)))
                 if client.is_connected:  # nats-py answers a flush from its buffer while reconnecting
@@ -55,6 +58,7 @@ class Readiness:
         return found
 
     async def stop(self) -> None:
+        self._stopped = True
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

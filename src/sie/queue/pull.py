@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 DRAIN_S: Final = 30.0
 PULL_GRACE_S: Final = 1.0
+IDLE_AFTER: Final = 20  # empty pulls at the wait's ceiling (0.3 s at 15 ms) before long-polling
+IDLE_PULL_S: Final = 5.0
 STATUS_HEADER: Final = "Status"
 HEARTBEAT_STATUS: Final = "100"
 PAUSED_POLL_S: Final = 0.25
@@ -97,6 +99,9 @@ class PullLoop:
         self._delivered = 0
         self._inbox = ""
         self._next_subject = ""
+        self._subscription: Any = None
+        self._idle_pulls = 0  # empty pulls in a row
+        self._stopping = False
         self.paused = False  # pool admission: a worker of an unleased pool pulls nothing
 
     async def start(self) -> None:
@@ -109,7 +114,7 @@ class PullLoop:
         )
         self._next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
         self._inbox = self._client.new_inbox()
-        await self._client.subscribe(self._inbox, cb=self._on_delivery)
+        self._subscription = await self._client.subscribe(self._inbox, cb=self._on_delivery)
         self._task = asyncio.create_task(self._loop(), name="sie-pull-loop")
         self._task.add_done_callback(_report_death)
         self._keepalive = asyncio.create_task(self._mark_in_progress(), name="sie-pull-keepalive")
@@ -122,10 +127,14 @@ class PullLoop:
     async def _loop(self) -> None:
         """One pull request open at a time, for as many items as there is room for; every item is
         handed to the engine the moment it arrives (the engine batches what arrives together), so
-        a lone item waits for no batch to fill. The request's expiry is the adaptive wait: how long
-        an empty pull lingers, never how long an item waits."""
+        a lone item waits for no batch to fill. The request's expiry is the adaptive wait (how long
+        an empty pull lingers, never how long an item waits); a worker idle for ``IDLE_AFTER`` pulls
+        at the ceiling long-polls instead (``IDLE_PULL_S``), so an idle cluster costs NATS and the
+        worker next to nothing."""
         wait = self._wait
-        while True:
+        # ``_stopping`` as well as the cancel: Python 3.11's wait_for can swallow a cancellation that
+        # lands as its future completes, and the loop would then run on.
+        while not self._stopping:
             if self.paused:
                 await asyncio.sleep(PAUSED_POLL_S)
                 continue
@@ -150,8 +159,11 @@ class PullLoop:
                 await asyncio.sleep(wait.wait_s)
                 continue
             if self._delivered > before:
+                self._idle_pulls = 0
                 wait.worked()
             else:
+                if wait.wait_s >= wait.max_s:
+                    self._idle_pulls += 1
                 wait.idle()
 
     async def _on_delivery(self, message: Msg) -> None:
@@ -164,6 +176,9 @@ class PullLoop:
         self._credit -= 1
         if self._credit <= 0:
             self._pull_over.set()
+        if self.paused or self._stopping:  # came on a pull opened before: another worker takes it
+            await message.nak()
+            return
         self._held[id(message)] = (message, time.monotonic())
         task = asyncio.create_task(self._handle(message))
         self._in_flight.add(task)
@@ -247,6 +262,7 @@ class PullLoop:
     async def stop(self) -> None:
         """Stop fetching and let the items in flight finish and ack (``DRAIN_S`` at most); what is left
         unacked is redelivered to another worker. The client is its owner's to close."""
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -255,6 +271,14 @@ class PullLoop:
         if self._keepalive is not None:
             self._keepalive.cancel()
             await asyncio.gather(self._keepalive, return_exceptions=True)
+        if self._subscription is not None:
+            with contextlib.suppress(Exception):
+                await self._subscription.unsubscribe()
+
+    def pull_again(self) -> None:
+        """After a reconnect the open pull request is gone: open a new one now, not at its expiry."""
+        self._idle_pulls = 0
+        self._pull_over.set()
 
 
 DEFAULT_LANE_TOKEN: Final = "default"

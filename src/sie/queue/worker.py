@@ -82,7 +82,9 @@ class QueueWorker:
 
     async def _start(self) -> None:
         config = self._config
-        client = self._client = await connect(config.servers, f"sie-worker {config.worker_id}")
+        client = self._client = await connect(
+            config.servers, f"sie-worker {config.worker_id}", self._reconnected
+        )
         pull = self.pull = PullLoop(
             self._engine,
             client,
@@ -103,6 +105,10 @@ class QueueWorker:
         assert self._readiness is not None
         self._readiness.start(client)
         log.info("queue worker %s joined lane %s", config.worker_id, config.lane)
+
+    async def _reconnected(self) -> None:
+        if self.pull is not None:
+            self.pull.pull_again()
 
     def _beat(self) -> Heartbeat:
         """Paused by pool admission, a worker is not ready: gateways answer 202 rather than queue
