@@ -13,7 +13,8 @@ from starlette.routing import Route
 from sie.engine.catalog import CatalogEntry
 from sie.gateway.state import GatewayState, state_of
 from sie.gateway.workers import Worker
-from sie.server.api.models import entry_info
+from sie.server.api import http_parts  # noqa: F401  (registers the {model:model_id} convertor)
+from sie.server.api.model_info import entry_info
 from sie.wire import codec
 from sie.wire.responses import ModelList
 

@@ -25,16 +25,14 @@ from starlette.routing import Route
 
 from sie import __version__
 from sie.engine.catalog import CatalogEntry
-from sie.engine.ops.encode import admit_encode
-from sie.engine.ops.extract import admit_extract
-from sie.engine.ops.score import admit_score
+from sie.engine.ops.admit import admit_encode, admit_extract, admit_score
 from sie.gateway.dispatch import PublishFailed
 from sie.gateway.reply import Gathered, render
 from sie.gateway.routing import GpuNotConfigured, Lane, Provisioning, bundle_for
 from sie.gateway.state import GatewayState, state_of
 from sie.queue.contract import INLINE_THRESHOLD_BYTES, Operation, WorkItem, encode_message, work_subject
 from sie.queue.payloads import item_key, score_key
-from sie.server.api.native import timing_headers
+from sie.server.api.http_parts import timing_headers
 from sie.server.errors import HTTP
 from sie.wire import codec
 from sie.wire.errors import ErrorCode, error_envelope

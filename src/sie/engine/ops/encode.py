@@ -4,54 +4,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Final
 
 import numpy as np
 
 from sie.adapters.base import Forward, ItemOutputs, ModelInput
 from sie.core.options import Capability, OutputDType
-from sie.engine import request_options
-from sie.engine.admission import Admission
-from sie.engine.catalog import CatalogEntry
-from sie.engine.encode_plan import EncodePlan, plan_encode
 from sie.engine.errors import InvalidInput
+from sie.engine.ops.admit import admit_encode
 from sie.engine.ops.parts import Answer, Parts, check_outputs
 from sie.engine.runner import BatchGroup
 from sie.postprocess.outputs import Postprocess
 from sie.postprocess.quantize import wire_dtype_name
 from sie.wire.requests import EncodeRequest
 from sie.wire.responses import DenseVector, EncodeResponse, EncodeResult, MultiVector, SparseVector
-
-# Sparse weights are not quantised to integers: their scale carries the ranking across documents.
-SPARSE_DTYPES: Final = frozenset({OutputDType.FLOAT32, OutputDType.FLOAT16})
-
-
-@dataclass(frozen=True)
-class EncodeAdmitted:
-    entry: CatalogEntry
-    plan: EncodePlan
-
-
-def admit_encode(admission: Admission, model: str, request: EncodeRequest) -> EncodeAdmitted:
-    """The request's checks, no model touched (the gateway runs exactly these before publishing)."""
-    items, params = request.items, request.params
-    entry = admission.entry(model, items, params.options if params else None)
-    request_options.check_known(entry, request_options.ENCODE, params.options if params else None)
-    plan = plan_encode(
-        entry.name,
-        entry.config.output_types(),
-        entry.profile.runtime,
-        params.options if params else None,
-        output_types=params.output_types if params else None,
-        output_dtype=params.output_dtype if params else None,
-        instruction=params.instruction if params else None,
-    )
-    if Capability.SPARSE in plan.output_types and plan.output_dtype not in SPARSE_DTYPES:
-        raise InvalidInput(
-            f"Sparse output takes output_dtype float32 or float16, not '{plan.output_dtype.value}'"
-        )
-    return EncodeAdmitted(entry, plan)
 
 
 async def encode(

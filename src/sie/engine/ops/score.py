@@ -6,49 +6,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
 
 from sie.adapters.base import Forward, ModelInput
 from sie.core.options import Capability
-from sie.engine import request_options
-from sie.engine.admission import Admission
-from sie.engine.catalog import CatalogEntry
 from sie.engine.encode_plan import plan_encode
-from sie.engine.errors import InvalidInput
 from sie.engine.infer import Inference
+from sie.engine.ops.admit import admit_score
 from sie.engine.ops.parts import Answer, Parts, check_outputs, item_id
 from sie.engine.registry import Held
-from sie.engine.request_options import lora_option, overlay
 from sie.engine.runner import BatchGroup
-from sie.engine.score_plan import ScorePlan, plan_score
+from sie.engine.score_plan import ScorePlan
 from sie.postprocess.outputs import Postprocess
 from sie.postprocess.similarity import cosine, maxsim, sparse_dot
 from sie.wire.requests import ScoreRequest
 from sie.wire.responses import ScoreEntry, ScoreResponse, Usage
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class ScoreAdmitted:
-    entry: CatalogEntry
-    plan: ScorePlan
-    lora_id: str | None
-
-
-def admit_score(admission: Admission, model: str, request: ScoreRequest) -> ScoreAdmitted:
-    """The request's checks, no model touched (the gateway runs exactly these before publishing)."""
-    query, items, options = request.query, request.items, request.options
-    entry = admission.entry(model, items, options, query)
-    request_options.check_known(entry, request_options.SCORE, options)
-    merged = overlay(entry.profile.runtime, options)
-    plan = plan_score(entry.name, entry.config.tasks.score is not None, entry.config.output_types(), merged)
-    if any(item.text is None for item in [query, *items]):
-        raise InvalidInput("Score requires text on the query and on every item")
-    return ScoreAdmitted(entry, plan, lora_option(merged))
 
 
 async def score(

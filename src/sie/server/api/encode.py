@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fastapi import Request, Response
 
-from sie.server.api.native import PostRoute, engine_of, model_of, negotiated, read_body, timing_headers
+from sie.server.api.http_parts import timing_headers
+from sie.server.api.native import PostRoute, engine_of, model_of, negotiated, read_body
 from sie.wire.requests import EncodeRequest
 from sie.wire.responses import EncodeResponse
 

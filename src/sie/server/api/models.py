@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from sie.engine.catalog import CatalogEntry
 from sie.engine.error_rules import ERROR_TABLE
 from sie.engine.errors import ModelNotFound
 from sie.engine.loader import ModelSlot
+from sie.server.api.model_info import entry_info
 from sie.server.api.native import EngineDep
 from sie.server.openapi_docs import error_responses, struct_response
 from sie.wire import codec
-from sie.wire.responses import ModelError, ModelInfo, ModelList, ProfileInfo
+from sie.wire.responses import ModelError, ModelInfo, ModelList
 
 router = APIRouter(tags=["models"])
 
@@ -24,29 +24,6 @@ def model_info(slot: ModelSlot) -> ModelInfo:
         else None
     )
     return entry_info(slot.entry, slot.state.value, slot.model is not None, error)
-
-
-def entry_info(
-    entry: CatalogEntry, state: str, loaded: bool, last_error: ModelError | None = None
-) -> ModelInfo:
-    """One catalogue entry as ``/v1/models`` shows it; the gateway renders its own from heartbeats."""
-    config = entry.config
-    outputs = sorted(c.value for c in config.output_types())
-    if config.tasks.score is not None:
-        outputs.append("score")
-    if config.tasks.extract is not None:
-        outputs.append("json")
-    return ModelInfo(
-        name=entry.name,
-        inputs=config.inputs.names(),
-        outputs=outputs,
-        dims=config.tasks.encode.dims() if config.tasks.encode else {},
-        loaded=loaded,
-        state=state,
-        last_error=last_error,
-        max_sequence_length=config.max_sequence_length,
-        profiles={name: ProfileInfo(is_default=name == entry.profile.name) for name in config.profiles},
-    )
 
 
 def _json(value: object) -> Response:

@@ -9,33 +9,13 @@ from typing import Annotated, Any, Final, TypeVar
 
 from fastapi import Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
-from starlette.convertors import Convertor, register_url_convertor
 from starlette.routing import Route
 
-from sie import __version__
 from sie.engine.engine import Engine
+from sie.server.api import http_parts  # noqa: F401  (registers the {model:model_id} convertor)
 from sie.wire import codec
-from sie.wire.responses import Timing
 
 T = TypeVar("T")
-
-
-class ModelIdConvertor(Convertor[str]):
-    """``{model:model_id}``: like Starlette's ``path`` (the id's ``/`` stays in it: ``BAAI/bge-m3``),
-    but across line breaks too. ``path`` matches ``.*``, which stops at a newline, so an id holding
-    one matched no route and got FastAPI's bare ``{"detail": "Not Found"}`` instead of
-    ``MODEL_NOT_FOUND``."""
-
-    regex = "(?s:.*)"
-
-    def convert(self, value: str) -> str:
-        return value
-
-    def to_string(self, value: str) -> str:
-        return value
-
-
-register_url_convertor("model_id", ModelIdConvertor())
 
 
 @dataclass(frozen=True)
@@ -85,20 +65,6 @@ EngineDep = Annotated[Engine, Depends(get_engine)]
 async def read_body(request: Request, into: type[T]) -> T:
     body = await request.body()
     return codec.decode(body, request.headers.get("content-type"), into)
-
-
-def timing_headers(timing: Timing) -> dict[str, str]:
-    headers = {
-        "X-SIE-Server-Version": __version__,
-        "X-Queue-Time": f"{timing.queue_ms:.2f}",
-        "X-Tokenization-Time": f"{timing.tokenization_ms:.2f}",
-        "X-Inference-Time": f"{timing.inference_ms:.2f}",
-        "X-Total-Time": f"{timing.total_ms:.2f}",
-        "X-SIE-Served-By": "local",
-    }
-    if timing.postprocessing_ms is not None:
-        headers["X-Postprocessing-Time"] = f"{timing.postprocessing_ms:.2f}"
-    return headers
 
 
 # Above this many output values a response is encoded on a worker thread, so a big answer (JSON floats
