@@ -10,7 +10,7 @@ import msgpack
 import nats
 import numpy as np
 
-from sie.queue.pull import lane_of
+from sie.queue.contract import lane_of
 from sie.wire.requests import Item
 from tests.e2e.conftest import MODEL, run_server
 from tests.queue.wire_gateway import Gateway

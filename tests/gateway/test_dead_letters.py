@@ -12,8 +12,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 
 from sie.gateway.dead_letters import STREAM, DeadLetters
 from sie.gateway.metrics import GatewayMetrics
-from sie.queue.contract import decode_work_item, lane_consumer, pool_stream
-from sie.queue.pull import Lane
+from sie.queue.contract import Lane, decode_work_item, lane_consumer, pool_stream
 from sie.wire.requests import Item
 from tests.queue.wire_gateway import Gateway
 

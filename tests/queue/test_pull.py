@@ -13,10 +13,11 @@ import pytest
 
 from sie.engine.engine import Engine
 from sie.queue.contract import (
+    Lane,
     lane_consumer,
     pool_stream,
 )
-from sie.queue.pull import Lane, PullLoop
+from sie.queue.pull import PullLoop
 from sie.wire.requests import Item
 from tests.queue.wire_gateway import Gateway
 

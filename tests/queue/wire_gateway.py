@@ -9,13 +9,13 @@ import time
 import nats
 
 from sie.queue.contract import (
+    Lane,
     WorkItem,
     WorkResult,
     decode_work_result,
     encode_message,
     work_subject,
 )
-from sie.queue.pull import Lane
 from sie.queue.streams import ensure_work_stream
 
 

@@ -28,9 +28,17 @@ from sie.engine.catalog import CatalogEntry
 from sie.engine.ops.admit import admit_encode, admit_extract, admit_score
 from sie.gateway.dispatch import PublishFailed
 from sie.gateway.reply import Gathered, render
-from sie.gateway.routing import GpuNotConfigured, Lane, Provisioning, bundle_for
+from sie.gateway.routing import GpuNotConfigured, Provisioning, bundle_for
 from sie.gateway.state import GatewayState, state_of
-from sie.queue.contract import INLINE_THRESHOLD_BYTES, Operation, WorkItem, encode_message, work_subject
+from sie.queue.contract import (
+    DEFAULT_LANE_TOKEN,
+    INLINE_THRESHOLD_BYTES,
+    Lane,
+    Operation,
+    WorkItem,
+    encode_message,
+    work_subject,
+)
 from sie.queue.payloads import item_key, score_key
 from sie.server.api.http_parts import timing_headers
 from sie.server.errors import HTTP
@@ -194,7 +202,7 @@ async def _serve(request: Request, operation: Operation) -> Response:
             "message": str(exc),
         }
         return JSONResponse(body_, 503, headers={"X-SIE-Server-Version": __version__})
-    if lane.pool != "default" and state.pools is not None:
+    if lane.pool != DEFAULT_LANE_TOKEN and state.pools is not None:
         record = await state.pools.record(lane.pool)
         if record is not None:  # a leased pool is served by its queue namespace
             lane = Lane(record.spec.queue_pool, lane.machine_profile, lane.bundle)

@@ -22,9 +22,10 @@ from nats.js.errors import KeyNotFoundError, NoKeysError
 from nats.js.kv import KeyValue
 
 from sie.gateway.workers import WorkerTable
+from sie.queue.contract import DEFAULT_LANE_TOKEN
 
 BUCKET: Final = "sie_pools"
-DEFAULT_POOL: Final = "default"
+DEFAULT_POOL: Final = DEFAULT_LANE_TOKEN
 DEFAULT_TTL_S: Final = 1200
 _NAME: Final = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 

@@ -12,22 +12,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final
 
 from sie.engine.bundles import Bundle
 from sie.engine.catalog import CatalogEntry
 from sie.gateway.workers import WorkerTable
+from sie.queue.contract import DEFAULT_LANE_TOKEN, Lane
 
-DEFAULT: Final = "default"
 DEMAND_TTL_S: Final = 120.0
-
-
-@dataclass(frozen=True)
-class Lane:
-    pool: str
-    machine_profile: str
-    bundle: str
 
 
 class Provisioning(Exception):
@@ -78,7 +70,7 @@ def bundle_for(entry: CatalogEntry, bundles: list[Bundle]) -> str:
     for bundle in sorted(bundles, key=lambda b: (b.priority, b.name)):
         if bundle.serves(entry):
             return bundle.name
-    return DEFAULT
+    return DEFAULT_LANE_TOKEN
 
 
 class Router:

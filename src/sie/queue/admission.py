@@ -15,10 +15,11 @@ from typing import Any, Final, Protocol
 
 import httpx
 
+from sie.queue.contract import DEFAULT_LANE_TOKEN
+
 log = logging.getLogger(__name__)
 
 POLL_S: Final = 2.0
-DEFAULT_POOL: Final = "default"
 
 
 class Pausable(Protocol):
@@ -38,7 +39,7 @@ class PoolAdmission:
 
     @property
     def applies(self) -> bool:
-        return self._url is not None and self._pool != DEFAULT_POOL
+        return self._url is not None and self._pool != DEFAULT_LANE_TOKEN
 
     async def start(self) -> None:
         if not self.applies:

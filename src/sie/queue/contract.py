@@ -13,6 +13,7 @@ decoded work item is ready for the engine without another conversion.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
@@ -25,6 +26,9 @@ WORK_SUBJECT_PREFIX: Final = "sie.work"
 DEAD_LETTER_PREFIX: Final = "sie.dlq"
 WORK_POOL_STREAM_PREFIX: Final = "WORK_POOL"
 WORK_WORKER_STREAM_PREFIX: Final = "WORK_WORKER"
+# The pool, machine profile and bundle of a gateway or worker that names none, on both sides, so an
+# unconfigured gateway and worker meet on one lane.
+DEFAULT_LANE_TOKEN: Final = "default"
 # JetStream's default largest message; a bigger item travels by reference (``payload_ref``).
 INLINE_THRESHOLD_BYTES: Final = 1_048_576
 
@@ -147,6 +151,26 @@ def worker_token(worker_id: str) -> str:
 def lane_subject(pool: str, machine_profile: str, bundle: str) -> str:
     """The subject prefix of one lane; its models' subjects are one token under it."""
     return f"{WORK_SUBJECT_PREFIX}.{pool}.{subject_token(machine_profile)}.{subject_token(bundle)}"
+
+
+@dataclass(frozen=True)
+class Lane:
+    """Which work a worker takes, and where a gateway sends it: a pool, machine profile and bundle."""
+
+    pool: str
+    machine_profile: str
+    bundle: str
+
+    @property
+    def filter_subject(self) -> str:
+        return f"{lane_subject(self.pool, self.machine_profile, self.bundle)}.*"
+
+
+def lane_of(pool: str, machine_profile: str | None, bundle: str | None) -> Lane:
+    """A worker's lane from its settings; what is unset is ``default`` (``DEFAULT_LANE_TOKEN``)."""
+    return Lane(
+        pool or DEFAULT_LANE_TOKEN, machine_profile or DEFAULT_LANE_TOKEN, bundle or DEFAULT_LANE_TOKEN
+    )
 
 
 def work_subject(pool: str, machine_profile: str, bundle: str, model: str) -> str:

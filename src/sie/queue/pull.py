@@ -19,7 +19,6 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Final
 
 from msgspec.structs import replace
@@ -31,11 +30,11 @@ from sie.engine.error_rules import QueueAction
 from sie.queue.adaptive import AdaptiveWait
 from sie.queue.contract import (
     ContractError,
+    Lane,
     WorkItem,
     decode_work_item,
     encode_message,
     lane_consumer,
-    lane_subject,
     pool_stream,
 )
 from sie.queue.payloads import PayloadMissing, PayloadStore
@@ -52,19 +51,6 @@ IDLE_PULL_S: Final = 5.0
 STATUS_HEADER: Final = "Status"
 HEARTBEAT_STATUS: Final = "100"
 PAUSED_POLL_S: Final = 0.25
-
-
-@dataclass(frozen=True)
-class Lane:
-    """Which work a worker takes: its pool, machine profile and bundle."""
-
-    pool: str
-    machine_profile: str
-    bundle: str
-
-    @property
-    def filter_subject(self) -> str:
-        return f"{lane_subject(self.pool, self.machine_profile, self.bundle)}.*"
 
 
 class PullLoop:
@@ -279,17 +265,6 @@ class PullLoop:
         """After a reconnect the open pull request is gone: open a new one now, not at its expiry."""
         self._idle_pulls = 0
         self._pull_over.set()
-
-
-DEFAULT_LANE_TOKEN: Final = "default"
-
-
-def lane_of(pool: str, machine_profile: str | None, bundle: str | None) -> Lane:
-    """A worker's lane from its settings; what is unset is ``default``, the same default the gateway
-    routes to when a request names no pool or profile, so the two find each other unconfigured."""
-    return Lane(
-        pool or DEFAULT_LANE_TOKEN, machine_profile or DEFAULT_LANE_TOKEN, bundle or DEFAULT_LANE_TOKEN
-    )
 
 
 def worker_id_of(configured: str | None) -> str:

@@ -19,11 +19,11 @@ from sie.engine.engine import Engine
 from sie.queue.adaptive import AdaptiveWait
 from sie.queue.admission import PoolAdmission
 from sie.queue.connection import connect
-from sie.queue.contract import Heartbeat, health_subject
+from sie.queue.contract import Heartbeat, Lane, health_subject
 from sie.queue.heartbeat import HeartbeatPublisher
 from sie.queue.payloads import PayloadStore
 from sie.queue.probes import ProbeServer, Readiness, probe_app
-from sie.queue.pull import Lane, PullLoop
+from sie.queue.pull import PullLoop
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ from sie.engine.bundles import DEFAULT_BUNDLE, Bundle, load_bundle
 from sie.engine.engine import Engine
 from sie.engine.runtime import EngineRuntime
 from sie.observability.metrics import Metrics
+from sie.queue.contract import Heartbeat, lane_of
 from sie.server import openapi_docs
 from sie.server.api import encode, health, models, openai_compat, rerank, score_extract, ws
 from sie.server.errors import HANDLED, handle_native_error
@@ -30,7 +31,6 @@ from sie.server.status import CatalogHash, WorkerIdentity, heartbeat
 from sie.settings import Settings
 
 if TYPE_CHECKING:  # nats-py is the cluster extra's: imported only when SIE_NATS_URL is set
-    from sie.queue.contract import Heartbeat
     from sie.queue.worker import QueueWorker
 
 
@@ -59,7 +59,7 @@ def queue_worker(
     """The same process is also a queue-mode worker (``SIE_NATS_URL``): see docs/cluster.md."""
     try:
         from sie.queue.adaptive import AdaptiveWait
-        from sie.queue.pull import lane_of, worker_id_of
+        from sie.queue.pull import worker_id_of
         from sie.queue.worker import QueueWorker, WorkerConfig
     except ImportError as exc:  # nats-py is the cluster extra's
         raise RuntimeError(

@@ -14,7 +14,6 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
@@ -23,13 +22,10 @@ from sie.engine.catalog import Catalog
 from sie.engine.engine import Engine
 from sie.engine.loader import ModelState
 from sie.observability.gpus import gpu_metrics
+from sie.queue.contract import Heartbeat, Lane
 from sie.server.api.models import model_info
 from sie.server.lifecycle import Lifecycle
 from sie.wire.status import GpuStatus, ModelConfigStatus, ModelStatus, ServerInfo, WorkerStatus
-
-if TYPE_CHECKING:  # the cluster extra's
-    from sie.queue.contract import Heartbeat
-    from sie.queue.pull import Lane
 
 
 class CatalogHash:
@@ -159,8 +155,6 @@ def heartbeat(
 ) -> Heartbeat:
     """A queue worker's ``sie.health`` beat: cheap enough to build four times a second (no device
     query; the GPU count is the configured one, else the first call's)."""
-    from sie.queue.contract import Heartbeat
-
     loaded, loading, depth = [], [], 0
     for slot in engine.slots():
         name = slot.entry.name
