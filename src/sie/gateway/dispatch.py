@@ -14,7 +14,6 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,13 +53,12 @@ class Collector:
 
 
 class Dispatcher:
-    def __init__(self, client: Client, on_result: Callable[[WorkResult], None] | None = None) -> None:
+    def __init__(self, client: Client) -> None:
         self.client = client
         self.router_id = uuid.uuid4().hex
         self._jetstream: JetStreamContext = client.jetstream()
         self._collectors: dict[str, Collector] = {}
         self._streams: set[str] = set()
-        self._on_result = on_result
 
     async def start(self) -> None:
         await self.client.subscribe(f"_INBOX.{self.router_id}.>", cb=self._on_inbox)
@@ -81,8 +79,6 @@ class Dispatcher:
         if collector is None:
             return  # late: its request timed out
         collector.put(result)
-        if self._on_result is not None:
-            self._on_result(result)
 
     async def ensure_stream(self, pool: str) -> None:
         if pool not in self._streams:

@@ -206,7 +206,7 @@ async def _serve(request: Request, operation: Operation) -> Response:
         record = await state.pools.record(lane.pool)
         if record is not None:  # a leased pool is served by its queue namespace
             lane = Lane(record.spec.queue_pool, lane.machine_profile, lane.bundle)
-    return await _dispatch(request, state, operation, model, body, lane, started)
+    return await _dispatch(request, state, operation, model, entry.name, body, lane, started)
 
 
 async def _dispatch(
@@ -214,6 +214,7 @@ async def _dispatch(
     state: GatewayState,
     operation: Operation,
     model: str,
+    answering_as: str,  # the admitted entry: the variant a ``profile`` option picks, as the server answers
     body: Any,
     lane: Lane,
     started: float,
@@ -275,7 +276,7 @@ async def _dispatch(
     total_ms = (time.perf_counter() - started) * 1000
     as_json = codec.wants_json(request.headers.get("accept"))
     query_id = body.query.id if isinstance(body, ScoreRequest) else None
-    content = render(operation, entry_name(state, model, body), query_id, gathered, total_ms, as_json=as_json)
+    content = render(operation, answering_as, query_id, gathered, total_ms, as_json=as_json)
     headers = timing_headers(gathered.timing(total_ms))
     headers["X-SIE-Served-By"] = "queue"
     headers["X-SIE-Request-Id"] = request_id
@@ -283,14 +284,6 @@ async def _dispatch(
     if workers:
         headers["X-SIE-Worker"] = ",".join(workers)
     return Response(content, media_type=codec.media_type(as_json=as_json), headers=headers)
-
-
-def entry_name(state: GatewayState, model: str, body: Any) -> str:
-    """The id the server would answer with: the variant a ``profile`` option picks."""
-    options = (
-        body.options if isinstance(body, ScoreRequest) else (body.params.options if body.params else None)
-    )
-    return state.admission.variant(model, (options or {}).get("profile"))
 
 
 def _all_failed(gathered: Gathered) -> Response:
