@@ -99,3 +99,18 @@ def test_silent_and_terminated_workers_are_forgotten(clock: Clock) -> None:
         router.route("default", None, None)
     workers.update(beat("w3", ready=False))
     assert workers.all() and workers.healthy() == []  # known, not routed to
+
+
+def test_a_model_goes_to_the_first_bundle_by_priority_that_serves_it() -> None:
+    from sie.engine.bundles import Bundle
+    from sie.engine.catalog import Catalog
+    from sie.gateway.routing import bundle_for, by_priority
+    from sie.settings import PACKAGED_MODELS_DIR
+
+    entry = Catalog.from_directory(PACKAGED_MODELS_DIR)["sentence-transformers/all-MiniLM-L6-v2"]
+    module = entry.profile.adapter_path.partition(":")[0]
+    serving = [Bundle("zeta", frozenset({module}), 5), Bundle("alpha", frozenset({module}), 5)]
+    bundles = by_priority([Bundle("gpu", frozenset({module}), 90), *serving, Bundle("other", frozenset(), 1)])
+    assert [b.name for b in bundles] == ["other", "alpha", "zeta", "gpu"]
+    assert bundle_for(entry, bundles) == "alpha"
+    assert bundle_for(entry, [Bundle("other", frozenset(), 1)]) == "default"

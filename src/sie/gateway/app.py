@@ -28,7 +28,7 @@ from sie.gateway.dead_letters import DeadLetters
 from sie.gateway.dispatch import Dispatcher
 from sie.gateway.metrics import GatewayMetrics
 from sie.gateway.pools import Pools
-from sie.gateway.routing import Demand, Router
+from sie.gateway.routing import Demand, Router, by_priority
 from sie.gateway.settings import GatewaySettings
 from sie.gateway.state import GatewayState
 from sie.gateway.workers import WorkerTable
@@ -46,7 +46,9 @@ POOL_SWEEP_S: Final = 1.0  # a listing of the pools' bucket: cheap, and leases l
 
 def build_state(settings: GatewaySettings) -> GatewayState:
     catalog = Catalog.from_directory(models_directory(settings.models_dir))
-    bundles = [load_bundle(name, settings.bundles_dir) for name in bundle_names(settings.bundles_dir)]
+    bundles = by_priority(
+        [load_bundle(name, settings.bundles_dir) for name in bundle_names(settings.bundles_dir)]
+    )
     workers = WorkerTable(stale_after_s=3 * settings.health_publish_interval_ms / 1000)
     demand = Demand()
     return GatewayState(

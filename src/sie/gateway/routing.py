@@ -66,11 +66,17 @@ class Demand:
 
 
 def bundle_for(entry: CatalogEntry, bundles: list[Bundle]) -> str:
-    """The bundle a model's items go to: the first by priority that serves it, else ``default``."""
-    for bundle in sorted(bundles, key=lambda b: (b.priority, b.name)):
+    """The bundle a model's items go to: the first of ``bundles`` (ordered by ``by_priority``) that
+    serves it, else ``default``."""
+    for bundle in bundles:
         if bundle.serves(entry):
             return bundle.name
     return DEFAULT_LANE_TOKEN
+
+
+def by_priority(bundles: list[Bundle]) -> list[Bundle]:
+    """Lowest priority number first, ties by name (the public gateway's order); sorted once at start."""
+    return sorted(bundles, key=lambda b: (b.priority, b.name))
 
 
 class Router:

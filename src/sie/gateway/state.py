@@ -21,7 +21,7 @@ from sie.queue.payloads import PayloadStore
 class GatewayState:
     settings: GatewaySettings
     admission: Admission
-    bundles: list[Bundle]
+    bundles: list[Bundle]  # by priority (routing.by_priority)
     workers: WorkerTable
     demand: Demand
     router: Router
