@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,14 +22,19 @@ class Catalog:
         self._entries = {e.name: e for e in entries}
 
     @classmethod
-    def from_directory(cls, directory: Path, only: list[str] | None = None) -> Catalog:
-        """``only`` is the ``--models`` filter: ids outside the directory are a startup error."""
+    def from_configs(cls, configs: Iterable[tuple[ModelConfig, Path]]) -> Catalog:
+        """One entry per profile of each ``(config, folder it was read from)``."""
         entries: list[CatalogEntry] = []
-        for path, config in load_model_dir(directory):
+        for config, folder in configs:
             for profile_name in config.profiles:
                 name = config.sie_id if profile_name == "default" else f"{config.sie_id}:{profile_name}"
-                entries.append(CatalogEntry(name, config, config.resolve_profile(profile_name), path.parent))
-        catalog = cls(entries)
+                entries.append(CatalogEntry(name, config, config.resolve_profile(profile_name), folder))
+        return cls(entries)
+
+    @classmethod
+    def from_directory(cls, directory: Path, only: list[str] | None = None) -> Catalog:
+        """``only`` is the ``--models`` filter: ids outside the directory are a startup error."""
+        catalog = cls.from_configs((config, path.parent) for path, config in load_model_dir(directory))
         if only:
             unknown = [m for m in only if m not in catalog._entries]
             if unknown:
@@ -53,6 +59,18 @@ class Catalog:
 
     def names(self) -> list[str]:
         return list(self._entries)
+
+    def configs(self) -> dict[str, tuple[ModelConfig, Path]]:
+        """Each model's config (by ``sie_id``) and the folder its relative paths resolve against."""
+        return {e.config.sie_id: (e.config, e.config_dir) for e in self._entries.values()}
+
+    def overlaid(self, configs: Iterable[tuple[ModelConfig, Path]]) -> Catalog:
+        """This catalogue with ``configs`` added, each replacing every profile of a model it names:
+        the config service's copy of a model wins over the one baked into the image."""
+        merged = self.configs()
+        for config, folder in configs:
+            merged[config.sie_id] = (config, folder)
+        return Catalog.from_configs(merged.values())
 
     def for_profile(self, name: str, profile: str | None) -> str:
         """The model id that serves ``options.profile`` (a variant id), or ``name`` itself."""

@@ -1,0 +1,420 @@
+"""The HTTP API of ``sie-config``, route for route and body for body the public service's.
+
+Errors are FastAPI's ``{"detail": ...}``: a ``{"error": <code>, ...}`` map for config errors, a plain
+string for auth errors, as the public service answers (its own tests read ``detail.error``).
+
+Writes are serialized by one lock, and so is the export, so a follower never gets an epoch ahead of the
+models it is shown. Inside the lock a write bumps the persisted epoch, writes the model's merged YAML,
+updates the registry, then publishes the deltas (see ``store`` for why the epoch goes first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import re
+import time
+from datetime import UTC, datetime
+from typing import Any, Final, NoReturn
+
+import msgspec
+import yaml
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import Response
+
+from sie.control.auth import require_read, require_write
+from sie.control.idempotency import Answer, Evicted, KeyMismatch, OwnerFailed
+from sie.control.registry import (
+    BundleConflict,
+    ConfigInvalid,
+    FieldConflict,
+    Plan,
+    ProfileConflict,
+    UnknownModel,
+    parse_model_spec,
+    schema_errors,
+)
+from sie.control.state import ControlState, state_of
+from sie.control.store import StoreError
+
+log = logging.getLogger(__name__)
+audit = logging.getLogger("sie.audit")
+
+router = APIRouter(prefix="/v1/configs", tags=["config"])
+
+MAX_BODY_BYTES: Final = 1_048_576
+MODEL_ID: Final = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._/:@-]*$")
+YAML_TYPE: Final = "application/x-yaml"
+
+
+def _fail(status: int, detail: Any) -> NoReturn:
+    raise HTTPException(status_code=status, detail=detail)
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(msgspec.json.encode(body), status_code=status, media_type="application/json")
+
+
+def check_model_id(model_id: str) -> None:
+    if ".." in model_id or "\\" in model_id or not MODEL_ID.fullmatch(model_id):
+        _fail(400, {"error": "invalid_model_id", "message": "Model ID contains invalid characters."})
+    # The gateway reads ``/v1/configs/models/{id}/status`` as the acknowledgement view of ``id``.
+    if model_id == "status" or model_id.endswith("/status"):
+        _fail(
+            400,
+            {
+                "error": "invalid_model_id",
+                "message": "Model ID must not end with '/status' (reserved for the gateway status endpoint).",
+            },
+        )
+
+
+def dump_yaml(config: dict[str, Any]) -> str:
+    return yaml.safe_dump(config, default_flow_style=False, sort_keys=False, allow_unicode=True)
+
+
+@router.get("/models")
+async def list_models(request: Request) -> Response:
+    state = state_of(request)
+    require_read(request, state.settings)
+    registry = state.registry
+    models = [
+        {
+            "model_id": model_id,
+            "profiles": sorted((registry.config(model_id) or {}).get("profiles") or {}),
+            "source": "api" if model_id in registry.api_ids else "filesystem",
+        }
+        for model_id in registry.ids()
+        if registry.model_bundles(model_id)
+    ]
+    return _json({"models": models})
+
+
+@router.get("/models/{model_id:path}")
+async def get_model(request: Request, model_id: str) -> Response:
+    state = state_of(request)
+    require_read(request, state.settings)
+    check_model_id(model_id)
+    found = state.registry.lookup(model_id)
+    if found is None:
+        _fail(
+            404,
+            {
+                "error": "model_not_found",
+                "model_id": model_id,
+                "message": f"Model '{model_id}' does not exist in the catalog.",
+            },
+        )
+    text = await asyncio.to_thread(state.store.read_model, found) if state.store is not None else None
+    text = text or state.registry.baseline_text(found) or dump_yaml(state.registry.config(found) or {})
+    return Response(text, media_type=YAML_TYPE)
+
+
+@router.post("/models")
+async def add_model(request: Request) -> Response:
+    state = state_of(request)
+    require_write(request, state.settings)
+    started = time.monotonic()
+    if state.publisher is not None and not state.publisher.connected:
+        _fail(
+            503,
+            {
+                "error": "nats_unavailable",
+                "message": "NATS not connected -- cannot distribute config changes.",
+            },
+        )
+    body = await request.body()
+    if len(body) > MAX_BODY_BYTES:
+        _fail(
+            413,
+            {"error": "payload_too_large", "message": f"Config body exceeds {MAX_BODY_BYTES} bytes limit."},
+        )
+    key = request.headers.get("Idempotency-Key")
+    body_hash = hashlib.sha256(body).hexdigest()
+    if key:
+        replay = await _claim(state, key, body_hash)
+        if replay is not None:
+            return replay
+    try:
+        # The write runs to its end even if the client goes away: once the epoch moved, the model and
+        # the deltas must follow.
+        status, answer = await asyncio.shield(asyncio.create_task(_add(state, body)))
+    except BaseException:
+        if key:
+            state.idempotency.abandon(key)
+        raise
+    encoded = msgspec.json.encode(answer)
+    if key:
+        state.idempotency.finish(key, Answer(status, encoded, body_hash))
+    audit.info(
+        json.dumps(
+            {
+                "event": "config.add_model",
+                "method": "POST",
+                "endpoint": request.url.path,
+                "status": status,
+                "model": answer["model_id"],
+                "latency_ms": round((time.monotonic() - started) * 1000, 2),
+                "body_bytes": len(body),
+            }
+        )
+    )
+    return Response(encoded, status_code=status, media_type="application/json")
+
+
+async def _claim(state: ControlState, key: str, body_hash: str) -> Response | None:
+    try:
+        replay = await state.idempotency.claim(key, body_hash)
+    except KeyMismatch:
+        _fail(
+            422,
+            {"error": "idempotency_mismatch", "message": "Idempotency-Key reused with different payload."},
+        )
+    except OwnerFailed:
+        _fail(
+            503,
+            {
+                "error": "idempotent_inflight_aborted",
+                "idempotency_key": key,
+                "message": "The prior in-flight request with this Idempotency-Key ended without a completed "
+                "response. Retry the request to execute it.",
+            },
+        )
+    except Evicted:
+        return _json(
+            {
+                "error": "idempotent_replay_evicted",
+                "idempotency_key": key,
+                "message": "A prior request with this Idempotency-Key completed successfully, but its cached "
+                "response was evicted. The write was applied exactly once; query GET "
+                "/v1/configs/models/{id} to see the current state.",
+            }
+        )
+    if replay is None:
+        return None
+    return Response(replay.body, status_code=replay.status, media_type="application/json")
+
+
+def _parse(body: bytes) -> dict[str, Any]:
+    try:
+        config = yaml.safe_load(body.decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        _fail(400, {"error": "parse_error", "message": f"Invalid YAML: {exc}"})
+    if not isinstance(config, dict):
+        _fail(400, {"error": "parse_error", "message": "Expected YAML mapping at top level"})
+    details = schema_errors(config)
+    if details:
+        _fail(422, {"error": "validation_error", "details": details})
+    model_id = config.get("sie_id")
+    if model_id:
+        check_model_id(str(model_id))
+    return config
+
+
+async def _add(state: ControlState, body: bytes) -> tuple[int, dict[str, Any]]:
+    config = _parse(body)
+    async with state.write_lock:
+        try:
+            plan = state.registry.plan(config)
+        except ProfileConflict as exc:
+            _fail(
+                409,
+                {
+                    "error": "content_conflict",
+                    "model_id": exc.model_id,
+                    "conflicting_profiles": exc.profiles,
+                    "message": str(exc),
+                },
+            )
+        except FieldConflict as exc:
+            _fail(
+                409,
+                {
+                    "error": "content_conflict",
+                    "model_id": exc.model_id,
+                    "conflicting_fields": exc.fields,
+                    "message": str(exc),
+                },
+            )
+        except ConfigInvalid as exc:
+            _fail(422, {"error": "validation_error", "details": exc.details})
+        warnings = await _commit(state, plan) if plan.created else []
+    registry = state.registry
+    answer = {
+        "model_id": plan.model_id,
+        "created_profiles": plan.created,
+        "existing_profiles_skipped": plan.skipped,
+        "warnings": warnings,
+        "routable_bundles_by_profile": {
+            name: registry.model_bundles(plan.model_id, [name]) for name in plan.created
+        },
+        "router_id": state.publisher.router_id if state.publisher is not None else "standalone",
+    }
+    return (201 if plan.created else 200), answer
+
+
+async def _commit(state: ControlState, plan: Plan) -> list[str]:
+    """Epoch, then model, then registry, then deltas (under the write lock)."""
+    text = dump_yaml(plan.merged)
+    epoch = state.epoch
+    if state.store is not None:
+        store = state.store
+        try:
+            await asyncio.to_thread(store.write_epoch, epoch + 1)
+            epoch += 1
+            state.metrics.store_writes.labels("increment_epoch", "success").inc()
+            await asyncio.to_thread(store.write_model, plan.model_id, text)
+            state.metrics.store_writes.labels("write_model", "success").inc()
+        except StoreError as exc:
+            _fail(422, {"error": "validation_error", "details": [{"message": str(exc)}]})
+        except OSError:
+            state.metrics.store_writes.labels("write_model", "failure").inc()
+            raise
+        state.epoch = epoch
+    state.registry.commit(plan.merged)
+    state.refresh_gauges()
+    if state.publisher is None:
+        return []
+    deltas = [
+        {
+            "bundle_id": bundle,
+            "epoch": epoch,
+            "bundle_config_hash": state.bundle_hash(bundle),
+            "model_id": plan.model_id,
+            "profiles_added": plan.created,
+            "model_config": text,
+            "affected_bundles": plan.bundles,
+            "pool": "default",
+            "bundle_adapters": {b: state.bundle_adapters(b) for b in plan.bundles},
+        }
+        for bundle in plan.bundles
+    ]
+    failed = await state.publisher.publish(deltas)
+    state.metrics.nats_publishes.labels("failure" if failed else "success").inc()
+    if not failed:
+        return []
+    if len(failed) < len(deltas):
+        return [
+            "nats_publish_partial: Config persisted but NATS notification failed for bundle(s) "
+            f"{failed}. Workers on those bundles will stay on the previous epoch until the gateway's "
+            "periodic epoch poll triggers a re-export."
+        ]
+    return ["nats_publish_failed: Config persisted but NATS notification failed. Workers may not be updated."]
+
+
+@router.post("/resolve")
+async def resolve(request: Request) -> Response:
+    state = state_of(request)
+    require_read(request, state.settings)
+    body = await request.body()
+    try:
+        data = msgspec.json.decode(body) if body else {}
+    except msgspec.DecodeError as exc:
+        _fail(400, {"error": "parse_error", "message": f"Invalid JSON: {exc}"})
+    spec = data.get("model", "") if isinstance(data, dict) else ""
+    if not spec:
+        _fail(400, {"error": "missing_field", "message": "'model' field is required"})
+    try:
+        bundle, model = parse_model_spec(spec)
+    except ValueError as exc:
+        _fail(400, {"error": "invalid_model_spec", "message": str(exc)})
+    try:
+        resolved, compatible = state.registry.resolve(model, bundle or data.get("bundle"))
+    except UnknownModel as exc:
+        _fail(404, {"error": "model_not_found", "model": model, "message": str(exc)})
+    except BundleConflict as exc:
+        _fail(
+            409,
+            {
+                "error": "bundle_conflict",
+                "model": model,
+                "bundle": exc.bundle,
+                "compatible_bundles": exc.compatible,
+                "message": str(exc),
+            },
+        )
+    found = state.registry.lookup(model) or model
+    profiles = sorted((state.registry.config(found) or {}).get("profiles") or {})
+    return _json(
+        {"model": model, "resolved_bundle": resolved, "compatible_bundles": compatible, "profiles": profiles}
+    )
+
+
+@router.get("/bundles")
+async def list_bundles(request: Request) -> Response:
+    state = state_of(request)
+    require_read(request, state.settings)
+    bundles = [
+        {
+            "bundle_id": b.name,
+            "engine": "pytorch",
+            "priority": b.priority,
+            "adapter_count": len(b.adapters),
+            "source": "filesystem",
+        }
+        for b in state.registry.bundles
+    ]
+    return _json({"bundles": bundles})
+
+
+@router.get("/bundles/{bundle_id}")
+async def get_bundle(request: Request, bundle_id: str) -> Response:
+    state = state_of(request)
+    require_read(request, state.settings)
+    bundle = state.registry.bundle(bundle_id)
+    if bundle is None:
+        _fail(404, {"error": "bundle_not_found", "bundle_id": bundle_id})
+    data = {
+        "name": bundle.name,
+        "engine": "pytorch",
+        "priority": bundle.priority,
+        "source": "filesystem",
+        "adapters": sorted(bundle.adapters),
+    }
+    return Response(yaml.safe_dump(data, default_flow_style=False), media_type=YAML_TYPE)
+
+
+@router.get("/epoch")
+async def epoch(request: Request) -> Response:
+    state = state_of(request)
+    require_read(request, state.settings)
+    return _json(
+        {
+            "epoch": state.epoch,
+            "bundles_hash": state.registry.bundles_hash(),
+            "bundle_config_hashes_hash": state.hashes_hash(),
+        }
+    )
+
+
+@router.get("/export")
+async def export(request: Request) -> Response:
+    state = state_of(request)
+    require_read(request, state.settings, export=True)
+    registry = state.registry
+    async with state.write_lock:
+        models = []
+        for model_id in registry.ids():
+            config = registry.config(model_id) or {}
+            text = registry.baseline_text(model_id) or dump_yaml(config)
+            models.append(
+                {
+                    "model_id": model_id,
+                    "model_config": config,
+                    "raw_yaml": text,
+                    "affected_bundles": registry.model_bundles(model_id),
+                    "pool": "default",
+                    "source": "api" if model_id in registry.api_ids else "filesystem",
+                }
+            )
+        snapshot = {
+            "snapshot_version": 1,
+            "epoch": state.epoch,
+            "generated_at": datetime.now(UTC).isoformat(),
+            "bundle_config_hashes": {b.name: state.bundle_hash(b.name) for b in registry.bundles},
+            "bundle_adapters": {b.name: state.bundle_adapters(b.name) for b in registry.bundles},
+            "models": models,
+        }
+    return _json(snapshot)

@@ -1,0 +1,309 @@
+"""What the config service knows: the bundles baked into its image, the catalogue it started from
+(the models folder) and the models added through the API, and the append-only rules for adding more.
+
+A model config is checked with the server's own schema (``engine.model_config.ModelConfig``): the
+config service never accepts a YAML a worker would refuse. A POST may be a whole model or only new
+profiles for a known one; the rules are the public service's:
+
+- a profile that exists with other content, or a top-level field that exists with another value, is
+  a conflict (409): the API only appends;
+- every new profile's adapter must be listed by some bundle, and a write that creates profiles must
+  land in at least one bundle (422 otherwise), so nothing is stored that no worker could serve;
+- an identical replay creates nothing (200).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+from pydantic import ValidationError
+
+from sie.adapters.registry import canonical
+from sie.engine.bundles import Bundle, adapter_module, bundle_config_hash
+from sie.engine.catalog import Catalog
+from sie.engine.model_config import ModelConfig, load_model_dir
+
+PROFILE_NAME: Final = re.compile(r"^[A-Za-z0-9._-]+$")
+# Bundles without an ``engine`` run the Python adapters; the public service names that ``pytorch``.
+ENGINE: Final = "pytorch"
+UNKNOWN_FIELD: Final = "Unknown field: the worker model config schema does not define it."
+
+
+class ConfigInvalid(ValueError):
+    """422 ``validation_error``: ``details`` is ``[{"loc"?, "message"}]``."""
+
+    def __init__(self, details: list[dict[str, Any]]) -> None:
+        self.details = details
+        super().__init__("; ".join(str(d["message"]) for d in details))
+
+
+def invalid(message: str) -> ConfigInvalid:
+    return ConfigInvalid([{"message": message}])
+
+
+class ProfileConflict(ValueError):
+    def __init__(self, model_id: str, profiles: list[str]) -> None:
+        self.model_id, self.profiles = model_id, profiles
+        super().__init__(
+            f"Profile(s) {profiles} on model '{model_id}' already exist with different content. "
+            "Config API is append-only."
+        )
+
+
+class FieldConflict(ValueError):
+    def __init__(self, model_id: str, fields: list[str]) -> None:
+        self.model_id, self.fields = model_id, fields
+        super().__init__(
+            f"Top-level field(s) {fields} already exist with different values. Config API is append-only; "
+            "mutating existing metadata is not supported via this endpoint."
+        )
+
+
+class UnknownModel(LookupError):
+    def __init__(self, model: str) -> None:
+        self.model = model
+        super().__init__(f"Model not found: {model}")
+
+
+class BundleConflict(ValueError):
+    def __init__(self, model: str, bundle: str, compatible: list[str]) -> None:
+        self.model, self.bundle, self.compatible = model, bundle, compatible
+        super().__init__(
+            f"Bundle '{bundle}' does not support model '{model}'. Compatible bundles: {compatible}"
+        )
+
+
+def _message(error: Any) -> str:
+    if error["type"] == "extra_forbidden":
+        return UNKNOWN_FIELD
+    message = str(error["msg"])
+    return message.removeprefix("Value error, ")
+
+
+def _details(exc: ValidationError, keep: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    wanted = set(keep) if keep is not None else None
+    details = [
+        {"loc": [p if isinstance(p, int | str) else str(p) for p in err["loc"]], "message": _message(err)}
+        for err in exc.errors()
+        if wanted is None or err["type"] in wanted or err["type"].endswith("_type")
+    ]
+    return sorted(details, key=lambda d: ([str(p) for p in d["loc"]], d["message"]))
+
+
+def schema_errors(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The fields of a (possibly partial) body the schema refuses: unknown keys and wrong types. A
+    missing field is not an error here, since an append carries only what it adds."""
+    try:
+        ModelConfig.model_validate(body)
+    except ValidationError as exc:
+        return _details(exc, keep=("extra_forbidden",))
+    return []
+
+
+def parse_config(body: dict[str, Any]) -> ModelConfig:
+    try:
+        return ModelConfig.model_validate(body)
+    except ValidationError as exc:
+        raise ConfigInvalid(_details(exc)) from exc
+
+
+def parse_model_spec(spec: str) -> tuple[str | None, str]:
+    """``[bundle:/]org/model[:profile]`` → (bundle or None, model)."""
+    if not spec or not spec.strip():
+        raise ValueError("model_spec must not be empty")
+    if ":/" not in spec:
+        return None, spec
+    bundle, model = spec.split(":/", 1)
+    if not bundle:
+        raise ValueError("Bundle part of model_spec must not be empty")
+    if not model:
+        raise ValueError("Model part of model_spec must not be empty")
+    return bundle.lower(), model
+
+
+def _profile_adapter(profiles: dict[str, Any], name: str) -> str | None:
+    profile = profiles.get(name)
+    if not isinstance(profile, dict):
+        return None
+    path = profile.get("adapter_path")
+    parent = profiles.get(profile["extends"]) if profile.get("extends") else None
+    if not path and isinstance(parent, dict):
+        path = parent.get("adapter_path")
+    return path if isinstance(path, str) and path else None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a POST would do, worked out before anything is written."""
+
+    model_id: str
+    created: list[str]
+    skipped: list[str]
+    bundles: list[str]  # the bundles that serve the model after the write, best first
+    merged: dict[str, Any]  # the model's whole config after the write
+
+
+class ConfigRegistry:
+    def __init__(self, bundles: list[Bundle], models_dir: Path | None) -> None:
+        self.bundles = sorted(bundles, key=lambda b: (b.priority, b.name))
+        self.models_dir = models_dir
+        self._configs: dict[str, dict[str, Any]] = {}  # by sie_id, as written (the merged YAML's dict)
+        self._parsed: dict[str, ModelConfig] = {}
+        self._texts: dict[str, str] = {}  # the baseline's own YAML text, served as written
+        self.api_ids: set[str] = set()
+        if models_dir is not None and models_dir.is_dir():
+            for path, config in load_model_dir(models_dir):
+                self._texts[config.sie_id] = path.read_text(encoding="utf-8")
+                self._configs[config.sie_id] = yaml.safe_load(self._texts[config.sie_id])
+                self._parsed[config.sie_id] = config
+        self._catalog: Catalog | None = None
+
+    # -- reading -------------------------------------------------------------------------------
+    def ids(self) -> list[str]:
+        return sorted(self._configs)
+
+    def config(self, model_id: str) -> dict[str, Any] | None:
+        return self._configs.get(model_id)
+
+    def baseline_text(self, model_id: str) -> str | None:
+        return self._texts.get(model_id)
+
+    def lookup(self, model: str) -> str | None:
+        """The sie_id a name (or a ``sie_id:profile`` variant) refers to, case-insensitively."""
+        lowered = {sie_id.lower(): sie_id for sie_id in self._configs}
+        found = lowered.get(model.lower())
+        if found is not None:
+            return found
+        base, sep, profile = model.rpartition(":")
+        found = lowered.get(base.lower()) if sep else None
+        if found is not None and profile in (self._configs[found].get("profiles") or {}):
+            return found
+        return None
+
+    def bundles_serving(self, adapter_paths: Iterable[str]) -> list[str]:
+        paths = list(adapter_paths)
+        return [
+            b.name for b in self.bundles if any(b.lists(path) or b.lists(canonical(path)) for path in paths)
+        ]
+
+    def model_bundles(self, model_id: str, profiles: Iterable[str] | None = None) -> list[str]:
+        config = self._configs.get(model_id) or {}
+        all_profiles = config.get("profiles") or {}
+        names = list(all_profiles) if profiles is None else list(profiles)
+        return self.bundles_serving(p for name in names if (p := _profile_adapter(all_profiles, name)))
+
+    def bundle(self, name: str) -> Bundle | None:
+        return next((b for b in self.bundles if b.name == name), None)
+
+    def catalog(self) -> Catalog:
+        """Every model as the server would serve it (relative weight paths against the models dir)."""
+        if self._catalog is None:
+            folder = self.models_dir or Path.cwd()
+            self._catalog = Catalog.from_configs((c, folder) for c in self._parsed.values())
+        return self._catalog
+
+    def bundle_config_hash(self, bundle: Bundle) -> str:
+        return bundle_config_hash(self.catalog(), bundle)
+
+    def bundles_hash(self) -> str:
+        """The public ``bundles_hash``: followers refetch the bundles when it changes."""
+        if not self.bundles:
+            return ""
+        canonical_list = [
+            {"name": b.name, "priority": b.priority, "adapters": sorted(b.adapters), "engine": ENGINE}
+            for b in sorted(self.bundles, key=lambda b: b.name)
+        ]
+        payload = json.dumps(canonical_list, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+    def resolve(self, model: str, bundle: str | None) -> tuple[str, list[str]]:
+        found = self.lookup(model)
+        compatible = self.model_bundles(found) if found else []
+        if not found or not compatible:
+            raise UnknownModel(model)
+        if bundle is not None:
+            if bundle not in compatible:
+                raise BundleConflict(model, bundle, compatible)
+            return bundle, compatible
+        return compatible[0], compatible
+
+    # -- writing -------------------------------------------------------------------------------
+    def plan(self, body: dict[str, Any]) -> Plan:
+        """The outcome of adding ``body``; raises ``ConfigInvalid`` / ``ProfileConflict`` /
+        ``FieldConflict`` and changes nothing."""
+        model_id = body.get("sie_id")
+        if not model_id:
+            raise invalid("Missing required field: sie_id")
+        profiles = body.get("profiles")
+        if not profiles:
+            raise invalid("Missing required field: profiles")
+        if not isinstance(profiles, dict):
+            raise invalid("Field 'profiles' must be a mapping of profile_name -> profile_config")
+        for name, profile in profiles.items():
+            if not PROFILE_NAME.fullmatch(str(name)):
+                raise invalid(
+                    f"Profile name '{name}' must match [A-Za-z0-9._-]+ "
+                    "(no '/', ':', whitespace, or other punctuation)"
+                )
+            if not isinstance(profile, dict):
+                raise invalid(f"Profile '{name}' must be a mapping")
+        stored = self._configs.get(model_id) or {}
+        stored_profiles: dict[str, Any] = dict(stored.get("profiles") or {})
+        together = {**stored_profiles, **profiles}
+        for name, profile in profiles.items():
+            if not _profile_adapter(together, name) and not profile.get("extends"):
+                raise invalid(f"Profile '{name}' missing adapter_path")
+        new_paths = {p for name in profiles if (p := _profile_adapter(together, name))}
+        unroutable = sorted({adapter_module(p) for p in new_paths if not self.bundles_serving([p])})
+        if unroutable:
+            raise invalid(f"Adapter(s) not in any known bundle: {', '.join(unroutable)}")
+        created = [name for name in profiles if name not in stored_profiles]
+        clashing = [n for n in profiles if n in stored_profiles and stored_profiles[n] != profiles[n]]
+        if clashing:
+            raise ProfileConflict(model_id, clashing)
+        skipped = [name for name in profiles if name in stored_profiles]
+        fields = sorted(k for k, v in body.items() if k != "profiles" and k in stored and stored[k] != v)
+        if fields:
+            raise FieldConflict(model_id, fields)
+        merged = {**body, **stored} if stored else dict(body)
+        merged["profiles"] = {**stored_profiles, **{n: profiles[n] for n in created}}
+        if created:
+            parse_config(merged)
+        all_paths = [p for name in merged["profiles"] if (p := _profile_adapter(merged["profiles"], name))]
+        bundles = self.bundles_serving(all_paths)
+        if created and not bundles:
+            raise invalid(
+                f"Model '{model_id}' does not resolve to any known bundle. Every new model must contribute "
+                "at least one profile whose `adapter_path` module appears in a bundle's adapters list. "
+                "(Profiles that only `extends` another profile do not count.)"
+            )
+        return Plan(model_id, created, skipped, bundles, merged)
+
+    def commit(self, merged: dict[str, Any], *, from_api: bool = True) -> None:
+        model_id = merged["sie_id"]
+        self._configs[model_id] = merged
+        self._parsed[model_id] = parse_config(merged)
+        self._texts.pop(model_id, None)
+        if from_api:
+            self.api_ids.add(model_id)
+        self._catalog = None
+
+    def restore(self, texts: dict[str, str]) -> list[str]:
+        """Put the store's models back at startup; returns the ids that did not parse (kept out)."""
+        bad = []
+        for model_id, text in sorted(texts.items()):
+            try:
+                merged = yaml.safe_load(text)
+                if not isinstance(merged, dict) or merged.get("sie_id") != model_id:
+                    raise ValueError("not a model config for this id")
+                self.commit(merged)
+            except (ValueError, yaml.YAMLError):
+                bad.append(model_id)
+        return bad
