@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sie.core.options import AttentionBackend, ComputePrecision
+
+if TYPE_CHECKING:
+    from sie.control.follower import FollowerSettings
 
 PACKAGED_MODELS_DIR = Path(__file__).resolve().parent / "models"
 PACKAGED_BUNDLES_DIR = Path(__file__).resolve().parent / "bundles"
@@ -96,6 +100,21 @@ class Settings(BaseSettings):
         None, description="Queue mode: the store gateways put items over 1 MiB in (folder, s3://, gs://)."
     )
     auth_token: str | None = Field(None, description="Queue mode: bearer token for the gateway (admission).")
+    config_service_url: str | None = Field(
+        None, description="sie-config's URL: models added there are served here without a restart."
+    )
+    config_read_token: str | None = Field(None, description="Bearer token for sie-config's reads.")
+    admin_token: str | None = Field(None, description="sie-config's admin token (when no read token).")
+    worker_config_poll_interval_ms: float = Field(
+        30000, gt=0, description="How often sie-config's epoch is read to recover missed deltas."
+    )
+    worker_config_full_export_interval_ms: float = Field(
+        300000, ge=0, description="How often sie-config's whole export is read regardless (0: never)."
+    )
+    nats_config_trusted_producers: str = Field(
+        "sie-config", description="Producer ids (or id prefixes before '-') whose config deltas apply."
+    )
+    nats_config_trust_any_producer: bool = Field(False, description="Apply config deltas from anyone.")
     worker_id: str | None = Field(
         None,
         description="This worker's id on the queue (default: HOSTNAME, then POD_NAME, then the host name).",
@@ -190,6 +209,18 @@ class Settings(BaseSettings):
 
     def nats_servers(self) -> list[str]:
         return split_csv(self.nats_url)
+
+    def follower_settings(self) -> FollowerSettings | None:
+        from sie.control.follower import follower_settings
+
+        return follower_settings(
+            self.config_service_url,
+            self.config_read_token or self.admin_token,
+            self.worker_config_poll_interval_ms,
+            self.worker_config_full_export_interval_ms,
+            self.nats_config_trusted_producers,
+            self.nats_config_trust_any_producer,
+        )
 
     def batch_items(self) -> int:
         """Items per batch: a queue worker's ``SIE_BATCHER_MAX_BATCH_REQUESTS`` when set."""

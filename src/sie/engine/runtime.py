@@ -20,6 +20,7 @@ from sie.engine.bundles import load_bundle
 from sie.engine.catalog import Catalog
 from sie.engine.engine import Engine
 from sie.engine.hot_reload import watch_models_dir
+from sie.engine.model_config import ModelConfig
 from sie.observability.metrics import Metrics
 from sie.settings import Settings
 from sie.weights.remote_fs import is_remote
@@ -34,6 +35,9 @@ class EngineRuntime:
         self.metrics = metrics or Metrics()
         self.catalog, self.preload = build_catalog(settings)
         self._bundle = load_bundle(settings.bundle, settings.bundles_dir) if settings.bundle else None
+        self._local = self.catalog  # the models dir as last read (startup, then hot reload)
+        self._overlay: dict[str, ModelConfig] = {}  # sie-config's models (``control.follower``)
+        self._serving = asyncio.Lock()
         self._engine: Engine | None = None
         self._reload: asyncio.Task[None] | None = None
 
@@ -55,7 +59,20 @@ class EngineRuntime:
 
     async def _apply(self, reloaded: Catalog) -> None:
         """Hot reload serves the same bundle's models as startup did."""
-        await self.engine.apply_catalog(self._bundle.select(reloaded) if self._bundle else reloaded)
+        self._local = reloaded
+        await self._serve()
+
+    async def apply_overlay(self, configs: dict[str, ModelConfig]) -> None:
+        """Serve sie-config's models on top of the models dir: a model it holds replaces the local
+        YAML of the same id; relative weight paths resolve against the local models dir."""
+        self._overlay = configs
+        await self._serve()
+
+    async def _serve(self) -> None:
+        async with self._serving:
+            folder = self._local_models_dir() or Path.cwd()
+            catalog = self._local.overlaid((config, folder) for config in self._overlay.values())
+            await self.engine.apply_catalog(self._bundle.select(catalog) if self._bundle else catalog)
 
     def _local_models_dir(self) -> Path | None:
         if is_remote(self.settings.models_dir):

@@ -19,10 +19,11 @@ from nats.aio.msg import Msg
 from starlette.applications import Starlette
 
 from sie import __version__
+from sie.control.follower import ALL_SUBJECT, ConfigFollower
 from sie.engine.admission import Admission
 from sie.engine.bundles import bundle_names, load_bundle
 from sie.engine.catalog import Catalog
-from sie.gateway import cluster_api, inference, pools_api
+from sie.gateway import cluster_api, config_api, inference, pools_api
 from sie.gateway.auth import Auth, AuthConfig
 from sie.gateway.dead_letters import DeadLetters
 from sie.gateway.dispatch import Dispatcher
@@ -45,7 +46,8 @@ POOL_SWEEP_S: Final = 1.0  # a listing of the pools' bucket: cheap, and leases l
 
 
 def build_state(settings: GatewaySettings) -> GatewayState:
-    catalog = Catalog.from_directory(models_directory(settings.models_dir))
+    folder = models_directory(settings.models_dir)
+    catalog = Catalog.from_directory(folder)
     bundles = by_priority(
         [load_bundle(name, settings.bundles_dir) for name in bundle_names(settings.bundles_dir)]
     )
@@ -60,6 +62,8 @@ def build_state(settings: GatewaySettings) -> GatewayState:
         router=Router(workers, demand, settings.configured_gpus()),
         metrics=GatewayMetrics(),
         payloads=PayloadStore(settings.payload_store_url) if settings.payload_store_url else None,
+        local_catalog=catalog,
+        models_folder=folder,
     )
 
 
@@ -80,6 +84,13 @@ async def join_cluster(state: GatewayState) -> Client:
             log.debug("ignoring a heartbeat: %s", exc)
 
     await client.subscribe(f"{HEALTH_SUBJECT_PREFIX}.>", cb=on_heartbeat)
+    follower = state.follower
+    if follower is not None:
+
+        async def on_delta(message: Msg) -> None:
+            await follower.on_delta(message.data)
+
+        await client.subscribe(ALL_SUBJECT, cb=on_delta)
     dispatcher = Dispatcher(client)
     await dispatcher.start()
     pools = Pools(client.jetstream(), state.workers)
@@ -106,26 +117,35 @@ async def sweep_pools(state: GatewayState, stop: asyncio.Event) -> None:
 
 def create_app(settings: GatewaySettings) -> Starlette:
     state = build_state(settings)
+    following = settings.follower_settings()
+    if following is not None:
+        state.follower = ConfigFollower(following, state.apply_configs, "gateway")
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         joining = asyncio.create_task(join_cluster(state), name="sie-gateway-join")
         stop = asyncio.Event()
-        sweeping = asyncio.create_task(sweep_pools(state, stop), name="sie-gateway-pool-sweep")
+        tasks = [asyncio.create_task(sweep_pools(state, stop), name="sie-gateway-pool-sweep")]
+        if state.follower is not None:
+            tasks.append(asyncio.create_task(state.follower.run(stop), name="sie-gateway-config"))
         try:
             yield
         finally:
             stop.set()
-            sweeping.cancel()
+            for task in tasks:
+                task.cancel()
             joining.cancel()
-            await asyncio.gather(sweeping, joining, return_exceptions=True)
+            await asyncio.gather(*tasks, joining, return_exceptions=True)
+            if state.follower is not None:
+                await state.follower.close()
             if joining.done() and not joining.cancelled() and joining.exception() is None:
                 with contextlib.suppress(Exception):
                     await joining.result().close()
 
     if not settings.nats_servers():
         raise ValueError("sie-gateway needs SIE_NATS_URL (the cluster's NATS server or servers)")
-    app = Starlette(routes=[*inference.ROUTES, *cluster_api.ROUTES, *pools_api.ROUTES], lifespan=lifespan)
+    routes = [*inference.ROUTES, *cluster_api.ROUTES, *pools_api.ROUTES, *config_api.ROUTES]
+    app = Starlette(routes=routes, lifespan=lifespan)
     app.state.gateway = state
     for exc_type in HANDLED:
         app.add_exception_handler(exc_type, handle_native_error)

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from sie.control.follower import FollowerSettings, follower_settings
 from sie.settings import PACKAGED_BUNDLES_DIR, PACKAGED_MODELS_DIR, split_csv
 
 
@@ -36,6 +37,20 @@ class GatewaySettings(BaseSettings):
     auth_tokens: str | None = Field(None, description="Accepted bearer tokens, comma-separated.")
     auth_exempt_operational: bool = Field(False, description="Leave /, /health, /metrics open.")
     admin_token: str | None = Field(None, description="Bearer token for pool and config mutations.")
+    config_service_url: str | None = Field(
+        None, description="sie-config's URL: bootstrap, deltas and epoch polling of API-added models."
+    )
+    config_read_token: str | None = Field(None, description="Bearer token for sie-config's reads.")
+    gateway_config_poll_interval_ms: float = Field(
+        30000, gt=0, description="How often sie-config's epoch is read to recover missed deltas."
+    )
+    gateway_config_full_export_interval_ms: float = Field(
+        300000, ge=0, description="How often sie-config's whole export is read regardless (0: never)."
+    )
+    nats_config_trusted_producers: str = Field(
+        "sie-config", description="Producer ids (or id prefixes before '-') whose config deltas apply."
+    )
+    nats_config_trust_any_producer: bool = Field(False, description="Apply config deltas from anyone.")
     models_dir: str = Field(str(PACKAGED_MODELS_DIR), description="Model YAMLs (validation, bundles).")
     bundles_dir: Path = Field(PACKAGED_BUNDLES_DIR, description="Bundle YAMLs.")
     max_request_body_bytes: int = Field(256 * 1024 * 1024, ge=1, description="Largest request body.")
@@ -48,6 +63,16 @@ class GatewaySettings(BaseSettings):
 
     def configured_gpus(self) -> list[str]:
         return split_csv(self.gateway_configured_gpus)
+
+    def follower_settings(self) -> FollowerSettings | None:
+        return follower_settings(
+            self.config_service_url,
+            self.config_read_token or self.admin_token,
+            self.gateway_config_poll_interval_ms,
+            self.gateway_config_full_export_interval_ms,
+            self.nats_config_trusted_producers,
+            self.nats_config_trust_any_producer,
+        )
 
     def tokens(self) -> list[str]:
         return split_csv(self.auth_tokens) or split_csv(self.auth_token)

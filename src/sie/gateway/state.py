@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from starlette.requests import Request
 
+from sie.control.follower import ConfigFollower
 from sie.engine.admission import Admission
 from sie.engine.bundles import Bundle
+from sie.engine.catalog import Catalog
+from sie.engine.model_config import ModelConfig
 from sie.gateway.dispatch import Dispatcher
 from sie.gateway.metrics import GatewayMetrics
 from sie.gateway.pools import Pools
@@ -27,8 +31,16 @@ class GatewayState:
     router: Router
     metrics: GatewayMetrics
     payloads: PayloadStore | None
+    local_catalog: Catalog  # the models dir; sie-config's models are laid over it into ``admission``
+    models_folder: Path  # what relative weight paths in sie-config's models resolve against
+    follower: ConfigFollower | None = None
     dispatcher: Dispatcher | None = None  # None until NATS answers
     pools: Pools | None = None
+
+    async def apply_configs(self, configs: dict[str, ModelConfig]) -> None:
+        """Serve sie-config's models from now on: swapped in whole, so a request sees one catalogue."""
+        catalog = self.local_catalog.overlaid((c, self.models_folder) for c in configs.values())
+        self.admission = Admission(catalog, self.admission.max_item_text_bytes)
 
 
 def state_of(request: Request) -> GatewayState:

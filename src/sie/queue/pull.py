@@ -27,6 +27,7 @@ from nats.aio.msg import Msg
 
 from sie.engine.engine import Engine
 from sie.engine.error_rules import QueueAction
+from sie.engine.errors import ModelNotFound
 from sie.queue.adaptive import AdaptiveWait
 from sie.queue.contract import (
     ContractError,
@@ -51,6 +52,7 @@ IDLE_PULL_S: Final = 5.0
 STATUS_HEADER: Final = "Status"
 HEARTBEAT_STATUS: Final = "100"
 PAUSED_POLL_S: Final = 0.25
+CONFIG_WAIT_S: Final = 1  # redelivery delay of an item whose model the config follower may bring
 
 
 class PullLoop:
@@ -65,8 +67,12 @@ class PullLoop:
         clock: Callable[[], float] = time.time,
         wait: AdaptiveWait | None = None,
         payloads: PayloadStore | None = None,
+        config_pending: Callable[[str], bool] | None = None,
     ) -> None:
         self._engine = engine
+        # With a config service, a model this worker does not know may be one its config has not
+        # reached yet: the item waits (NAK) while the follower catches up, instead of a 404.
+        self._config_pending = config_pending
         self._client = client
         self._lane = lane
         self._worker_id = worker_id
@@ -219,6 +225,10 @@ class PullLoop:
             work = await self._fetch_payloads(work)
             request = engine_request(work)
             answer = await self._call(work.model_id, request)
+        except ModelNotFound as exc:
+            if self._config_pending is not None and self._config_pending(work.model_id):
+                return Outcome(QueueAction.RETRY, None, CONFIG_WAIT_S)
+            return failed(work, exc, self._worker_id)
         except Exception as exc:
             return failed(work, exc, self._worker_id)
         return answered(work, answer, self._worker_id)

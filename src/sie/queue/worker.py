@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 from msgspec.structs import replace
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
+from sie.control.follower import ConfigFollower, bundle_subject
 from sie.engine.engine import Engine
 from sie.queue.adaptive import AdaptiveWait
 from sie.queue.admission import PoolAdmission
@@ -54,8 +56,10 @@ class QueueWorker:
         snapshot: Callable[[], Heartbeat],
         render_metrics: Callable[[], bytes],
         draining: Callable[[], bool],
+        follower: ConfigFollower | None = None,
     ) -> None:
         self._engine = engine
+        self._follower = follower
         self._config = config
         self._snapshot = snapshot
         self._render_metrics = render_metrics
@@ -93,7 +97,15 @@ class QueueWorker:
             max_in_flight=config.max_in_flight,
             wait=config.wait,
             payloads=PayloadStore(config.payload_store_url) if config.payload_store_url else None,
+            config_pending=self._config_pending if self._follower is not None else None,
         )
+        if self._follower is not None:
+            follower = self._follower
+
+            async def on_delta(message: Msg) -> None:
+                await follower.on_delta(message.data)
+
+            await client.subscribe(bundle_subject(config.lane.bundle), cb=on_delta)
         self._admission = PoolAdmission(config.gateway_url, config.lane.pool, pull, config.gateway_token)
         if config.admission_enabled:
             await self._admission.start()
@@ -105,6 +117,12 @@ class QueueWorker:
         assert self._readiness is not None
         self._readiness.start(client)
         log.info("queue worker %s joined lane %s", config.worker_id, config.lane)
+
+    def _config_pending(self, model: str) -> bool:
+        """An unknown model may be a config on its way: poll sie-config now, and let the item wait."""
+        assert self._follower is not None
+        self._follower.nudge()
+        return True
 
     async def _reconnected(self) -> None:
         if self.pull is not None:

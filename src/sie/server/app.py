@@ -8,6 +8,7 @@ unload models).
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 
 from sie import __version__
+from sie.control.follower import ConfigFollower
 from sie.engine.bundles import DEFAULT_BUNDLE, Bundle, load_bundle
 from sie.engine.engine import Engine
 from sie.engine.runtime import EngineRuntime
@@ -54,7 +56,12 @@ def worker_identity(settings: Settings) -> WorkerIdentity:
 
 
 def queue_worker(
-    settings: Settings, engine: Engine, identity: WorkerIdentity, lifecycle: Lifecycle, metrics: Metrics
+    settings: Settings,
+    engine: Engine,
+    identity: WorkerIdentity,
+    lifecycle: Lifecycle,
+    metrics: Metrics,
+    follower: ConfigFollower | None,
 ) -> QueueWorker:
     """The same process is also a queue-mode worker (``SIE_NATS_URL``): see docs/cluster.md."""
     try:
@@ -93,7 +100,7 @@ def queue_worker(
     def snapshot() -> Heartbeat:
         return heartbeat(engine, identity, lifecycle, lane, worker_id, gpu_count)
 
-    return QueueWorker(engine, config, snapshot, metrics.render, lambda: lifecycle.draining)
+    return QueueWorker(engine, config, snapshot, metrics.render, lambda: lifecycle.draining, follower)
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -110,14 +117,26 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[dict[str, Any]]:
         engine = await runtime.start()
         lifecycle.on_overdue = engine.close
+        following = settings.follower_settings()
+        follower = ConfigFollower(following, runtime.apply_overlay, "worker") if following else None
+        stop_following = asyncio.Event()
+        tasks = (
+            [asyncio.create_task(follower.run(stop_following), name="sie-config-follower")]
+            if follower
+            else []
+        )
         queue = None
         if settings.nats_servers():
-            queue = queue_worker(settings, engine, identity, lifecycle, metrics)
+            queue = queue_worker(settings, engine, identity, lifecycle, metrics, follower)
             await queue.start()
         try:
             yield {"engine": engine, "metrics": metrics, "lifecycle": lifecycle, "status_identity": identity}
         finally:
             lifecycle.draining = True
+            stop_following.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if follower is not None:
+                await follower.close()
             if queue is not None:
                 await queue.stop()  # items in flight finish and are acked; the rest is redelivered
             await runtime.stop()
