@@ -39,6 +39,7 @@ from sie.adapters.base import (
     UnsupportedInput,
     texts_only,
 )
+from sie.adapters.registry import GLINER_OPTIONS
 from sie.adapters.tokenizer import TextTokenizer
 from sie.adapters.word_windows import MAX_WINDOWS, Window, overlap_for, owned, plan_windows, resolve_overlaps
 from sie.core.extraction import Entity, Extraction
@@ -92,9 +93,7 @@ def _flag(task: Task, name: str, default: bool) -> bool:
 
 class GlinerExtractor:
     family = _FAMILY
-    request_options = frozenset(
-        {"threshold", "flat_ner", "multi_label", "merge_adjacent_entities", "precompute_labels"}
-    )
+    request_options = GLINER_OPTIONS
     capabilities = frozenset({Capability.EXTRACT})
     inputs = TEXT_ONLY
     dims: dict[Capability, int] = {}  # noqa: RUF012  # extraction only

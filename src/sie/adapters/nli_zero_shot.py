@@ -33,6 +33,7 @@ from sie.adapters.base import (
     UnsupportedInput,
     texts_only,
 )
+from sie.adapters.registry import NLI_OPTIONS
 from sie.adapters.transformer import TransformerAdapter
 from sie.core.extraction import Classification, Extraction
 from sie.core.options import Capability, Pooling
@@ -95,7 +96,7 @@ def ranked(labels: Sequence[str], scores: np.ndarray) -> list[Classification]:
 
 class NliZeroShotClassifier(TransformerAdapter):
     family = "ZeroShotClassification"
-    request_options = frozenset({"hypothesis_template", "multi_label"})
+    request_options = NLI_OPTIONS
     auto_class = AutoModelForSequenceClassification
     capabilities = frozenset({Capability.EXTRACT})
     dims: dict[Capability, int] = {}  # noqa: RUF012  # classifications only

@@ -73,7 +73,31 @@ CANONICAL: Final = frozenset(
     }
 )
 
-KNOWN: Final = frozenset({*CANONICAL, *ALIASES})  # each alias also in its ``<package>.adapter:`` spelling
+KNOWN: Final = frozenset({*CANONICAL, *ALIASES})
+
+# What a family reads from a request's ``options`` beyond its operation's own (its class's
+# ``request_options``). Declared here, beside the names, so a request can be checked against it
+# without importing the family's module: the gateway checks every request and must never import torch.
+TOKEN_ENTITY_OPTIONS: Final = frozenset({"threshold", "merge_adjacent_entities"})
+GLINER_OPTIONS: Final = frozenset(
+    {"threshold", "flat_ner", "multi_label", "merge_adjacent_entities", "precompute_labels"}
+)
+NLI_OPTIONS: Final = frozenset({"hypothesis_template", "multi_label"})
+_REQUEST_OPTIONS: Final[dict[str, frozenset[str]]] = {
+    _GLINER: GLINER_OPTIONS,
+    _NLI: NLI_OPTIONS,
+    "sie.adapters.token_ner:TorchTokenNer": TOKEN_ENTITY_OPTIONS,
+    "sie.adapters.token_ner_onnx:OnnxTokenNer": TOKEN_ENTITY_OPTIONS,
+}
+
+
+def declared_request_options(adapter_path: str) -> frozenset[str] | None:
+    """The request options of a built-in family (no import), or None for a custom adapter, whose
+    class alone knows."""
+    path = canonical(adapter_path)
+    return (
+        _REQUEST_OPTIONS.get(path, frozenset()) if path in CANONICAL else None
+    )  # each alias also in its ``<package>.adapter:`` spelling
 
 
 class UnknownAdapter(LookupError):

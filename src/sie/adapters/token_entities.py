@@ -26,13 +26,14 @@ from typing import Final
 import numpy as np
 
 from sie.adapters.base import ModelInput, Prepared, Task, UnsupportedInput, texts_only
+from sie.adapters.registry import TOKEN_ENTITY_OPTIONS
 from sie.adapters.tokenizer import TextTokenizer
 from sie.core.extraction import Entity, Extraction
 
 FAMILY: Final = "TokenClassification"
 DEFAULT_THRESHOLD: Final = 0.0
 # The request options the token-classification families read (``threshold`` and ``merge_adjacent_entities`` below).
-OPTIONS: Final = frozenset({"threshold", "merge_adjacent_entities"})
+OPTIONS: Final = TOKEN_ENTITY_OPTIONS
 _OUTSIDE: Final = "O"
 
 

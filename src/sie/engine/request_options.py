@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from sie.adapters.registry import adapter_class
+from sie.adapters.registry import adapter_class, declared_request_options
 from sie.engine.catalog import CatalogEntry
 from sie.engine.errors import InvalidInput
 
@@ -36,8 +36,11 @@ EXTRACT: Final = _EVERY
 def check_known(entry: CatalogEntry, understood: frozenset[str], options: Mapping[str, Any] | None) -> None:
     if not options:
         return
-    family = adapter_class(entry.profile.adapter_path, entry.config_dir)
-    allowed = understood | family.request_options | entry.profile.runtime.keys()
+    path = entry.profile.adapter_path
+    family_options = declared_request_options(path)
+    if family_options is None:  # a custom adapter: only its class knows
+        family_options = adapter_class(path, entry.config_dir).request_options
+    allowed = understood | family_options | entry.profile.runtime.keys()
     unknown = sorted(str(key) for key in options if key not in allowed)
     if unknown:
         named = ", ".join(f"'{key}'" for key in unknown)

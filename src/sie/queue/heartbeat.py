@@ -37,7 +37,12 @@ class HeartbeatPublisher:
         loop = asyncio.get_running_loop()
         last_sent, last_models = float("-inf"), None
         while True:
-            heartbeat = self._snapshot()
+            try:
+                heartbeat = self._snapshot()
+            except Exception:  # a beat skipped is a worker briefly unseen; a dead loop is one gone
+                log.exception("heartbeat snapshot failed")
+                await asyncio.sleep(self._interval_s)
+                continue
             models = (heartbeat.ready, heartbeat.loaded_models, heartbeat.loading_models)
             now = loop.time()
             if models != last_models or now - last_sent >= self._interval_s:
