@@ -82,12 +82,11 @@ async def list_models(request: Request) -> Response:
     registry = state.registry
     models = [
         {
-            "model_id": model_id,
-            "profiles": sorted((registry.config(model_id) or {}).get("profiles") or {}),
+            "model_id": name,
+            "profiles": profiles,
             "source": "api" if model_id in registry.api_ids else "filesystem",
         }
-        for model_id in registry.ids()
-        if registry.model_bundles(model_id)
+        for name, model_id, profiles in registry.serving_ids()
     ]
     return _json({"models": models})
 
@@ -336,7 +335,9 @@ async def resolve(request: Request) -> Response:
             },
         )
     found = state.registry.lookup(model) or model
-    profiles = sorted((state.registry.config(found) or {}).get("profiles") or {})
+    # A variant (``id:profile``) is served as a model of its own whose default is that profile.
+    variant = model.lower() != found.lower()
+    profiles = ["default"] if variant else sorted((state.registry.config(found) or {}).get("profiles") or {})
     return _json(
         {"model": model, "resolved_bundle": resolved, "compatible_bundles": compatible, "profiles": profiles}
     )
@@ -414,6 +415,10 @@ async def export(request: Request) -> Response:
             "epoch": state.epoch,
             "generated_at": datetime.now(UTC).isoformat(),
             "bundle_config_hashes": {b.name: state.bundle_hash(b.name) for b in registry.bundles},
+            # Every model is in the default pool (this release's schema has no ``pool`` field).
+            "bundle_pool_config_hashes": {
+                b.name: {"default": state.bundle_hash(b.name)} for b in registry.bundles
+            },
             "bundle_adapters": {b.name: state.bundle_adapters(b.name) for b in registry.bundles},
             "models": models,
         }

@@ -234,6 +234,22 @@ class ConfigRegistry:
             return bundle, compatible
         return compatible[0], compatible
 
+    def serving_ids(self) -> list[tuple[str, str, list[str]]]:
+        """What a client can name, as the public service lists it: each routable model id with its
+        profiles, and each non-default profile as its own ``id:profile`` with that profile alone."""
+        listed = []
+        for model_id in self.ids():
+            profiles = sorted(self._configs[model_id].get("profiles") or {})
+            if not self.model_bundles(model_id):
+                continue
+            listed.append((model_id, model_id, profiles))
+            listed += [
+                (f"{model_id}:{p}", model_id, [p])
+                for p in profiles
+                if p != "default" and self.model_bundles(model_id, [p])
+            ]
+        return sorted(listed)
+
     # -- writing -------------------------------------------------------------------------------
     def plan(self, body: dict[str, Any]) -> Plan:
         """The outcome of adding ``body``; raises ``ConfigInvalid`` / ``ProfileConflict`` /
@@ -272,7 +288,9 @@ class ConfigRegistry:
         fields = sorted(k for k, v in body.items() if k != "profiles" and k in stored and stored[k] != v)
         if fields:
             raise FieldConflict(model_id, fields)
-        merged = {**body, **stored} if stored else dict(body)
+        merged = dict(stored) if stored else dict(body)  # the stored order first, new fields after
+        for key, value in body.items():
+            merged.setdefault(key, value)
         merged["profiles"] = {**stored_profiles, **{n: profiles[n] for n in created}}
         if created:
             parse_config(merged)
