@@ -193,6 +193,23 @@ def public_sdk_python() -> Path:
     )
 
 
+PUBLIC_CONFIG_VERSION: Final = "0.10.1"
+
+
+@pytest.fixture(scope="session")
+def public_config_command() -> list[str]:
+    """``sie-config`` of the public ``sie-config==0.10.1`` (Python >= 3.12): the live peer our config
+    service is compared with. Its venv is ``$SIE_PUBLIC_CONFIG_VENV`` (default ``.venv-public-config``),
+    built on first use; tests skip when no python3.12 exists or pip cannot reach the package."""
+    python = python312_venv(
+        Path(os.environ.get("SIE_PUBLIC_CONFIG_VENV", REPO / ".venv-public-config")),
+        {"sie-config": PUBLIC_CONFIG_VERSION},
+        f"sie-config {PUBLIC_CONFIG_VERSION} needs Python >= 3.12 and no python3.12 was found (PATH, ~/.pyenv)",
+        skip_when_unreachable=True,
+    )
+    return [str(python.with_name("sie-config"))]
+
+
 @pytest.fixture(scope="session")
 def run_public_sdk(public_sdk_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Any]:
     """``run_public_sdk(script, *args, timeout_s=180)``: run a script in the public SDK's venv.

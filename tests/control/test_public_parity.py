@@ -2,17 +2,14 @@
 requests (reads, adds, merges, conflicts, bad YAML, idempotent replays, auth failures) to both, with
 the same bundles, catalogue and tokens, must get the same statuses and bodies.
 
-The public service needs Python 3.12; its venv (``$SIE_PUBLIC_CONFIG_VENV``, default
-``.venv-public-config``) is built on first use, and the test skips when no python3.12 exists or pip
-cannot reach the package. Where the two differ by design the step says so (``DIFFERENCES``); each is
+The public service needs Python 3.12 (``public_config_command`` in tests/conftest.py builds its venv
+on first use, or skips saying why). Where the two differ by design the step says so (``DIFFERENCES``); each is
 also in docs/cluster.md.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,23 +17,10 @@ import pytest
 import yaml
 
 from sie.settings import PACKAGED_BUNDLES_DIR, PACKAGED_MODELS_DIR
-from tests.conftest import REPO, python312_venv
 from tests.e2e.cluster import ConfigService
 
-PUBLIC_CONFIG_VERSION = "0.10.1"
 ADMIN, READ = "admin-secret", "read-secret"
 CATALOGUE = "sentence-transformers__all-MiniLM-L6-v2.yaml"
-
-
-@pytest.fixture(scope="module")
-def public_config_command() -> list[str]:
-    python = python312_venv(
-        Path(os.environ.get("SIE_PUBLIC_CONFIG_VENV", REPO / ".venv-public-config")),
-        {"sie-config": PUBLIC_CONFIG_VERSION},
-        f"sie-config {PUBLIC_CONFIG_VERSION} needs Python >= 3.12 and no python3.12 was found (PATH, ~/.pyenv)",
-        skip_when_unreachable=True,
-    )
-    return [str(python.with_name("sie-config"))]
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from sie.engine.model_config import ModelConfig
+from sie.settings import PACKAGED_BUNDLES_DIR, PACKAGED_MODELS_DIR
 from tests.conftest import running_nats
 from tests.e2e.cluster import (
     ConfigService,
@@ -281,3 +282,48 @@ def test_sie_config_killed_mid_burst_loses_no_answered_write_and_its_epoch_never
         60,
         cluster.gateway.log(),
     )
+
+
+def test_our_gateway_and_worker_follow_the_public_sie_config(
+    tmp_path: Path, minilm_dir: Path, public_config_command: list[str]
+) -> None:
+    """The public ``sie-config`` 0.10.1 as the writer: its export, its deltas (producer
+    ``sie-config-public``, trusted by the default ``sie-config`` prefix) and its epoch drive ours."""
+    model = "tests/from-the-public-writer"
+    with running_nats(tmp_path) as nats:
+        writer_env = {
+            "SIE_NATS_URL": nats.url,
+            "SIE_BUNDLES_DIR": str(PACKAGED_BUNDLES_DIR),
+            "SIE_MODELS_DIR": str(PACKAGED_MODELS_DIR),
+            "SIE_CONFIG_STORE_DIR": str(tmp_path / "store"),
+            "POD_NAME": "sie-config-public",
+        }
+        with run_config_service(tmp_path / "config", writer_env, public_config_command) as writer:
+            writer.wait_nats()
+            follow = {"SIE_CONFIG_SERVICE_URL": writer.url}
+            worker = {**worker_env(nats.url, "w1"), **follow}
+            gateway_env = {"SIE_NATS_URL": nats.url, "SIE_HEALTH_PUBLISH_INTERVAL_MS": "500", **follow}
+            with (
+                run_worker(tmp_path / "w1", worker) as w1,
+                run_gateway(tmp_path / "gateway", gateway_env) as gateway,
+            ):
+                gateway.wait_for_workers(1, [MINILM])
+                added = writer.post(model_yaml(model, minilm_dir))
+                assert added.status_code == 201, added.text
+                wait_until(
+                    "the gateway and worker serve it",
+                    lambda: serves(gateway, model) and serves(w1, model),
+                    30,
+                )
+                assert f"applied config delta for {model}" in gateway.log()
+                wait_until("the worker acknowledges it", lambda: acked(gateway, model), 30, gateway.log())
+                vectors = []
+                for name in (MINILM, model):
+                    response = gateway.client.post(
+                        f"/v1/encode/{name}",
+                        json={"items": [{"text": "a config from the public writer"}]},
+                        headers={"accept": "application/json"},
+                    )
+                    assert response.status_code == 200, response.text
+                    vectors.append(np.asarray(response.json()["items"][0]["dense"]["values"]))
+                assert cosine(vectors[0], vectors[1]) > 1 - 1e-6
