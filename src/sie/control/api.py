@@ -140,9 +140,9 @@ async def add_model(request: Request) -> Response:
         # The write runs to its end even if the client goes away: once the epoch moved, the model and
         # the deltas must follow.
         status, answer = await asyncio.shield(asyncio.create_task(_add(state, body)))
-    except BaseException:
+    except BaseException as exc:
         if key:
-            state.idempotency.abandon(key)
+            state.idempotency.abandon(key, exc)
         raise
     encoded = msgspec.json.encode(answer)
     if key:
@@ -175,10 +175,10 @@ async def _claim(state: ControlState, key: str, body_hash: str) -> Response | No
         _fail(
             503,
             {
-                "error": "idempotent_inflight_aborted",
+                "error": "idempotent_inflight_cancelled",
                 "idempotency_key": key,
-                "message": "The prior in-flight request with this Idempotency-Key ended without a completed "
-                "response. Retry the request to execute it.",
+                "message": "The prior in-flight request with this Idempotency-Key was cancelled before it "
+                "completed. Retry the request to execute it.",
             },
         )
     except Evicted:

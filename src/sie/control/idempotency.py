@@ -27,7 +27,7 @@ class KeyMismatch(Exception):
 
 
 class OwnerFailed(Exception):
-    """The first request with this key ended without an answer to replay."""
+    """The first request with this key was cancelled before it had an answer to replay."""
 
 
 class Evicted(Exception):
@@ -38,7 +38,8 @@ class IdempotencyCache:
     def __init__(self, capacity: int = CAPACITY) -> None:
         self._capacity = capacity
         self._answers: OrderedDict[str, Answer] = OrderedDict()
-        self._running: dict[str, tuple[str, asyncio.Future[bool]]] = {}
+        # key -> (body hash, the first request's end: True, or the error it ended with)
+        self._running: dict[str, tuple[str, asyncio.Future[bool | BaseException]]] = {}
 
     async def claim(self, key: str, body_hash: str) -> Answer | None:
         """The answer to replay, or None when this request now owns the key (and must ``finish`` or
@@ -58,8 +59,11 @@ class IdempotencyCache:
                 return None
             if running[0] != body_hash:
                 raise KeyMismatch
-            if not await asyncio.shield(running[1]):
+            ended = await asyncio.shield(running[1])
+            if isinstance(ended, asyncio.CancelledError):
                 raise OwnerFailed
+            if isinstance(ended, BaseException):
+                raise ended  # a duplicate that waited gets the first one's refusal
             waited = True
 
     def finish(self, key: str, answer: Answer) -> None:
@@ -69,10 +73,10 @@ class IdempotencyCache:
             self._answers.popitem(last=False)
         self._settle(key, True)
 
-    def abandon(self, key: str) -> None:
-        self._settle(key, False)
+    def abandon(self, key: str, error: BaseException) -> None:
+        self._settle(key, error)
 
-    def _settle(self, key: str, succeeded: bool) -> None:
+    def _settle(self, key: str, ended: bool | BaseException) -> None:
         running = self._running.pop(key, None)
         if running is not None and not running[1].done():
-            running[1].set_result(succeeded)
+            running[1].set_result(ended)
