@@ -11,8 +11,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="SIE config s
 
 @app.command()
 def serve(
-    port: Annotated[int | None, typer.Option("--port", "-p", help="Port [default 8080].")] = None,
-    host: Annotated[str | None, typer.Option("--host", "-h", help="Interface [default 0.0.0.0].")] = None,
+    port: Annotated[int | None, typer.Option("--port", "-p", help="Port (default 8080).")] = None,
+    host: Annotated[str | None, typer.Option("--host", "-h", help="Interface (default 0.0.0.0).")] = None,
     log_level: Annotated[
         str | None, typer.Option("--log-level", "-l", envvar="SIE_LOG_LEVEL", help="Log level.")
     ] = None,

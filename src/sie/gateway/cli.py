@@ -14,13 +14,13 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="SIE cluster 
 @app.command()
 def serve(
     host: Annotated[
-        str | None, typer.Option(help="Interface to bind [env SIE_GATEWAY_HOST, default 0.0.0.0].")
+        str | None, typer.Option(help="Interface to bind (env SIE_GATEWAY_HOST, default 0.0.0.0).")
     ] = None,
     port: Annotated[
-        int | None, typer.Option("--port", "-p", help="Port [env SIE_GATEWAY_PORT, default 8080].")
+        int | None, typer.Option("--port", "-p", help="Port (env SIE_GATEWAY_PORT, default 8080).")
     ] = None,
     nats_url: Annotated[
-        str | None, typer.Option(help="NATS server(s), comma-separated [env SIE_NATS_URL].")
+        str | None, typer.Option(help="NATS server(s), comma-separated (env SIE_NATS_URL).")
     ] = None,
     json_logs: Annotated[bool | None, typer.Option("--json-logs", help="JSON log lines.")] = None,
     log_level: Annotated[str | None, typer.Option("--log-level", "-l", help="Log level.")] = None,

@@ -28,17 +28,17 @@ def _settings(**overrides: Any) -> Any:
 @app.command()
 def serve(
     host: Annotated[
-        str | None, typer.Option(help="Interface to bind [env SIE_HOST, default 0.0.0.0].")
+        str | None, typer.Option(help="Interface to bind (env SIE_HOST, default 0.0.0.0).")
     ] = None,
     port: Annotated[
-        int | None, typer.Option("--port", "-p", help="Port [env SIE_PORT, default 8080].")
+        int | None, typer.Option("--port", "-p", help="Port (env SIE_PORT, default 8080).")
     ] = None,
     device: Annotated[
         str | None, typer.Option("--device", "-d", help="auto, cpu, cuda, cuda:N, mps.")
     ] = None,
     models_dir: Annotated[
         str | None,
-        typer.Option(help="Folder of model YAMLs, or an s3:// or gs:// prefix [env SIE_MODELS_DIR]."),
+        typer.Option(help="Folder of model YAMLs, or an s3:// or gs:// prefix (env SIE_MODELS_DIR)."),
     ] = None,
     models: Annotated[
         str | None, typer.Option("--models", "-m", help="Comma-separated ids to serve.")
@@ -46,30 +46,30 @@ def serve(
     bundle: Annotated[
         str | None,
         typer.Option(
-            "--bundle", "-b", help="Serve the models of this bundle [env SIE_BUNDLE]; not with --models."
+            "--bundle", "-b", help="Serve the models of this bundle (env SIE_BUNDLE); not with --models."
         ),
     ] = None,
     preload: Annotated[str | None, typer.Option(help="Comma-separated ids to load before serving.")] = None,
     local_cache: Annotated[
-        Path | None, typer.Option(help="Weight cache folder [env SIE_LOCAL_CACHE].")
+        Path | None, typer.Option(help="Weight cache folder (env SIE_LOCAL_CACHE).")
     ] = None,
     cluster_cache: Annotated[
         str | None,
         typer.Option(
-            help="Shared weight cache: s3://bucket/prefix, gs://... or a folder [env SIE_CLUSTER_CACHE]."
+            help="Shared weight cache: s3://bucket/prefix, gs://... or a folder (env SIE_CLUSTER_CACHE)."
         ),
     ] = None,
     hf_fallback: Annotated[
         bool | None,
         typer.Option(
             "--hf-fallback/--no-hf-fallback",
-            help="Download from the Hugging Face Hub after a cache miss [env SIE_HF_FALLBACK, on].",
+            help="Download from the Hugging Face Hub after a cache miss (env SIE_HF_FALLBACK, on).",
         ),
     ] = None,
     json_logs: Annotated[bool | None, typer.Option("--json-logs", help="JSON log lines.")] = None,
     access_log: Annotated[
         bool | None,
-        typer.Option("--access-log/--no-access-log", help="Log every request [env SIE_ACCESS_LOG, off]."),
+        typer.Option("--access-log/--no-access-log", help="Log every request (env SIE_ACCESS_LOG, off)."),
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
