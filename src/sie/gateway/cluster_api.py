@@ -118,6 +118,9 @@ async def metrics(request: Request) -> Response:
             m.active_lease_gpus.labels(profile, bundle).set(count)
     dispatcher = state.dispatcher
     m.nats_connected.set(1 if dispatcher is not None and dispatcher.client.is_connected else 0)
+    follower = state.follower
+    if follower is not None and follower.epoch is not None:
+        m.config_epoch.set(follower.epoch)
     return Response(m.render(), media_type=CONTENT_TYPE_LATEST)
 
 

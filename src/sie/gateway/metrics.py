@@ -90,6 +90,9 @@ class GatewayMetrics:
             "sie_gateway_pool_events_total", "Pool lifecycle events.", ["event"], registry=r
         )
         self.nats_connected = Gauge("sie_gateway_nats_connected", "1 while connected to NATS.", registry=r)
+        self.config_epoch = Gauge(
+            "sie_gateway_config_epoch", "The sie-config epoch this gateway has applied.", registry=r
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from sie.observability.gpus import gpu_metrics
+
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -53,6 +55,23 @@ class Metrics:
         self.model_loaded = Gauge(
             "sie_model_loaded", "1 while the model is loaded.", ["model", "device"], registry=r
         )
+        self.gpu_memory_used = Gauge(
+            "sie_gpu_memory_used_bytes",
+            "Device memory in use (CUDA), per device.",
+            ["device", "gpu"],
+            registry=r,
+        )
+        self.gpu_memory_total = Gauge(
+            "sie_gpu_memory_total_bytes",
+            "Device memory in all (CUDA), per device.",
+            ["device", "gpu"],
+            registry=r,
+        )
 
     def render(self) -> bytes:
+        # Read at scrape time, and only where torch already runs CUDA (``gpus.gpu_metrics``).
+        for gpu in gpu_metrics(0.0):
+            labels = (gpu["device"], gpu["gpu_type"])
+            self.gpu_memory_used.labels(*labels).set(gpu["memory_used_bytes"])
+            self.gpu_memory_total.labels(*labels).set(gpu["memory_total_bytes"])
         return generate_latest(self.registry)
