@@ -9,8 +9,9 @@ from typing import Any
 import helm_python
 import kubernetes_validate
 import pytest
+import yaml
 
-from tests.deploy.chart import GPU_VALUES, NAMESPACE, env_of, one, render
+from tests.deploy.chart import CHART, GPU_VALUES, NAMESPACE, env_of, one, render
 
 # Custom resources whose schemas ship with their operators (KEDA, Prometheus Operator), not with
 # Kubernetes: checked field by field below.
@@ -215,3 +216,26 @@ def test_nats_clusters_from_three_replicas_or_is_an_existing_url() -> None:
 def test_only_queue_routing_renders() -> None:
     with pytest.raises(helm_python.HelmRenderError, match="clusterRouting must be queue"):
         render({"clusterRouting": "ws"})
+
+
+def leaf_paths(values: dict[str, Any], prefix: str = "") -> list[str]:
+    """Every value a user can set; a pool's keys once, as ``workers.pools.<name>.*``, and maps of
+    Kubernetes fields (resources, node selectors, labels) as one value."""
+    paths = []
+    for key, value in values.items():
+        path = f"{prefix}.{key}" if prefix else key
+        if path == "workers.pools":
+            pools: list[dict[str, Any]] = list(value.values())
+            paths += [f"{path}.<name>.{k}" for k in sorted({k for p in pools for k in p})]
+        elif isinstance(value, dict) and value and key not in {"resources", "nodeSelector", "labels"}:
+            paths += leaf_paths(value, path)
+        else:
+            paths.append(path)
+    return paths
+
+
+def test_every_value_is_documented_in_the_charts_readme() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    readme = (CHART / "README.md").read_text()
+    undocumented = [p for p in leaf_paths(values) if f"| `{p}` |" not in readme]
+    assert not undocumented
