@@ -17,13 +17,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from sie.adapters.tokenizer import TextTokenizer
 from sie.core.extraction import Extraction
 from sie.core.options import AttentionBackend, Capability, ComputePrecision, Modality, Pooling
+
+if TYPE_CHECKING:  # the gateway imports this module (a request's checks) and has no tokenizers
+    from sie.adapters.tokenizer import TextTokenizer
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +207,8 @@ class LoadSpec:
     attention: AttentionBackend = AttentionBackend.AUTO
 
     def tokenizer(self) -> TextTokenizer:
+        from sie.adapters.tokenizer import TextTokenizer
+
         return TextTokenizer.from_folder(self.tokenizer_weights or self.weights, self.max_seq_length)
 
 
