@@ -23,6 +23,7 @@ from sie.engine.loader import LoadSettings, ModelSlot
 from sie.engine.ops import encode, extract, score
 from sie.engine.ops.parts import Answer, Parts
 from sie.engine.registry import EngineLimits, ModelRegistry
+from sie.observability import tracing
 from sie.observability.metrics import Metrics
 from sie.wire.requests import EncodeRequest, ExtractRequest, ScoreRequest
 from sie.wire.responses import EncodeResponse, ExtractResponse, ScoreResponse
@@ -63,17 +64,38 @@ class Engine:
     async def encode(
         self, model: str, request: EncodeRequest, *, wait_loaded: bool = False
     ) -> Answer[EncodeResponse]:
-        return await encode.encode(self._parts, model, request, wait_loaded)
+        if not tracing.enabled():
+            return await encode.encode(self._parts, model, request, wait_loaded)
+        params = request.params
+        output_types = (
+            ",".join(str(t) for t in params.output_types) if params and params.output_types else None
+        )
+        with tracing.span(
+            "encode", model=model, batch_size=len(request.items), output_types=output_types
+        ) as span:
+            answer = await encode.encode(self._parts, model, request, wait_loaded)
+            tracing.record_phases(span, answer.timing)
+            return answer
 
     async def score(
         self, model: str, request: ScoreRequest, *, wait_loaded: bool = False
     ) -> Answer[ScoreResponse]:
-        return await score.score(self._parts, model, request, wait_loaded)
+        if not tracing.enabled():
+            return await score.score(self._parts, model, request, wait_loaded)
+        with tracing.span("score", model=model, batch_size=len(request.items)) as span:
+            answer = await score.score(self._parts, model, request, wait_loaded)
+            tracing.record_phases(span, answer.timing)
+            return answer
 
     async def extract(
         self, model: str, request: ExtractRequest, *, wait_loaded: bool = False
     ) -> Answer[ExtractResponse]:
-        return await extract.extract(self._parts, model, request, wait_loaded)
+        if not tracing.enabled():
+            return await extract.extract(self._parts, model, request, wait_loaded)
+        with tracing.span("extract", model=model, batch_size=len(request.items)) as span:
+            answer = await extract.extract(self._parts, model, request, wait_loaded)
+            tracing.record_phases(span, answer.timing)
+            return answer
 
     # -- what front ends ask besides ------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from sie.gateway.routing import Demand, Router, by_priority
 from sie.gateway.settings import GatewaySettings
 from sie.gateway.state import GatewayState
 from sie.gateway.workers import WorkerTable
+from sie.observability import tracing
 from sie.queue.connection import connect
 from sie.queue.contract import HEALTH_SUBJECT_PREFIX, ContractError, decode_heartbeat
 from sie.queue.payloads import PayloadStore
@@ -117,6 +118,7 @@ async def sweep_pools(state: GatewayState, stop: asyncio.Event) -> None:
 
 def create_app(settings: GatewaySettings) -> Starlette:
     state = build_state(settings)
+    tracing.setup("sie-gateway")  # SIE_TRACING_ENABLED and the OTEL_* variables
     following = settings.follower_settings()
     if following is not None:
         state.follower = ConfigFollower(following, state.apply_configs, "gateway")
@@ -138,6 +140,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
             await asyncio.gather(*tasks, joining, return_exceptions=True)
             if state.follower is not None:
                 await state.follower.close()
+            tracing.shutdown()
             if joining.done() and not joining.cancelled() and joining.exception() is None:
                 with contextlib.suppress(Exception):
                     await joining.result().close()

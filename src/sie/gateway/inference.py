@@ -19,6 +19,7 @@ import time
 from typing import Any, Final
 
 from msgspec.structs import replace
+from opentelemetry.trace import SpanKind
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -30,6 +31,7 @@ from sie.gateway.dispatch import PublishFailed
 from sie.gateway.reply import Gathered, render
 from sie.gateway.routing import GpuNotConfigured, Provisioning, bundle_for
 from sie.gateway.state import GatewayState, state_of
+from sie.observability import tracing
 from sie.queue.contract import (
     DEFAULT_LANE_TOKEN,
     INLINE_THRESHOLD_BYTES,
@@ -177,6 +179,18 @@ class _TooLarge(Exception):
         self.index = index
 
 
+async def _traced(request: Request, operation: Operation) -> Response:
+    if not tracing.enabled():
+        return await _serve(request, operation)
+    model = request.path_params["model"]
+    parent = tracing.extract(request.headers.get("traceparent"), request.headers.get("tracestate"))
+    with tracing.span(f"gateway.{operation.value}", SpanKind.SERVER, parent, model=model) as span:
+        response = await _serve(request, operation)
+        span.set_attribute("http.status_code", response.status_code)
+        span.set_attribute("machine_profile", request.headers.get("x-sie-machine-profile") or "")
+        return response
+
+
 async def _serve(request: Request, operation: Operation) -> Response:
     started = time.perf_counter()
     state = state_of(request)
@@ -227,7 +241,7 @@ async def _dispatch(
     request_id = dispatcher.new_request_id()
     timeout_s = state.settings.gateway_request_timeout
     now = time.time()
-    base = {
+    base: dict[str, Any] = {
         "request_id": request_id,
         "operation": operation.value,
         "model_id": model,
@@ -239,6 +253,9 @@ async def _dispatch(
         "timestamp": now,
         "deadline": now + timeout_s,
     }
+    if tracing.enabled():  # the worker's span is this request's child (W3C trace context)
+        base.update(tracing.inject())  # traceparent (and tracestate): WorkItem fields of the same names
+    tracing.REQUEST_ID.set(request_id)
     items = _work_items(operation, body, base)
     try:
         keys = await _offload(state, items)
@@ -303,15 +320,15 @@ def _all_failed(gathered: Gathered) -> Response:
 
 
 async def encode(request: Request) -> Response:
-    return await _serve(request, Operation.ENCODE)
+    return await _traced(request, Operation.ENCODE)
 
 
 async def score(request: Request) -> Response:
-    return await _serve(request, Operation.SCORE)
+    return await _traced(request, Operation.SCORE)
 
 
 async def extract(request: Request) -> Response:
-    return await _serve(request, Operation.EXTRACT)
+    return await _traced(request, Operation.EXTRACT)
 
 
 ROUTES: Final = [

@@ -7,6 +7,8 @@ import logging
 from datetime import UTC, datetime
 from typing import Final
 
+from sie.observability.tracing import TraceLogFilter
+
 _EXTRA_FIELDS: Final = ("model", "request_id", "trace_id", "latency_ms", "batch_size", "endpoint", "status")
 
 
@@ -29,6 +31,7 @@ class JsonFormatter(logging.Formatter):
 
 def configure_logging(level: str, *, json_lines: bool) -> None:
     handler = logging.StreamHandler()
+    handler.addFilter(TraceLogFilter())  # trace_id and request_id on each record (observability.tracing)
     if json_lines:
         handler.setFormatter(JsonFormatter())
     else:

@@ -24,10 +24,12 @@ from typing import Any, Final
 from msgspec.structs import replace
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from opentelemetry.trace import SpanKind
 
 from sie.engine.engine import Engine
 from sie.engine.error_rules import QueueAction
 from sie.engine.errors import ModelNotFound
+from sie.observability import tracing
 from sie.queue.adaptive import AdaptiveWait
 from sie.queue.contract import (
     ContractError,
@@ -221,6 +223,18 @@ class PullLoop:
             self._wait.observe(max(0.0, self._clock() - work.timestamp))
 
     async def _run(self, work: WorkItem) -> Outcome:
+        tracing.REQUEST_ID.set(work.request_id)
+        if not tracing.enabled():
+            return await self._execute(work)
+        parent = tracing.extract(work.traceparent, work.tracestate)
+        attributes = {"model": work.model_id, "work_item_id": work.work_item_id, "worker_id": self._worker_id}
+        with tracing.span(f"worker.{work.operation}", SpanKind.CONSUMER, parent, **attributes) as span:
+            outcome = await self._execute(work)
+            span.set_attribute("outcome", outcome.action.value)
+            log.debug("work item %s of %s: %s", work.work_item_id, work.model_id, outcome.action.value)
+            return outcome
+
+    async def _execute(self, work: WorkItem) -> Outcome:
         try:
             work = await self._fetch_payloads(work)
             request = engine_request(work)

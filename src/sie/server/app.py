@@ -21,6 +21,7 @@ from sie.control.follower import ConfigFollower
 from sie.engine.bundles import DEFAULT_BUNDLE, Bundle, load_bundle
 from sie.engine.engine import Engine
 from sie.engine.runtime import EngineRuntime
+from sie.observability import tracing
 from sie.observability.metrics import Metrics
 from sie.queue.contract import Heartbeat, lane_of
 from sie.server import openapi_docs
@@ -108,6 +109,7 @@ def create_app(settings: Settings) -> FastAPI:
     # per-call thread pool would add one thread per core on top and fight the forward for the cores.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     runtime = EngineRuntime(settings)  # parses the catalogue: a bad YAML stops startup here
+    tracing.setup("sie-server")  # SIE_TRACING_ENABLED and the OTEL_* variables
     metrics = runtime.metrics
     lifecycle = Lifecycle(settings.drain_timeout_s, settings.drain_min_s)
     identity = worker_identity(settings)
@@ -140,6 +142,7 @@ def create_app(settings: Settings) -> FastAPI:
             if queue is not None:
                 await queue.stop()  # items in flight finish and are acked; the rest is redelivered
             await runtime.stop()
+            tracing.shutdown()
 
     app = FastAPI(
         title="SIE Server",
