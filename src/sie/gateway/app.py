@@ -23,7 +23,7 @@ from sie.control.follower import ALL_SUBJECT, ConfigFollower
 from sie.engine.admission import Admission
 from sie.engine.bundles import bundle_names, load_bundle
 from sie.engine.catalog import Catalog
-from sie.gateway import cluster_api, config_api, inference, pools_api
+from sie.gateway import cluster_api, config_api, inference, pools_api, status_page
 from sie.gateway.auth import Auth, AuthConfig
 from sie.gateway.dead_letters import DeadLetters
 from sie.gateway.dispatch import Dispatcher
@@ -147,7 +147,13 @@ def create_app(settings: GatewaySettings) -> Starlette:
 
     if not settings.nats_servers():
         raise ValueError("sie-gateway needs SIE_NATS_URL (the cluster's NATS server or servers)")
-    routes = [*inference.ROUTES, *cluster_api.ROUTES, *pools_api.ROUTES, *config_api.ROUTES]
+    routes = [
+        *inference.ROUTES,
+        *cluster_api.ROUTES,
+        *pools_api.ROUTES,
+        *config_api.ROUTES,
+        *status_page.ROUTES,
+    ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.gateway = state
     for exc_type in HANDLED:

@@ -57,8 +57,8 @@ def worker_view(worker: Worker) -> dict[str, Any]:
     }
 
 
-async def health(request: Request) -> Response:
-    state = state_of(request)
+def health_body(state: GatewayState) -> dict[str, Any]:
+    """The cluster as ``get_capacity`` reads it (and the status page shows it)."""
     workers = state.workers.all()
     healthy = [w for w in workers if w.heartbeat.ready]
     loaded = {m for w in healthy for m in w.heartbeat.loaded_models}
@@ -90,7 +90,11 @@ async def health(request: Request) -> Response:
         "workers": [worker_view(w) for w in workers],
         "models": models,
     }
-    return JSONResponse(body)
+    return body
+
+
+async def health(request: Request) -> Response:
+    return JSONResponse(health_body(state_of(request)))
 
 
 async def metrics(request: Request) -> Response:

@@ -25,7 +25,7 @@ from sie.observability import tracing
 from sie.observability.metrics import Metrics
 from sie.queue.contract import Heartbeat, lane_of
 from sie.server import openapi_docs
-from sie.server.api import encode, health, models, openai_compat, rerank, score_extract, ws
+from sie.server.api import encode, health, models, openai_compat, rerank, score_extract, status_page, ws
 from sie.server.errors import HANDLED, handle_native_error
 from sie.server.lifecycle import Draining, Lifecycle
 from sie.server.middleware import BodyLimit, IdentityHeaders, SdkVersionSkew
@@ -152,7 +152,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     inference = (*encode.ROUTES, *score_extract.ROUTES, *openai_compat.ROUTES, *rerank.ROUTES)
     app.router.routes.extend(route.route() for route in inference)
-    for router in (health.router, models.router, ws.router):
+    for router in (health.router, models.router, ws.router, status_page.router):
         app.include_router(router)
     for exc_type in HANDLED:
         app.add_exception_handler(exc_type, handle_native_error)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import PlainTextResponse, RedirectResponse
+from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 router = APIRouter(tags=["health"])
@@ -31,11 +31,6 @@ async def readyz(request: Request) -> PlainTextResponse:
     if request.state.lifecycle.draining:
         return PlainTextResponse("not ready", status_code=503)
     return PlainTextResponse("ok")
-
-
-@router.get("/", include_in_schema=False)
-async def root() -> RedirectResponse:
-    return RedirectResponse("/docs", status_code=307)
 
 
 @router.get("/metrics", include_in_schema=False)
