@@ -27,7 +27,7 @@ from sie.gateway import cluster_api, config_api, inference, pools_api, status_pa
 from sie.gateway.auth import Auth, AuthConfig
 from sie.gateway.dead_letters import DeadLetters
 from sie.gateway.dispatch import Dispatcher
-from sie.gateway.metrics import GatewayMetrics
+from sie.gateway.metrics import GatewayMetrics, RequestCounting
 from sie.gateway.pools import Pools
 from sie.gateway.routing import Demand, Router, by_priority
 from sie.gateway.settings import GatewaySettings
@@ -92,7 +92,8 @@ async def join_cluster(state: GatewayState) -> Client:
             await follower.on_delta(message.data)
 
         await client.subscribe(ALL_SUBJECT, cb=on_delta)
-    dispatcher = Dispatcher(client)
+    publish_seconds = state.metrics.publish_seconds
+    dispatcher = Dispatcher(client, lambda operation, s: publish_seconds.labels(operation).observe(s))
     await dispatcher.start()
     pools = Pools(client.jetstream(), state.workers)
     await pools.start()
@@ -167,6 +168,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
             settings.auth_mode, settings.tokens(), settings.admin_token, settings.auth_exempt_operational
         ),
     )
+    app.add_middleware(RequestCounting, metrics=state.metrics)
     app.add_middleware(IdentityHeaders)
     log.info(
         "sie-gateway %s: %d models, %d bundles",

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,8 +54,9 @@ class Collector:
 
 
 class Dispatcher:
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, published: Callable[[str, float], None] | None = None) -> None:
         self.client = client
+        self._published = published  # (operation, seconds until JetStream acked every item)
         self.router_id = uuid.uuid4().hex
         self._jetstream: JetStreamContext = client.jetstream()
         self._collectors: dict[str, Collector] = {}
@@ -103,6 +105,15 @@ class Dispatcher:
                 asyncio.gather(*(self._jetstream.publish(subject, encode_message(item)) for item in items))
             )
             collector.published_at = time.monotonic()
+            if self._published is not None and items:
+                report, operation, since = self._published, items[0].operation, collector.published_at
+                acks.add_done_callback(
+                    lambda done: (
+                        None
+                        if done.cancelled() or done.exception()
+                        else report(operation, time.monotonic() - since)
+                    )
+                )
             deadline = collector.published_at + timeout_s
             waiting: set[asyncio.Future[Any]] = {acks, collector.done}
             while not collector.done.done():

@@ -5,7 +5,12 @@ and the pools when ``/metrics`` is scraped."""
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sie.server.request_metrics import classify
 
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -96,3 +101,37 @@ class GatewayMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class RequestCounting:
+    """``sie_gateway_requests_total`` and ``sie_gateway_request_latency_seconds`` for every inference
+    request, counted at the ASGI edge so every outcome (202, 4xx raised by the checks, 5xx) counts once."""
+
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        target = classify(scope.get("path", "")) if scope["type"] == "http" else None
+        if target is None:
+            await self.app(scope, receive, send)
+            return
+        endpoint = target[0]
+        profile = ""
+        for key, value in scope.get("headers", []):
+            if key == b"x-sie-machine-profile":
+                profile = value.decode("latin-1")
+        started = time.perf_counter()
+        status = 500
+
+        async def capture(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, capture)
+        finally:
+            self.metrics.requests.labels(endpoint, str(status), profile).inc()
+            self.metrics.latency.labels(endpoint, profile).observe(time.perf_counter() - started)

@@ -13,7 +13,8 @@ from sie.observability.metrics import Metrics
 _ENDPOINTS: Final = ("encode", "score", "extract")
 
 
-def _classify(path: str) -> tuple[str, str] | None:
+def classify(path: str) -> tuple[str, str] | None:
+    """The endpoint and model of an inference path, or None for any other route."""
     if path == "/v1/embeddings":
         return "embeddings", ""
     for endpoint in _ENDPOINTS:
@@ -29,7 +30,7 @@ class RequestMetrics:
         self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        target = _classify(scope.get("path", "")) if scope["type"] == "http" else None
+        target = classify(scope.get("path", "")) if scope["type"] == "http" else None
         if target is None:
             await self.app(scope, receive, send)
             return
