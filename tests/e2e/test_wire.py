@@ -346,10 +346,10 @@ def test_probes(server, path: str) -> None:
     assert response.text == "ok"
 
 
-def test_root_redirects_to_docs(server) -> None:
+def test_root_is_the_status_page_linking_the_docs(server) -> None:
     response = server.client.get("/", follow_redirects=False)
-    assert response.status_code == 307
-    assert response.headers["location"] == "/docs"
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
+    assert 'href="/docs"' in response.text and "/ws/status" in response.text
 
 
 def test_openapi_and_docs(server) -> None:
