@@ -14,7 +14,9 @@ Use it as an async context manager (``async with Engine(...) as engine``), or ca
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from types import TracebackType
+from typing import Any, TypeVar
 
 from sie.engine.catalog import Catalog, CatalogEntry
 from sie.engine.errors import InvalidInput
@@ -64,38 +66,30 @@ class Engine:
     async def encode(
         self, model: str, request: EncodeRequest, *, wait_loaded: bool = False
     ) -> Answer[EncodeResponse]:
+        call = encode.encode(self._parts, model, request, wait_loaded)
         if not tracing.enabled():
-            return await encode.encode(self._parts, model, request, wait_loaded)
+            return await call
         params = request.params
         output_types = (
             ",".join(str(t) for t in params.output_types) if params and params.output_types else None
         )
-        with tracing.span(
-            "encode", model=model, batch_size=len(request.items), output_types=output_types
-        ) as span:
-            answer = await encode.encode(self._parts, model, request, wait_loaded)
-            tracing.record_phases(span, answer.timing)
-            return answer
+        return await _traced("encode", call, model, len(request.items), output_types=output_types)
 
     async def score(
         self, model: str, request: ScoreRequest, *, wait_loaded: bool = False
     ) -> Answer[ScoreResponse]:
+        call = score.score(self._parts, model, request, wait_loaded)
         if not tracing.enabled():
-            return await score.score(self._parts, model, request, wait_loaded)
-        with tracing.span("score", model=model, batch_size=len(request.items)) as span:
-            answer = await score.score(self._parts, model, request, wait_loaded)
-            tracing.record_phases(span, answer.timing)
-            return answer
+            return await call
+        return await _traced("score", call, model, len(request.items))
 
     async def extract(
         self, model: str, request: ExtractRequest, *, wait_loaded: bool = False
     ) -> Answer[ExtractResponse]:
+        call = extract.extract(self._parts, model, request, wait_loaded)
         if not tracing.enabled():
-            return await extract.extract(self._parts, model, request, wait_loaded)
-        with tracing.span("extract", model=model, batch_size=len(request.items)) as span:
-            answer = await extract.extract(self._parts, model, request, wait_loaded)
-            tracing.record_phases(span, answer.timing)
-            return answer
+            return await call
+        return await _traced("extract", call, model, len(request.items))
 
     # -- what front ends ask besides ------------------------------------------------------------------
 
@@ -139,3 +133,17 @@ class Engine:
                     f"Token id {bad} is outside the vocabulary of model '{model}' (size {vocab})"
                 )
         return [tokenizer.decode(ids) for ids in token_lists]
+
+
+R = TypeVar("R")
+
+
+async def _traced(
+    name: str, call: Awaitable[Answer[R]], model: str, items: int, **attributes: Any
+) -> Answer[R]:
+    """The operation's span (``observability.tracing``) with its measured phases as children; ``call``
+    is a coroutine not started yet, so all of it runs inside the span."""
+    with tracing.span(name, model=model, batch_size=items, **attributes) as span:
+        answer = await call
+        tracing.record_phases(span, answer.timing)
+        return answer

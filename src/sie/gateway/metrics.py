@@ -5,12 +5,10 @@ and the pools when ``/metrics`` is scraped."""
 
 from __future__ import annotations
 
-import time
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sie.server.request_metrics import classify
+from sie.server.request_metrics import classify, run_recording_status
 
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -121,17 +119,9 @@ class RequestCounting:
         for key, value in scope.get("headers", []):
             if key == b"x-sie-machine-profile":
                 profile = value.decode("latin-1")
-        started = time.perf_counter()
-        status = 500
 
-        async def capture(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, capture)
-        finally:
+        def record(status: int, seconds: float) -> None:
             self.metrics.requests.labels(endpoint, str(status), profile).inc()
-            self.metrics.latency.labels(endpoint, profile).observe(time.perf_counter() - started)
+            self.metrics.latency.labels(endpoint, profile).observe(seconds)
+
+        await run_recording_status(self.app, scope, receive, send, record)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -35,20 +36,30 @@ class RequestMetrics:
             await self.app(scope, receive, send)
             return
         endpoint, model = target
-        started = time.perf_counter()
-        status = 500
 
-        async def capture(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
+        def record(status: int, seconds: float) -> None:
+            named = "unknown" if status == 404 else model  # keep label cardinality bounded
+            self.metrics.requests.labels(named, endpoint, str(status)).inc()
+            self.metrics.request_duration.labels(named, endpoint, "total").observe(seconds)
 
-        try:
-            await self.app(scope, receive, capture)
-        finally:
-            model = "unknown" if status == 404 else model  # keep label cardinality bounded
-            self.metrics.requests.labels(model, endpoint, str(status)).inc()
-            self.metrics.request_duration.labels(model, endpoint, "total").observe(
-                time.perf_counter() - started
-            )
+        await run_recording_status(self.app, scope, receive, send, record)
+
+
+async def run_recording_status(
+    app: ASGIApp, scope: Scope, receive: Receive, send: Send, record: Callable[[int, float], None]
+) -> None:
+    """Run ``app`` and then ``record(status, seconds)``, also when it raised (status 500: the catch-all
+    answers it so), so every outcome of a request is counted once."""
+    started = time.perf_counter()
+    status = 500
+
+    async def capture(message: Message) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        await send(message)
+
+    try:
+        await app(scope, receive, capture)
+    finally:
+        record(status, time.perf_counter() - started)
