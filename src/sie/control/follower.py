@@ -117,14 +117,18 @@ class ConfigFollower:
         """Fetch the export and make it the set (under the lock: deltas wait)."""
         snapshot = await self._get("/v1/configs/export")
         configs: dict[str, ModelConfig] = {}
+        texts: set[str] = set()
         for model in snapshot.get("models") or []:
             text = model.get("raw_yaml")
             if not text:
                 config = model.get("model_config")
                 text = yaml.safe_dump(config, sort_keys=False) if isinstance(config, dict) else ""
+            texts.add(text)
             parsed = self._parse(str(model.get("model_id")), text) if text else None
             if parsed is not None:
                 configs[parsed.sie_id] = parsed
+        # The parse cache keeps what the writer holds now: every delta's text would otherwise stay for ever.
+        self._parsed = {text: parsed for text, parsed in self._parsed.items() if text in texts}
         async with self._lock:
             changed = configs != self.configs
             self.configs = configs
