@@ -106,3 +106,17 @@ def test_query_expansion_can_be_turned_off(colbert_dir: Path) -> None:
     assert len(short.ids) < QUERY_LENGTH and encoder.tokenizer.token_id("[MASK]") not in short.ids.tolist()
     (cut,) = encoder.prepare(QUERIES[1:], Forward(MULTI, is_query=True))
     assert len(cut.ids) == QUERY_LENGTH  # still cut to the query length
+
+
+def test_bfloat16_gives_float32_vectors_close_to_float32(colbert_dir: Path) -> None:
+    """Under bfloat16 autocast the projection's matmul comes back in bfloat16, which numpy cannot
+    hold: the load used to fail on its warm-up batch."""
+    loadtime = {"token_dim": TOKEN_DIM, "query_max_length": QUERY_LENGTH}
+    forward = Forward(MULTI)
+    vectors = {}
+    for precision in (ComputePrecision.FLOAT32, ComputePrecision.BFLOAT16):
+        encoder = ColbertEncoder.load(LoadSpec(colbert_dir, "cpu", precision, 512, loadtime=loadtime))
+        vectors[precision] = encoder.run(encoder.prepare(DOCS, forward), forward).multivector
+    for half, full in zip(vectors[ComputePrecision.BFLOAT16], vectors[ComputePrecision.FLOAT32], strict=True):
+        assert half.dtype == np.float32 and half.shape == full.shape
+        assert float(np.min((half * full).sum(axis=1))) >= 0.99

@@ -404,11 +404,18 @@ profiles:
 }
 
 
+def tiny_bert_dir() -> Path:
+    """The packaged tiny BERT every built family starts from; ``SIE_TEST_TINY_BERT`` names a copy of
+    it where the package is not installed (the offline GPU machine, docs/benchmarks.md)."""
+    copy = os.environ.get("SIE_TEST_TINY_BERT")
+    return Path(copy) if copy else package_folder("cognition", "model")
+
+
 @pytest.fixture(scope="session")
 def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The weights of the test models, built from configs (tests/builders.py), by YAML placeholder."""
     root = tmp_path_factory.mktemp("family-weights")
-    splade = package_folder("cognition", "model")
+    splade = tiny_bert_dir()
     return {
         "reranker": builders.bert_reranker(splade, root / "reranker"),
         "colbert": builders.colbert(splade, (root / "colbert")),

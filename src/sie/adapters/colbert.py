@@ -100,7 +100,8 @@ class ColbertEncoder(TransformerAdapter):
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         with self.backbone.running(forward.lora):
             hidden, tokens = self.backbone.token_states(batch)
-            vectors = F.normalize(hidden.float() @ self._projection.T, dim=-1).cpu().numpy()
+            # Under autocast the matmul runs in half precision whatever its inputs: back to float32.
+            vectors = F.normalize(hidden.float() @ self._projection.T, dim=-1).float().cpu().numpy()
         per_item = tokens.per_item(vectors)
         if not forward.is_query:
             per_item = [v[~np.isin(item.ids, self._skip)] for v, item in zip(per_item, batch, strict=True)]

@@ -1,0 +1,295 @@
+"""Every family on the GPU against the same weights on the CPU, through real servers.
+
+The other tests hold each adapter to its reference library on the CPU; this one holds the CUDA path
+(packed attention kernels, half precision, device copies) to that CPU path: a CPU float32 server and a
+GPU server per precision serve the families built from configs (tests/builders.py), every family gets
+the same requests, and the answers are compared value by value, plus each text alone against the same
+text inside a batch on the GPU. Skipped where no GPU is present; ``SIE_TEST_DEVICE=cpu`` runs the
+float32 comparison CPU against CPU (how the harness itself is checked on a machine without one).
+docs/benchmarks.md says how to run it on a lent GPU machine.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from tests.e2e.conftest import (
+    CLIP,
+    COLBERT,
+    DOCS,
+    GLINER,
+    M3,
+    MSGPACK_HEADERS,
+    NER,
+    NLI,
+    QUERY,
+    RERANKER,
+    SIGLIP,
+    Server,
+    run_server,
+    tiny_bert_dir,
+    unpack_body,
+)
+
+DEVICE = os.environ.get("SIE_TEST_DEVICE", "cuda")
+pytestmark = pytest.mark.skipif(
+    DEVICE.startswith("cuda") and not torch.cuda.is_available(), reason="needs a CUDA GPU"
+)
+
+DENSE = "test/dense"
+SPLADE = "test/splade"
+EXTRA_YAMLS = {
+    "dense.yaml": f"""
+sie_id: {DENSE}
+weights_path: "@colbert@"
+tasks:
+  encode:
+    dense: {{dim: 128}}
+max_sequence_length: 256
+profiles:
+  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.dense_torch:TorchDenseEncoder"}}
+""",
+    "splade.yaml": f"""
+sie_id: {SPLADE}
+weights_path: "@tiny_bert@"
+tasks:
+  encode:
+    sparse: {{dim: 30522}}
+max_sequence_length: 256
+profiles:
+  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.splade:SpladeEncoder"}}
+""",
+}
+MODELS = [DENSE, SPLADE, RERANKER, COLBERT, f"{COLBERT}:muvera", M3, GLINER, NER, NLI, CLIP, SIGLIP]
+
+# Texts of many lengths, so a batch packs short and long sequences together.
+TEXTS = [
+    QUERY,
+    *DOCS,
+    "Alice Smith flew from Paris to Berlin on Monday to meet Bob Jones at the Acme office.",
+    " ".join(["the kidney filters blood and regulates pressure"] * 12),
+    "ok",
+]
+LABELS = ["person", "location", "organization"]
+
+
+def picture(seed: int) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (40, 48, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels, "RGB").save(out, format="PNG")
+    return out.getvalue()
+
+
+def texts(model: str, items: list[str]) -> dict[str, Any]:
+    body: dict[str, Any] = {"items": [{"text": t} for t in items]}
+    if model in (GLINER, NLI):
+        body["params"] = {"labels": LABELS}
+    outputs = {M3: ["dense", "sparse", "multivector"], SPLADE: ["sparse"], COLBERT: ["multivector"]}
+    if model in outputs:
+        body["params"] = {"output_types": outputs[model]}
+    return body
+
+
+def route(model: str) -> str:
+    if model in (GLINER, NER, NLI):
+        return "extract"
+    return "score" if model == RERANKER else "encode"
+
+
+def requests(model: str) -> list[dict[str, Any]]:
+    """The bodies each family is asked, a batch first; for encoders every text alone too."""
+    if model == RERANKER:
+        return [
+            {"query": {"text": QUERY}, "items": [{"text": t, "id": f"d{i}"} for i, t in enumerate(TEXTS)]}
+        ]
+    batch = texts(model, TEXTS)
+    if model in (CLIP, SIGLIP):
+        batch["items"] += [{"images": [{"data": picture(seed), "format": "png"}]} for seed in (0, 1)]
+    return [batch]
+
+
+def ask(server: Server, model: str, body: dict[str, Any]) -> dict[str, Any]:
+    response = server.client.post(
+        f"/v1/{route(model)}/{model}", content=msgpack.packb(body), headers=MSGPACK_HEADERS
+    )
+    assert response.status_code == 200, f"{server.url} {model}: {response.text}\n{server.log()[-3000:]}"
+    answer: dict[str, Any] = unpack_body(response.content)
+    return answer
+
+
+def cosine_rows(a: np.ndarray, b: np.ndarray) -> float:
+    a = (
+        np.asarray(a, dtype=np.float64).reshape(len(a), -1)
+        if np.ndim(a) > 1
+        else np.asarray(a, np.float64)[None]
+    )
+    b = (
+        np.asarray(b, dtype=np.float64).reshape(len(b), -1)
+        if np.ndim(b) > 1
+        else np.asarray(b, np.float64)[None]
+    )
+    assert a.shape == b.shape
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return float(np.min((a * b).sum(axis=1) / np.maximum(norms, 1e-30)))
+
+
+def sparse_dense(value: dict[str, Any]) -> np.ndarray:
+    out = np.zeros(int(value["dims"]), dtype=np.float64)
+    out[np.asarray(value["indices"], dtype=np.int64)] = np.asarray(value["values"], dtype=np.float64)
+    return out
+
+
+class Tolerance:
+    def __init__(self, min_cosine: float, score: float, exact_entities: bool) -> None:
+        self.min_cosine = min_cosine
+        self.score = score
+        self.exact_entities = exact_entities
+
+
+def same(expected: Any, got: Any, tol: Tolerance, where: str) -> None:
+    """``got`` equals ``expected`` within ``tol``: vectors by cosine, sparse vectors as dense ones,
+    scores by absolute difference, everything else exactly."""
+    if isinstance(expected, dict) and {"indices", "values", "dims"} <= set(expected):
+        cos = cosine_rows(sparse_dense(expected), sparse_dense(got))
+        assert cos >= tol.min_cosine, f"{where}: sparse cosine {cos:.6f}"
+    elif isinstance(expected, dict):
+        if "entities" in expected and not tol.exact_entities:
+            close_entities(expected["entities"], got["entities"], tol, where)
+            expected = {k: v for k, v in expected.items() if k != "entities"}
+            got = {k: v for k, v in got.items() if k != "entities"}
+        if "classifications" in expected and not tol.exact_entities:
+            labels = [
+                {c["label"]: c["score"] for c in side.pop("classifications")} for side in (expected, got)
+            ]
+            same(*labels, tol, f"{where}.classifications")
+        assert set(expected) == set(got), f"{where}: keys {sorted(expected)} != {sorted(got)}"
+        for key in expected:
+            same(expected[key], got[key], tol, f"{where}.{key}")
+    elif isinstance(expected, list):
+        assert len(expected) == len(got), f"{where}: {len(expected)} != {len(got)} entries"
+        for index, (a, b) in enumerate(zip(expected, got, strict=True)):
+            same(a, b, tol, f"{where}[{index}]")
+    elif isinstance(expected, np.ndarray) and expected.dtype.kind == "f":
+        assert expected.shape == got.shape, f"{where}: shape {expected.shape} != {got.shape}"
+        if expected.size:
+            cos = cosine_rows(expected, got)
+            assert cos >= tol.min_cosine, f"{where}: cosine {cos:.6f}"
+    elif isinstance(expected, np.ndarray):
+        np.testing.assert_array_equal(expected, got, err_msg=where)
+    elif isinstance(expected, float):
+        assert abs(expected - got) <= tol.score, f"{where}: {expected} vs {got}"
+    else:
+        assert expected == got, f"{where}: {expected!r} != {got!r}"
+
+
+def close_entities(
+    expected: list[dict[str, Any]], got: list[dict[str, Any]], tol: Tolerance, where: str
+) -> None:
+    """In half precision a span scored at the threshold may fall either side of it (the random test
+    heads score many spans near it): the spans both found score the same within ``tol.score``, and
+    at most one in ten is found by one side only."""
+
+    def key(entity: dict[str, Any]) -> tuple[Any, ...]:
+        return (entity["label"], entity.get("start"), entity.get("end"))
+
+    mine = {key(e): e["score"] for e in expected}
+    theirs = {key(e): e["score"] for e in got}
+    for span in mine.keys() & theirs.keys():
+        assert abs(mine[span] - theirs[span]) <= tol.score, f"{where}: {span} {mine[span]} vs {theirs[span]}"
+    one_sided = mine.keys() ^ theirs.keys()
+    assert len(one_sided) * 10 <= max(len(mine.keys() | theirs.keys()), 1), (
+        f"{where}: {one_sided} on one side"
+    )
+
+
+def by_item(answer: dict[str, Any]) -> dict[str, Any]:
+    """A score answer keyed by item id: in half precision two near-equal scores may swap ranks."""
+    return {s["item_id"]: s["score"] for s in answer["scores"]}
+
+
+@pytest.fixture(scope="module")
+def models_dir(
+    tmp_path_factory: pytest.TempPathFactory, families_models: Path, family_folders: dict[str, Path]
+) -> Path:
+    """The families' models dir plus a dense BERT and a SPLADE over the tiny BERT (the packaged ones
+    are not on the GPU machine)."""
+    models = tmp_path_factory.mktemp("device-models")
+    shutil.copytree(families_models, models, dirs_exist_ok=True)
+    folders = {**family_folders, "tiny_bert": tiny_bert_dir()}
+    for name, text in EXTRA_YAMLS.items():
+        for key, folder in folders.items():
+            text = text.replace(f"@{key}@", str(folder))
+        (models / name).write_text(text)
+    return models
+
+
+def serve(tmp: Path, models_dir: Path, device: str, precision: str) -> Any:
+    env = {"SIE_MODELS_DIR": str(models_dir), "SIE_DEFAULT_COMPUTE_PRECISION": precision}
+    return run_server(tmp, env, "--device", device, "--preload", ",".join(MODELS))
+
+
+@pytest.fixture(scope="module")
+def cpu_answers(
+    tmp_path_factory: pytest.TempPathFactory, models_dir: Path
+) -> dict[str, list[dict[str, Any]]]:
+    with serve(tmp_path_factory.mktemp("cpu"), models_dir, "cpu", "float32") as server:
+        return {model: [ask(server, model, body) for body in requests(model)] for model in MODELS}
+
+
+# A CPU runs float16 as bfloat16, whose 8-bit mantissa the half-precision bounds below are not for:
+# the CPU-against-CPU check of the harness compares float32 only.
+@pytest.fixture(scope="module", params=["float32", "float16"] if DEVICE.startswith("cuda") else ["float32"])
+def device_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, models_dir: Path
+) -> Iterator[tuple[str, Server]]:
+    precision: str = request.param
+    with serve(tmp_path_factory.mktemp(f"{DEVICE}-{precision}"), models_dir, DEVICE, precision) as server:
+        yield precision, server
+
+
+def tolerance(precision: str, model: str) -> Tolerance:
+    if precision == "float32":
+        # cuDNN may run the image towers' convolutions in TF32: 1e-4, not 1e-5, bounds float32 here.
+        return Tolerance(min_cosine=0.9999, score=1e-3, exact_entities=True)
+    # MUVERA's encoding buckets token vectors by the signs of random projections: a half-precision
+    # token vector near a bucket edge moves whole blocks of the encoding, so it is held to less.
+    return Tolerance(
+        min_cosine=0.98 if model.endswith(":muvera") else 0.999, score=2e-2, exact_entities=False
+    )
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_the_device_answers_as_the_cpu(
+    model: str, device_server: tuple[str, Server], cpu_answers: dict[str, list[dict[str, Any]]]
+) -> None:
+    precision, server = device_server
+    tol = tolerance(precision, model)
+    for body, expected in zip(requests(model), cpu_answers[model], strict=True):
+        got = ask(server, model, body)
+        if model == RERANKER:
+            same(by_item(expected), by_item(got), tol, f"{model} {precision}")
+        else:
+            same(expected["items"], got["items"], tol, f"{model} {precision}")
+
+
+@pytest.mark.parametrize("model", [m for m in MODELS if route(m) == "encode"])
+def test_a_text_alone_equals_it_inside_a_batch_on_the_device(
+    model: str, device_server: tuple[str, Server]
+) -> None:
+    precision, server = device_server
+    tol = tolerance(precision, model)
+    batch = ask(server, model, texts(model, TEXTS))["items"]
+    for index in (0, 4, len(TEXTS) - 2, len(TEXTS) - 1):
+        (alone,) = ask(server, model, texts(model, [TEXTS[index]]))["items"]
+        same(batch[index], alone, tol, f"{model} {precision} text {index} alone")
