@@ -120,3 +120,18 @@ def test_bfloat16_gives_float32_vectors_close_to_float32(colbert_dir: Path) -> N
     for half, full in zip(vectors[ComputePrecision.BFLOAT16], vectors[ComputePrecision.FLOAT32], strict=True):
         assert half.dtype == np.float32 and half.shape == full.shape
         assert float(np.min((half * full).sum(axis=1))) >= 0.99
+
+
+def test_punctuation_stays_in_documents_when_the_model_says_so(colbert_dir: Path) -> None:
+    forward = Forward(MULTI)
+    lengths = []
+    for keep in (True, False):
+        loadtime = {"token_dim": TOKEN_DIM, "doc_punctuation_skiplist": keep}
+        encoder = ColbertEncoder.load(
+            LoadSpec(colbert_dir, "cpu", ComputePrecision.FLOAT32, 512, loadtime=loadtime)
+        )
+        (vectors,) = encoder.run(encoder.prepare(DOCS[:1], forward), forward).multivector or []
+        lengths.append(len(vectors))
+        if not keep:
+            assert len(vectors) == len(encoder.prepare(DOCS[:1], forward)[0].ids)
+    assert lengths[0] < lengths[1]

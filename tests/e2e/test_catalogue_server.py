@@ -1,7 +1,8 @@
 """The shipped catalogue through a real server with an empty weight cache and no hub.
 
-``GET /v1/models`` must list every id the public server lists for the families this release runs,
-with the outputs, dims and profiles of its YAML, without loading anything. A model whose weights are
+``GET /v1/models`` must list every id of the public catalogue with the public entry's fields (outputs,
+dims, profiles, revision, capabilities, routing), without loading anything; an id of a family this
+release does not run is listed as failed and refused with 400 ``MODEL_NOT_SERVED`` naming the family. A model whose weights are
 nowhere must fail its load cleanly: ``502 MODEL_LOAD_FAILED`` naming every place searched, so the
 operator knows what to fix, while the server goes on serving the models it has. The packaged tiny
 SPLADE must load from its Python package alone.
@@ -24,20 +25,35 @@ CATALOG = Catalog.from_directory(MODELS_DIR)
 LOAD_TIMEOUT_S = 60.0
 
 
-def expected_info(name: str) -> dict[str, Any]:
+def expected_info(name: str, runtime_instance_id: str) -> dict[str, Any]:
+    """The public server's entry for ``name``: outputs in its fixed order, a variant's profile listed
+    as its only (default) one, ``revision`` from the YAML, ``routing`` always present."""
     entry = CATALOG.get(name)
     assert entry is not None
     config = entry.config
-    outputs = sorted(c.value for c in config.output_types()) + (
-        ["score"] if config.tasks.score is not None else []
-    )
+    declared = {c.value for c in config.output_types()}
+    outputs = [o for o in ("dense", "sparse", "multivector") if o in declared]
+    outputs += ["score"] if config.tasks.score is not None else []
     outputs += ["json"] if config.tasks.extract is not None else []  # the public name of extraction
+    outputs += ["tokens"] if config.tasks.generate is not None else []
+    profile = {
+        "identity": None,
+        "remote_contract_sha256": None,
+        "remote_execution_sha256": None,
+        "runtime_instance_id": runtime_instance_id,
+    }
+    variant = name != config.sie_id
+    length = entry.profile.loadtime.get("max_seq_length") if variant else None
     return {
         "inputs": config.inputs.names(),
         "outputs": outputs,
         "dims": config.tasks.encode.dims() if config.tasks.encode else {},
-        "max_sequence_length": config.max_sequence_length,
-        "profiles": {p: {"is_default": p == entry.profile.name} for p in config.profiles},
+        "max_sequence_length": length if isinstance(length, int) else config.max_sequence_length,
+        "profiles": {"default": {"is_default": True, **profile}}
+        if variant
+        else {p: {"is_default": p == entry.profile.name, **profile} for p in config.profiles},
+        "revision": config.hf_revision,
+        "routing": {"policy": None, "upstream_kind": None},
     }
 
 
@@ -46,14 +62,26 @@ def test_models_lists_the_catalogue(empty_cache_server: Server) -> None:
     assert response.status_code == 200
     models = {m["name"]: m for m in response.json()["models"]}
     assert list(models) == CATALOG.names()
+    instance = models["BAAI/bge-m3"]["profiles"]["default"]["runtime_instance_id"]
+    assert len(instance) == 64 and int(instance, 16) >= 0
     for name, info in models.items():
-        assert {key: info[key] for key in expected_info(name)} == expected_info(name), name
+        expected = expected_info(name, instance)
+        assert {key: info[key] for key in expected} == expected, name
     # Spot checks against the public server's facts.
     m3 = models["BAAI/bge-m3"]
-    assert m3["outputs"] == ["dense", "multivector", "sparse", "score"]
+    assert m3["outputs"] == ["dense", "sparse", "multivector", "score"]
     assert m3["dims"] == {"dense": 1024, "sparse": 250002, "multivector": 1024}
-    assert set(m3["profiles"]) == {"default", "dense", "sparse", "multivector", "banking", "medical-vn"}
-    assert models["BAAI/bge-m3:sparse"]["profiles"]["sparse"] == {"is_default": True}
+    assert set(m3["profiles"]) == {
+        "default",
+        "dense",
+        "sparse",
+        "multivector",
+        "banking",
+        "medical-vn",
+        "bge_m3_flag",
+    }
+    assert m3["capabilities"] is None and m3["state"] == "available" and m3["last_error"] is None
+    assert models["BAAI/bge-m3:sparse"]["profiles"]["default"]["is_default"] is True
     colbert = models["colbert-ir/colbertv2.0:muvera"]
     assert colbert["dims"] == {"multivector": 128} and colbert["outputs"] == ["multivector"]
     reranker = models["cross-encoder/ms-marco-MiniLM-L-6-v2"]
@@ -63,6 +91,45 @@ def test_models_lists_the_catalogue(empty_cache_server: Server) -> None:
     assert gliner["outputs"] == ["json"] and gliner["dims"] == {} and gliner["max_sequence_length"] == 384
     clip = models["openai/clip-vit-base-patch32"]
     assert clip["inputs"] == ["text", "image"] and clip["dims"] == {"dense": 512}
+    assert models["jinaai/jina-reranker-v2-base-multilingual"]["revision"] == (
+        "9cfeff2df7d40d1b78e75e5e9cebec92a99813c9"
+    )
+    qwen = models["Qwen/Qwen3-4B-Instruct-2507"]
+    assert qwen["outputs"] == ["tokens"] and qwen["capabilities"]["streaming"] is True
+    # A variant takes its profile's ``loadtime.max_seq_length``, as the public server's does.
+    assert models["Qwen/Qwen3-0.6B:long-context"]["max_sequence_length"] == 32768
+
+
+# Ids of families this release does not run, one per kind, and the family each refusal names.
+NOT_SERVED = [
+    ("Qwen/Qwen3-4B-Instruct-2507", "encode", "a generative model (SGLang)"),
+    ("openai/whisper-large-v3-turbo", "extract", "a speech recognition model (Whisper)"),
+    ("zai-org/GLM-OCR:transformers", "extract", "an OCR vision-language model (GLM-OCR)"),
+    ("knowledgator/gliclass-base-v1.0", "extract", "a zero-shot classifier (GLiClass)"),
+    ("vidore/colpali-v1.3-hf", "encode", "a visual document retriever (ColPali)"),
+    ("nvidia/NV-Embed-v2", "encode", "a model whose architecture is code on the Hugging Face Hub"),
+    ("topk-io/Iso-ModernColBERT:smve", "encode", "a sparse multi-vector encoding (SMVE) of a ColBERT"),
+    ("BAAI/bge-base-en-v1.5:candle", "encode", "the Candle (Rust) runtime"),
+]
+
+
+@pytest.mark.parametrize(("model", "route", "family"), NOT_SERVED, ids=[n[0] for n in NOT_SERVED])
+def test_a_family_this_release_does_not_run_is_listed_failed_and_refused_by_name(
+    empty_cache_server: Server, model: str, route: str, family: str
+) -> None:
+    listed = empty_cache_server.client.get(f"/v1/models/{model}").json()
+    assert listed["state"] == "failed" and listed["loaded"] is False
+    error = listed["last_error"]
+    assert error["code"] == "MODEL_NOT_SERVED" and error["permanent"] is True
+    assert family in error["message"] and "not serve" in error["message"]
+    body = {"items": [{"text": "hello"}], "params": {"labels": ["person"]}}
+    response = post(empty_cache_server, route, model, body)
+    assert response.status_code == 400, response.text
+    detail = response.json()["detail"]
+    assert detail == {"code": "MODEL_NOT_SERVED", "message": error["message"]}
+    assert f"Model '{model}' is {family}" in detail["message"]
+    assert post(empty_cache_server, "encode", "nope/missing", body).status_code == 404
+    assert empty_cache_server.client.get("/healthz").status_code == 200
 
 
 # (model id, route, body): one of each family, and a profile variant.

@@ -59,7 +59,10 @@ def test_catalog_expands_profile_variants(tmp_path):
     ("mutation", "reason"),
     [
         (lambda t: t.replace("sie_id: org/model\n", ""), "sie_id: Field required"),
-        (lambda t: t.replace("  default:", "  other:"), "profiles must contain 'default'"),
+        (
+            lambda t: t.replace("profiles:\n", "routing: {policy: fallback}\nprofiles:\n"),
+            "must name the remote profile",
+        ),
         (lambda t: t.replace("hf_id: org/model\n", ""), "one of hf_id or weights_path"),
         (
             lambda t: t.replace("max_sequence_length: 32", "max_sequence_length: 32\nbogus: 1"),

@@ -78,8 +78,15 @@ class ColbertEncoder(TransformerAdapter):
         if mask_id is None and self._expand:
             raise ValueError(f"the tokenizer has none of {names} for query expansion")
         self._mask_id = mask_id or 0
+        # PyLate drops punctuation tokens from documents unless the model says not to.
+        skip_punctuation = options.get("doc_punctuation_skiplist", True) is not False
         self._skip = np.fromiter(
-            (i for c in string.punctuation if (i := self.tokenizer.token_id(c)) is not None), dtype=np.int64
+            (
+                i
+                for c in (string.punctuation if skip_punctuation else "")
+                if (i := self.tokenizer.token_id(c)) is not None
+            ),
+            dtype=np.int64,
         )
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:

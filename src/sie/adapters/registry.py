@@ -75,6 +75,77 @@ CANONICAL: Final = frozenset(
 
 KNOWN: Final = frozenset({*CANONICAL, *ALIASES})
 
+# Families of the public catalogue this release does not run, by adapter module (a module and its
+# submodules) or exact path: a model whose profile names one is listed by ``/v1/models`` as failed with
+# ``MODEL_NOT_SERVED``, and a request for it is refused with 400 ``MODEL_NOT_SERVED`` naming the
+# family, before anything is loaded or queued. docs/models.md has the table.
+_PUBLIC_PREFIX: Final = "sie_server.adapters."
+_P: Final = _PUBLIC_PREFIX
+NOT_SERVED: Final[dict[str, str]] = {
+    f"{_P}sglang": "a generative model (SGLang)",
+    f"{_P}sglang_vision_extract": "a vision-language extraction model (SGLang)",
+    f"{_P}ctranslate2": "a generative translation model (CTranslate2)",
+    f"{_P}tensorrt_llm": "a generative model (TensorRT-LLM)",
+    f"{_P}whisper": "a speech recognition model (Whisper)",
+    f"{_P}parakeet": "a speech recognition model (Parakeet)",
+    f"{_P}lighton_ocr": "an OCR vision-language model (LightOnOCR)",
+    f"{_P}glm_ocr": "an OCR vision-language model (GLM-OCR)",
+    f"{_P}paddleocr_vl": "an OCR vision-language model (PaddleOCR-VL)",
+    f"{_P}mineru_vl": "an OCR vision-language model (MinerU)",
+    f"{_P}sam3": "an image segmentation model (SAM 3)",
+    f"{_P}colpali": "a visual document retriever (ColPali)",
+    f"{_P}colqwen2": "a visual document retriever (ColQwen2)",
+    f"{_P}colqwen3": "a visual document retriever (ColQwen3)",
+    f"{_P}colsmol": "a visual document retriever (ColSmol)",
+    f"{_P}nemo_colembed": "a visual document retriever (NeMo ColEmbed)",
+    f"{_P}topk_embed": "a visual document retriever (topk-embed)",
+    f"{_P}qwen3_vl_embedding": "a multimodal embedder (Qwen3-VL)",
+    f"{_P}qwen3_vl_reranker": "a multimodal reranker (Qwen3-VL)",
+    f"{_P}st_sparse_vision": "a visual sparse encoder (v-SPLADE)",
+    f"{_P}gliclass": "a zero-shot classifier (GLiClass)",
+    f"{_P}gliner2": "a schema extractor (GLiNER2)",
+    f"{_P}glirel": "a relation extractor (GLiREL)",
+    f"{_P}gliner_union": "a PII extractor (GLiNER union)",
+    f"{_P}gliformer": "an extractor (GLiFormer)",
+    f"{_P}laya": "an extractor (Laya)",
+    f"{_P}privacy_filter": "a PII filter (privacy-filter)",
+    f"{_P}stablebridge_pruner": "a context pruner (Stablebridge)",
+    f"{_P}owlv2": "an open-vocabulary detector (OWLv2)",
+    f"{_P}grounding_dino": "an open-vocabulary detector (Grounding DINO)",
+    f"{_P}florence2": "a document understanding model (Florence-2)",
+    f"{_P}donut": "a document understanding model (Donut)",
+    f"{_P}docling": "a document parser (Docling)",
+    f"{_P}jina_flash_cross_encoder": "a reranker on Jina's Hub code (jina-reranker-v2)",
+    f"{_P}qwen2_flash_cross_encoder": "a causal-LM reranker (Qwen3-Reranker, mxbai-rerank-v2)",
+    f"{_P}native_causal_cross_encoder": "a causal-LM reranker (zerank)",
+    f"{_P}rope_flash": "an embedder on Alibaba's GTE 'NewModel' Hub code",
+    f"{_P}nomic_flash": "an embedder on Nomic's nomic-bert Hub code",
+    f"{_P}gte_sparse_flash": "a sparse encoder on Alibaba's GTE Hub code",
+    f"{_P}remote": "a remote upstream (a profile that calls another server)",
+    f"{_P}fake": "the public server's test fixture",
+    "sie_server_rust.adapters.candle": "the Candle (Rust) runtime",
+    # Public ids whose public adapter we alias but whose weights need more than our class runs
+    # (scripts/import-public-models names them so): exact paths.
+    "sie.adapters.not_built:HubCode": "a model whose architecture is code on the Hugging Face Hub",
+    "sie.adapters.not_built:OpenClip": "an open_clip model",
+    "sie.adapters.not_built:DenseProjection": "an embedder with a dense projection head after pooling",
+    "sie.adapters.not_built:GlinerRelations": "a GLiNER relation extractor",
+    "sie.adapters.not_built:SparseMultivector": "a sparse multi-vector encoding (SMVE) of a ColBERT",
+}
+
+
+def not_served(adapter_path: str) -> str | None:
+    """The family of ``adapter_path`` when this release does not run it (``NOT_SERVED``), else None."""
+    path = canonical(adapter_path)
+    if path in NOT_SERVED:
+        return NOT_SERVED[path]
+    module = path.split(":", 1)[0]
+    for prefix, family in NOT_SERVED.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return family
+    return None
+
+
 # What a family reads from a request's ``options`` beyond its operation's own (its class's
 # ``request_options``). Declared here, beside the names, so a request can be checked against it
 # without importing the family's module: the gateway checks every request and must never import torch.
@@ -104,7 +175,6 @@ class UnknownAdapter(LookupError):
     pass
 
 
-_PUBLIC_PREFIX: Final = "sie_server.adapters."
 _PUBLIC_SUBMODULE: Final = ".adapter:"
 
 

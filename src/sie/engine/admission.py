@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sie.adapters.registry import not_served
 from sie.engine.catalog import Catalog, CatalogEntry
-from sie.engine.errors import InvalidInput, ModelNotFound, PayloadTooLarge, require_items
+from sie.engine.errors import InvalidInput, ModelNotFound, ModelNotServed, PayloadTooLarge, require_items
 from sie.wire.requests import Item
 
 
@@ -48,7 +49,11 @@ class Admission:
         """The entry that serves a request (the variant its ``profile`` option names), once the
         request's items passed their checks."""
         self.items(items, query)
-        return self.require(self.variant(model, (options or {}).get("profile")))
+        entry = self.require(self.variant(model, (options or {}).get("profile")))
+        family = not_served(entry.profile.adapter_path)
+        if family is not None:
+            raise ModelNotServed(entry.name, entry.profile.adapter_path, family)
+        return entry
 
     def items(self, items: Sequence[Item], query: Item | None = None) -> None:
         """Items present, no text over ``SIE_MAX_ITEM_TEXT_BYTES`` (413)."""

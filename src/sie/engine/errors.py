@@ -25,6 +25,18 @@ class ModelNotFound(EngineError):
         self.model = model
 
 
+class ModelNotServed(EngineError):
+    """The model's family is in the catalogue but this release does not run it: a client error that
+    retrying cannot cure, and not a "not found" (the id is known and listed)."""
+
+    def __init__(self, model: str, adapter_path: str, family: str) -> None:
+        super().__init__(
+            f"Model '{model}' is {family} (adapter '{adapter_path}'), a family this release does not "
+            "serve; docs/models.md lists the families it runs"
+        )
+        self.model = model
+
+
 class ModelLoading(EngineError):
     """The model is loading in the background; the caller should retry shortly."""
 

@@ -7,7 +7,7 @@ reason instead of silently serving a different model.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -43,15 +43,53 @@ class EncodeTask(_Strict):
         return {name: out.dim for name in ("dense", "sparse", "multivector") if (out := getattr(self, name))}
 
 
+class GenerateCapabilities(_Strict):
+    grammar: list[Literal["json_schema", "regex", "ebnf"]] = Field(default_factory=list)
+    streaming: bool = True
+    tools: bool = False
+    code: bool = False
+    sql: bool = False
+    guard: bool = False
+
+
+class GenerateTask(_Strict):
+    """Text generation, as the public schema declares it. Parsed so that the public catalogue loads
+    and ``/v1/models`` reports the capabilities; this release serves no generative family
+    (``adapters.registry.NOT_SERVED``)."""
+
+    context_length: int
+    max_output_tokens: int
+    capabilities: GenerateCapabilities = Field(default_factory=GenerateCapabilities)
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    prewarm_grammars: list[dict[str, Any]] = Field(default_factory=list)
+    grammar_profile: str | None = None
+
+
 class Tasks(_Strict):
     encode: EncodeTask | None = None
     score: dict[str, Any] | None = None
     extract: dict[str, Any] | None = None
+    generate: GenerateTask | None = None
 
 
 class AdapterOptions(_Strict):
     loadtime: dict[str, Any] = Field(default_factory=dict)
     runtime: dict[str, Any] = Field(default_factory=dict)
+
+
+class AdaptiveBatching(_Strict):
+    """The public server's latency-target batching; our batcher fills batches by tokens and waits
+    for nothing (docs/architecture.md), so these are accepted and not used."""
+
+    enabled: bool | None = None
+    target_p50_ms: float | None = None
+    calibration_multiplier: float | None = None
+    min_target_p50_ms: float | None = None
+    max_target_p50_ms: float | None = None
+    min_wait_ms: float | None = None
+    max_wait_ms: float | None = None
+    gain: float | None = None
+    integral_gain: float | None = None
 
 
 class Profile(_Strict):
@@ -60,7 +98,63 @@ class Profile(_Strict):
     compute_precision: ComputePrecision | None = None
     adapter_path: str | None = None
     adapter_options: AdapterOptions = Field(default_factory=AdapterOptions)
-    adaptive_batching: dict[str, Any] | None = None
+    adaptive_batching: AdaptiveBatching | None = None
+    # The generative families' profile fields (KV budget, output cap, chat template, grammar): parsed
+    # so their YAMLs load; this release serves none of those families.
+    kv_budget_tokens: int | None = None
+    admission_enabled: bool | None = None
+    max_output_tokens: int | None = Field(default=None, gt=0)
+    chat_template_kwargs: dict[str, Any] | None = None
+    grammar_profile: str | None = None
+
+
+_THRESHOLD_FIELDS: Final = ("wake_above", "sleep_below", "window_s", "cooldown_s")
+
+
+class Routing(_Strict):
+    """How the bare model id chooses between a local and a remote profile in the public server.
+    Validated as there; this release runs no remote upstream, so ``/v1/models`` reports it and
+    requests are served by the profile they name."""
+
+    policy: Literal["remote_only", "fallback", "threshold"]
+    fallback_profile: str | None = None
+    triggers: tuple[Literal["provisioning", "model_loading", "saturated", "unhealthy"], ...] | None = None
+    wake_above: float | None = Field(default=None, gt=0)
+    sleep_below: float | None = Field(default=None, gt=0)
+    window_s: float | None = Field(default=None, gt=0)
+    cooldown_s: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> Routing:
+        thresholds = [name for name in _THRESHOLD_FIELDS if getattr(self, name) is not None]
+        if self.policy == "remote_only":
+            if self.fallback_profile is not None or self.triggers is not None or thresholds:
+                raise ValueError("routing policy 'remote_only' takes no other field")
+            return self
+        if not self.fallback_profile:
+            raise ValueError(
+                f"routing policy '{self.policy}' must name the remote profile in 'fallback_profile'"
+            )
+        if self.policy == "fallback":
+            if thresholds:
+                raise ValueError(f"routing policy 'fallback' does not use: {', '.join(thresholds)}")
+            if self.triggers is not None and (
+                not self.triggers or len(set(self.triggers)) != len(self.triggers)
+            ):
+                raise ValueError("routing.triggers must name each trigger once, at least one")
+            return self
+        if self.triggers is not None:
+            raise ValueError("routing policy 'threshold' does not use 'triggers'")
+        missing = [name for name in _THRESHOLD_FIELDS if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"routing policy 'threshold' must set: {', '.join(missing)}")
+        if (
+            self.sleep_below is not None
+            and self.wake_above is not None
+            and self.sleep_below >= self.wake_above
+        ):
+            raise ValueError("routing.sleep_below must be lower than routing.wake_above")
+        return self
 
 
 class ResolvedProfile(_Strict):
@@ -79,7 +173,13 @@ class ModelConfig(_Strict):
     hf_id: str | None = None
     weights_path: str | None = None
     hf_revision: str | None = None
+    # The tokenizer repositories a model also reads, pinned: the public server digests them into a
+    # profile's identity; weights resolve here without them.
+    hf_tokenizer_dependencies: dict[str, str] = Field(default_factory=dict)
     package_backed: bool = False
+    remote_backed: bool = False
+    routing: Routing | None = None
+    pool: str | None = None
     inputs: Inputs = Field(default_factory=Inputs)
     tasks: Tasks = Field(default_factory=Tasks)
     max_sequence_length: int | None = Field(default=None, gt=0)
@@ -90,10 +190,12 @@ class ModelConfig(_Strict):
         if self.package_backed:
             if self.hf_id or self.weights_path or self.hf_revision:
                 raise ValueError("package_backed models take none of hf_id, weights_path, hf_revision")
-        elif not (self.hf_id or self.weights_path):
+        elif not (self.hf_id or self.weights_path or self.remote_backed):
             raise ValueError("one of hf_id or weights_path is required")
-        if "default" not in self.profiles:
-            raise ValueError("profiles must contain 'default'")
+        if not self.profiles:
+            raise ValueError("profiles must name at least one profile")
+        if self.routing is not None and self.routing.fallback_profile not in (None, *self.profiles):
+            raise ValueError(f"routing.fallback_profile '{self.routing.fallback_profile}' is not a profile")
         for name, profile in self.profiles.items():
             if profile.extends is None:
                 missing = [f for f in ("max_batch_tokens", "adapter_path") if getattr(profile, f) is None]

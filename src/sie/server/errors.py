@@ -43,6 +43,7 @@ _UNAVAILABLE: Final = OpenAIRule(503, "model_not_available")
 HTTP: Final[dict[ErrorCode, HttpRule]] = {
     ErrorCode.INVALID_INPUT: HttpRule(400, _BAD_REQUEST),
     ErrorCode.MODEL_NOT_FOUND: HttpRule(404, OpenAIRule(404, "model_not_found", "invalid_request_error")),
+    ErrorCode.MODEL_NOT_SERVED: HttpRule(400, OpenAIRule(400, "model_not_served", "invalid_request_error")),
     ErrorCode.PAYLOAD_TOO_LARGE: HttpRule(413, OpenAIRule(413, "payload_too_large", "invalid_request_error")),
     ErrorCode.MODEL_LOAD_FAILED: HttpRule(502, _UNAVAILABLE),
     ErrorCode.MODEL_LOADING: HttpRule(503, _UNAVAILABLE),

@@ -9,6 +9,7 @@ from typing import Any
 class ErrorCode(StrEnum):
     INVALID_INPUT = "INVALID_INPUT"
     MODEL_NOT_FOUND = "MODEL_NOT_FOUND"
+    MODEL_NOT_SERVED = "MODEL_NOT_SERVED"  # ours: a catalogued family this release does not run
     MODEL_NOT_LOADED = "MODEL_NOT_LOADED"
     MODEL_LOADING = "MODEL_LOADING"
     MODEL_LOAD_FAILED = "MODEL_LOAD_FAILED"

@@ -57,7 +57,15 @@ class EncodeResponse(msgspec.Struct):
 
 
 class ProfileInfo(msgspec.Struct):
+    """``identity`` and the remote digests are the public server's content digests of a profile
+    (null where it cannot compute one, as for every remote-free profile whose revision is not
+    pinned); we compute none and send null, which its clients read as "not identifiable"."""
+
     is_default: bool
+    identity: str | None = None
+    remote_contract_sha256: str | None = None
+    remote_execution_sha256: str | None = None
+    runtime_instance_id: str | None = None
 
 
 class ModelError(msgspec.Struct):
@@ -65,6 +73,22 @@ class ModelError(msgspec.Struct):
     message: str
     attempts: int
     permanent: bool
+
+
+class ModelCapabilities(msgspec.Struct):
+    """A generative model's advertised capabilities (null for every other model)."""
+
+    streaming: bool
+    grammar: list[str]
+    tools: bool
+    code: bool
+    sql: bool
+    guard: bool
+
+
+class ModelRouting(msgspec.Struct):
+    policy: str | None = None
+    upstream_kind: str | None = None
 
 
 class ModelInfo(msgspec.Struct):
@@ -77,6 +101,9 @@ class ModelInfo(msgspec.Struct):
     last_error: ModelError | None
     max_sequence_length: int | None
     profiles: dict[str, ProfileInfo]
+    revision: str | None
+    capabilities: ModelCapabilities | None
+    routing: ModelRouting
 
 
 class ModelList(msgspec.Struct):

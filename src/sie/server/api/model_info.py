@@ -3,20 +3,52 @@ the state its workers' heartbeats report. Imports nothing that loads models, so 
 
 from __future__ import annotations
 
+import hashlib
+import os
+import secrets
+from typing import Final
+
+from sie.adapters.registry import not_served
 from sie.engine.catalog import CatalogEntry
-from sie.wire.responses import ModelError, ModelInfo, ProfileInfo
+from sie.engine.errors import ModelNotServed
+from sie.wire.errors import ErrorCode
+from sie.wire.responses import ModelCapabilities, ModelError, ModelInfo, ModelRouting, ProfileInfo
+
+# The public server's order of ``outputs``: the encode outputs, then the other operations.
+_ENCODE_ORDER: Final = ("dense", "sparse", "multivector")
+
+RUNTIME_INSTANCE_ID: Final = hashlib.sha256(f"{os.getpid()}:{secrets.token_hex(16)}".encode()).hexdigest()
+"""This process, as the public server names it on every profile: it changes on every restart, so a
+client can tell a restarted server from one that kept its state."""
 
 
 def entry_info(
     entry: CatalogEntry, state: str, loaded: bool, last_error: ModelError | None = None
 ) -> ModelInfo:
-    """One catalogue entry as ``/v1/models`` shows it; the gateway renders its own from heartbeats."""
+    """One catalogue entry as ``/v1/models`` shows it; the gateway renders its own from heartbeats.
+    A ``{sie_id}:{profile}`` variant lists its profile as its only (default) one and takes its
+    ``loadtime.max_seq_length``; a family this release does not run shows as failed with
+    ``MODEL_NOT_SERVED``, the error a request for it gets."""
     config = entry.config
-    outputs = sorted(c.value for c in config.output_types())
-    if config.tasks.score is not None:
-        outputs.append("score")
-    if config.tasks.extract is not None:
-        outputs.append("json")
+    declared = {c.value for c in config.output_types()}
+    outputs: list[str] = [name for name in _ENCODE_ORDER if name in declared]
+    for task, output in (("score", "score"), ("extract", "json"), ("generate", "tokens")):
+        if getattr(config.tasks, task) is not None:
+            outputs.append(output)
+    family = not_served(entry.profile.adapter_path)
+    if family is not None and last_error is None:
+        message = str(ModelNotServed(entry.name, entry.profile.adapter_path, family))
+        state, last_error = "failed", ModelError(ErrorCode.MODEL_NOT_SERVED, message, 0, True)
+    is_variant = entry.name != config.sie_id
+    names = [entry.profile.name] if is_variant else list(config.profiles)
+    profiles = {
+        name: ProfileInfo(is_default=name == entry.profile.name, runtime_instance_id=RUNTIME_INSTANCE_ID)
+        for name in names
+    }
+    if is_variant:
+        profiles = {"default": profiles[entry.profile.name]}
+    length = entry.profile.loadtime.get("max_seq_length")
+    generate = config.tasks.generate
     return ModelInfo(
         name=entry.name,
         inputs=config.inputs.names(),
@@ -25,6 +57,17 @@ def entry_info(
         loaded=loaded,
         state=state,
         last_error=last_error,
-        max_sequence_length=config.max_sequence_length,
-        profiles={name: ProfileInfo(is_default=name == entry.profile.name) for name in config.profiles},
+        max_sequence_length=length
+        if is_variant and isinstance(length, int) and length > 0
+        else config.max_sequence_length,
+        profiles=profiles,
+        revision=config.hf_revision,
+        capabilities=None if generate is None else ModelCapabilities(**generate.capabilities.model_dump()),
+        routing=ModelRouting(
+            policy="remote_only"
+            if config.remote_backed
+            else config.routing.policy
+            if config.routing
+            else None
+        ),
     )
