@@ -303,3 +303,43 @@ def running_nats(folder: Path) -> Iterator[NatsServer]:
 def nats_url(tmp_path: Path) -> Iterator[str]:
     with running_nats(tmp_path) as server:
         yield server.url
+
+
+PUBLIC_SERVER_VERSION: Final = "0.10.1"
+
+
+@pytest.fixture(scope="session")
+def public_server_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The model YAMLs of the public ``sie-server==0.10.1`` wheel (read, never installed: it needs
+    Python >= 3.12 and its own torch): the catalogue ours must cover. The wheel is downloaded once
+    into ``$SIE_PUBLIC_WHEELS`` (default ``.public-wheels``); tests skip when no python3.12 exists
+    or pip cannot reach the package."""
+    import zipfile
+
+    wheels = Path(os.environ.get("SIE_PUBLIC_WHEELS", REPO / ".public-wheels"))
+    pattern = f"sie_server-{PUBLIC_SERVER_VERSION}-*.whl"
+    if not list(wheels.glob(pattern)):
+        base = _python312()
+        if base is None:
+            pytest.skip("downloading the public sie-server wheel needs a python3.12")
+        pip_venv = tmp_path_factory.mktemp("pip-venv")  # a system Python may have no pip of its own
+        subprocess.run([base, "-m", "venv", "--clear", str(pip_venv)], check=True, timeout=120)
+        pip = [str(pip_venv / "bin" / "python"), "-m", "pip", "download", "--quiet", "--no-deps"]
+        done = subprocess.run(
+            [*pip, "--only-binary=:all:", "-d", str(wheels), f"sie-server=={PUBLIC_SERVER_VERSION}"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        if done.returncode != 0:
+            if any(marker in done.stderr for marker in UNREACHABLE):
+                pytest.skip(f"pip cannot get sie-server {PUBLIC_SERVER_VERSION}: {done.stderr[-500:]}")
+            pytest.fail(f"pip download of sie-server failed:\n{done.stderr}", pytrace=False)
+    (wheel,) = wheels.glob(pattern)
+    folder = tmp_path_factory.mktemp("public-server-models")
+    with zipfile.ZipFile(wheel) as archive:
+        for name in archive.namelist():
+            if name.startswith("sie_server/models/") and name.endswith(".yaml"):
+                (folder / Path(name).name).write_bytes(archive.read(name))
+    return folder

@@ -295,6 +295,7 @@ def test_bge_m3_facts():
         "banking",
         "medical-vn",
         "bge_m3_flag",
+        "candle",
     }
     assert config.resolve_profile("bge_m3_flag").adapter_path == BGE_M3
     assert config.resolve_profile("medical-vn").runtime["lora_id"] == "doanbao/bge-m3-medical-vn-lora"
@@ -321,7 +322,9 @@ def test_vision_models_take_text_and_images_and_state_the_public_facts():
         }
         assert config.tasks.score is None
         clip = adapter_of(config) == CLIP
-        assert config.max_sequence_length == (77 if clip else 64)
+        # SigLIP so400m at 224 pixels has 16 text positions, the others 64.
+        short = config.sie_id == "google/siglip-so400m-patch14-224"
+        assert config.max_sequence_length == (77 if clip else 16 if short else 64)
         # The public server's defaults: CLIP answers unit vectors, SigLIP raw ones.
         assert config.resolve_profile("default").runtime["normalize"] is clip
     assert {alias for alias, target in registry.ALIASES.items() if target in (CLIP, SIGLIP)} == {
@@ -428,3 +431,16 @@ def test_packaged_splade_resolves_offline(tmp_path, splade_dir):
     assert config.hf_id in PACKAGED
     sources = WeightSources(local_cache=tmp_path, hf_fallback=False)
     assert sources.resolve(config.hf_id, config.weights_path) == splade_dir
+
+
+def test_a_colbert_that_declares_scoring_scores_by_late_interaction():
+    """The public catalogue declares ``score`` on its ColBERTs: with no ``score_mode`` they score
+    by MaxSim, their only vector; a dense model keeps dense, a SPLADE its sparse dot product."""
+    for config in of_family(COLBERT):
+        assert config.tasks.score == {}, config.sie_id
+        plan = plan_score(config.sie_id, True, config.output_types(), {})
+        assert plan.weights == {Capability.MULTIVECTOR: 1.0}
+    assert plan_score("m", True, frozenset({Capability.DENSE, Capability.MULTIVECTOR}), {}).weights == {
+        Capability.DENSE: 1.0
+    }
+    assert plan_score("m", True, frozenset({Capability.SPARSE}), {}).weights == {Capability.SPARSE: 1.0}

@@ -16,6 +16,13 @@ class CatalogEntry:
     profile: ResolvedProfile
     config_dir: Path
 
+    @property
+    def max_sequence_length(self) -> int | None:
+        """The profile's ``loadtime.max_seq_length`` when it sets one (the public server's variants
+        are shorter than their model this way), else the model's."""
+        length = self.profile.loadtime.get("max_seq_length")
+        return length if isinstance(length, int) and length > 0 else self.config.max_sequence_length
+
 
 class Catalog:
     def __init__(self, entries: list[CatalogEntry]) -> None:

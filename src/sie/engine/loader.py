@@ -91,7 +91,7 @@ def load_model(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel:
         weights=folder,
         device=settings.device,
         precision=precision,
-        max_seq_length=config.max_sequence_length,
+        max_seq_length=entry.max_sequence_length,
         loadtime=loadtime,
         threads=settings.threads,
         tokenizer_weights=tokenizer_folder,

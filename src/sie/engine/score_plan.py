@@ -79,7 +79,16 @@ def plan_score(
             raise InvalidInput(f"Model '{model}' {SCORING_HINT}")
         if not outputs:
             return ScorePlan(None)
-        raw_mode = ScoreMode.DENSE
+        # A model that declares scoring and encodes scores by its own kind of vector: a ColBERT by
+        # late interaction, as the public server's ColBERT adapters do.
+        raw_mode = next(
+            (
+                m
+                for m in (ScoreMode.DENSE, ScoreMode.MAXSIM, ScoreMode.SPARSE)
+                if SIMILARITY_OUTPUT[m][0] in outputs
+            ),
+            ScoreMode.DENSE,
+        )
     mode = _mode(raw_mode)
     if mode is ScoreMode.HYBRID:
         weights = _weights(options.get("score_weights"))

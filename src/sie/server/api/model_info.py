@@ -47,7 +47,6 @@ def entry_info(
     }
     if is_variant:
         profiles = {"default": profiles[entry.profile.name]}
-    length = entry.profile.loadtime.get("max_seq_length")
     generate = config.tasks.generate
     return ModelInfo(
         name=entry.name,
@@ -57,9 +56,7 @@ def entry_info(
         loaded=loaded,
         state=state,
         last_error=last_error,
-        max_sequence_length=length
-        if is_variant and isinstance(length, int) and length > 0
-        else config.max_sequence_length,
+        max_sequence_length=entry.max_sequence_length,
         profiles=profiles,
         revision=config.hf_revision,
         capabilities=None if generate is None else ModelCapabilities(**generate.capabilities.model_dump()),
