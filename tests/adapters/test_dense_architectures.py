@@ -1,0 +1,113 @@
+"""The dense encoder on every architecture the catalogue's dense ids run, against sentence-transformers.
+
+The catalogue serves BERT, XLM-RoBERTa, ModernBERT, Qwen2, Qwen3 and Mistral embedders through one
+class (``TorchDenseEncoder``). Each architecture is built here from a small config with seeded random
+weights and the packaged tiny BERT's tokenizer, saved as a sentence-transformers folder (the pooling
+its family uses: mean for the encoders, the last token for the causal LMs), and our vectors are held
+to sentence-transformers' on the same folder, each text alone and inside a batch of mixed lengths.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.models import Normalize, Transformer
+from sentence_transformers.models import Pooling as StPooling
+from transformers import (
+    AutoModel,
+    MistralConfig,
+    ModernBertConfig,
+    PretrainedConfig,
+    Qwen2Config,
+    Qwen3Config,
+    XLMRobertaConfig,
+)
+
+from sie.adapters.base import LoadSpec
+from sie.adapters.dense_torch import TorchDenseEncoder
+from sie.core.options import ComputePrecision, Pooling
+from sie.postprocess.quantize import l2_normalize
+from tests.conftest import dense
+
+SMALL: dict[str, Any] = {
+    "vocab_size": 30522,
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 128,
+    "pad_token_id": 0,
+}
+DECODER: dict[str, Any] = {**SMALL, "num_key_value_heads": 2, "max_position_embeddings": 512}
+
+ARCHITECTURES: dict[str, tuple[Callable[[], PretrainedConfig], str]] = {
+    "xlm-roberta": (lambda: XLMRobertaConfig(**SMALL, max_position_embeddings=514), "mean"),
+    "modernbert": (
+        lambda: ModernBertConfig(
+            **SMALL, max_position_embeddings=512, cls_token_id=101, sep_token_id=102, bos_token_id=101
+        ),
+        "mean",
+    ),
+    "qwen2": (lambda: Qwen2Config(**DECODER), "lasttoken"),
+    "qwen3": (lambda: Qwen3Config(**DECODER, head_dim=16), "lasttoken"),
+    "mistral": (lambda: MistralConfig(**DECODER, head_dim=16), "lasttoken"),
+}
+OURS = {"mean": Pooling.MEAN, "lasttoken": Pooling.LAST}
+
+WORDS = [
+    "search",
+    "engines",
+    "rank",
+    "documents",
+    "by",
+    "relevance",
+    "to",
+    "a",
+    "query",
+    "using",
+    "dense",
+    "vectors",
+    "and",
+    "lexical",
+    "signals",
+]
+
+
+def texts(n: int, seed: int = 3) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 120))) for _ in range(n)] + ["ok"]
+
+
+def build(name: str, tiny_bert: Path, root: Path) -> tuple[Path, str]:
+    make, mode = ARCHITECTURES[name]
+    torch.manual_seed(0)
+    backbone = root / f"{name}-backbone"
+    AutoModel.from_config(make()).save_pretrained(backbone)
+    for file in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny_bert / file, backbone / file)
+    transformer = Transformer(str(backbone), max_seq_length=256)
+    pooling = StPooling(transformer.get_embedding_dimension(), pooling_mode=mode)
+    folder = root / name
+    SentenceTransformer(modules=[transformer, pooling, Normalize()], device="cpu").save(str(folder))
+    return folder, mode
+
+
+@pytest.mark.parametrize("name", sorted(ARCHITECTURES))
+def test_dense_architecture_equals_sentence_transformers(name: str, splade_dir: Path, tmp_path: Path) -> None:
+    folder, mode = build(name, splade_dir, tmp_path)
+    encoder = TorchDenseEncoder.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256))
+    corpus = texts(24)
+    ours = l2_normalize(dense(encoder, corpus, OURS[mode]))
+    reference = SentenceTransformer(str(folder), device="cpu").encode(corpus, normalize_embeddings=True)
+    cosine = (ours * reference).sum(axis=1)
+    assert float(cosine.min()) >= 0.99999, name
+    for index in (0, 7, len(corpus) - 1):
+        alone = l2_normalize(dense(encoder, [corpus[index]], OURS[mode]))[0]
+        assert float(np.dot(alone, ours[index])) >= 0.99999, (name, index)
