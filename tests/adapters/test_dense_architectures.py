@@ -1,7 +1,7 @@
 """The dense encoder on every architecture the catalogue's dense ids run, against sentence-transformers.
 
-The catalogue serves BERT, XLM-RoBERTa, ModernBERT, Qwen2, Qwen3 and Mistral embedders through one
-class (``TorchDenseEncoder``). Each architecture is built here from a small config with seeded random
+The catalogue serves BERT, XLM-RoBERTa, ModernBERT, Gemma 3, Qwen2, Qwen3 and Mistral embedders through
+one class (``TorchDenseEncoder``). Each architecture is built here from a small config with seeded random
 weights and the packaged tiny BERT's tokenizer, saved as a sentence-transformers folder (the pooling
 its family uses: mean for the encoders, the last token for the causal LMs), and our vectors are held
 to sentence-transformers' on the same folder, each text alone and inside a batch of mixed lengths.
@@ -23,6 +23,8 @@ from sentence_transformers.models import Normalize, Transformer
 from sentence_transformers.models import Pooling as StPooling
 from transformers import (
     AutoModel,
+    BertConfig,
+    Gemma3TextConfig,
     MistralConfig,
     ModernBertConfig,
     PretrainedConfig,
@@ -48,6 +50,12 @@ SMALL: dict[str, Any] = {
 DECODER: dict[str, Any] = {**SMALL, "num_key_value_heads": 2, "max_position_embeddings": 512}
 
 ARCHITECTURES: dict[str, tuple[Callable[[], PretrainedConfig], str]] = {
+    "bert": (lambda: BertConfig(**SMALL, max_position_embeddings=512), "mean"),
+    # EmbeddingGemma: a Gemma 3 text model with bidirectional attention, mean pooled.
+    "gemma3": (
+        lambda: Gemma3TextConfig(**DECODER, head_dim=16, use_bidirectional_attention=True),
+        "mean",
+    ),
     "xlm-roberta": (lambda: XLMRobertaConfig(**SMALL, max_position_embeddings=514), "mean"),
     "modernbert": (
         lambda: ModernBertConfig(
