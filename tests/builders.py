@@ -91,6 +91,29 @@ def modernbert_reranker(splade_dir: Path, folder: Path) -> Path:
     return folder
 
 
+def qwen3_reranker(splade_dir: Path, folder: Path) -> Path:
+    """A small Qwen3 causal LM with seeded weights and the packaged BERT's tokenizer (it has the
+    "yes" and "no" tokens a Qwen3-Reranker reads): the layout of Qwen/Qwen3-Reranker-*."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(1)
+    config = Qwen3Config(
+        vocab_size=30522,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+        max_position_embeddings=512,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
+    Qwen3ForCausalLM(config).save_pretrained(folder)
+    _copy_tokenizer(splade_dir, folder)
+    return folder
+
+
 def colbert(splade_dir: Path, folder: Path) -> Path:
     """The packaged tiny BERT with a seeded projection to 16 dims in PyLate's ``1_Dense`` layout."""
     BertModel.from_pretrained(str(splade_dir), add_pooling_layer=False).save_pretrained(folder)

@@ -290,6 +290,7 @@ RAMPART = "nationaldesignstudio/rampart"  # shipped YAML; real ONNX weights from
 NLI = "test/nli"
 CLIP = "test/clip"
 SIGLIP = "test/siglip"
+CAUSAL_RERANKER = "test/qwen3-reranker"
 QUERY = "what causes high blood pressure"
 DOCS = [
     "The film ran for three hours and the popcorn was stale.",
@@ -308,6 +309,19 @@ tasks:
 max_sequence_length: 256
 profiles:
   default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.cross_encoder:CrossEncoderScorer"}}
+""",
+    "qwen3-reranker.yaml": f"""
+sie_id: {CAUSAL_RERANKER}
+weights_path: "@qwen3_reranker@"
+tasks:
+  score: {{}}
+max_sequence_length: 256
+profiles:
+  default:
+    max_batch_tokens: 8192
+    adapter_path: "sie_server.adapters.qwen2_flash_cross_encoder.adapter:Qwen2FlashCrossEncoderAdapter"
+    adapter_options:
+      loadtime: {{yes_token: "yes", no_token: "no", input_format: qwen3, score_mode: log_softmax}}
 """,
     "colbert.yaml": f"""
 sie_id: {COLBERT}
@@ -425,6 +439,7 @@ def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "nli": builders.nli(splade, root / "nli"),
         "clip": builders.clip(splade, root / "clip"),
         "siglip": builders.siglip(root / "siglip"),
+        "qwen3_reranker": builders.qwen3_reranker(splade, root / "qwen3-reranker"),
     }
 
 
@@ -447,7 +462,7 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
     the Rampart PII tagger on ONNX Runtime) and models built from configs (tests/builders.py): a BERT
     reranker, a ColBERT with a ``muvera`` profile, a BGE-M3 with a ``sparse`` profile, a GLiNER (under
     the public adapter name) with a ``merged`` profile, a BIO token tagger, an NLI zero-shot classifier,
-    a CLIP and a SigLIP; all preloaded, float32."""
+    a CLIP and a SigLIP, and a Qwen3-Reranker-shaped causal LM; all preloaded, float32."""
     root = tmp_path_factory.mktemp("families")
     env = {"SIE_MODELS_DIR": str(families_models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
     preload = [
@@ -465,6 +480,7 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
         NLI,
         CLIP,
         SIGLIP,
+        CAUSAL_RERANKER,
     ]
     with run_server(root, env, "--preload", ",".join(preload)) as server:
         yield server

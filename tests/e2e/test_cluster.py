@@ -134,6 +134,12 @@ BAD_REQUESTS: list[tuple[str, str, Any]] = [
         {"items": [{"text": "x"}], "params": {"output_schema": {}}},
     ),
     ("text over the limit", f"/v1/encode/{MINILM}", {"items": [{"text": "x" * (BIG_TEXT_BYTES + 1)}]}),
+    (
+        "a family this release does not run",
+        "/v1/extract/openai/whisper-large-v3-turbo",
+        {"items": [{"text": "x"}]},
+    ),
+    ("a Candle profile", "/v1/encode/BAAI/bge-m3:candle", {"items": [{"text": "x"}]}),
 ]
 
 

@@ -16,10 +16,24 @@ import numpy as np
 import pytest
 from sentence_transformers import CrossEncoder
 
+from sie.adapters.base import Forward, LoadSpec
+from sie.adapters.causal_reranker import CausalLmReranker
+from sie.core.options import Capability, ComputePrecision
 from sie.postprocess.muvera import Muvera, MuveraConfig
 from tests import builders
 from tests.conftest import package_folder
-from tests.e2e.conftest import COLBERT, DOCS, M3, MINILM, MSGPACK_HEADERS, QUERY, RERANKER, SPLADE, Server
+from tests.e2e.conftest import (
+    CAUSAL_RERANKER,
+    COLBERT,
+    DOCS,
+    M3,
+    MINILM,
+    MSGPACK_HEADERS,
+    QUERY,
+    RERANKER,
+    SPLADE,
+    Server,
+)
 
 
 def post(server: Server, path: str, body: dict[str, Any], unpack: Any) -> Any:
@@ -85,6 +99,24 @@ def test_cross_encoder_scores_sorted_and_equal_to_sentence_transformers(
     order = np.argsort(-expected, kind="stable")
     assert [s["item_id"] for s in result["scores"]] == [ids[i] for i in order]
     np.testing.assert_allclose([s["score"] for s in result["scores"]], expected[order], atol=1e-5)
+
+
+def test_causal_lm_reranker_under_its_public_name_scores_as_the_adapter(
+    families: Server, unpack: Any, family_folders: dict[str, Path]
+) -> None:
+    """A Qwen3-Reranker YAML naming the public adapter serves through our class: the server's scores
+    are the adapter's (held to the model card's recipe in tests/adapters/test_causal_reranker.py)."""
+    body = {"query": {"text": QUERY}, "items": [{"text": d, "id": f"d{i}"} for i, d in enumerate(DOCS)]}
+    result = post(families, f"/v1/score/{CAUSAL_RERANKER}", body, unpack)
+    loadtime = {"yes_token": "yes", "no_token": "no", "input_format": "qwen3", "score_mode": "log_softmax"}
+    spec = LoadSpec(family_folders["qwen3_reranker"], "cpu", ComputePrecision.FLOAT32, 256, loadtime=loadtime)
+    reranker = CausalLmReranker.load(spec)
+    forward = Forward(frozenset({Capability.SCORE}))
+    expected = reranker.run(reranker.prepare([(QUERY, d) for d in DOCS], forward), forward).scores
+    assert expected is not None
+    got = {s["item_id"]: s["score"] for s in result["scores"]}
+    np.testing.assert_allclose([got[f"d{i}"] for i in range(len(DOCS))], expected, atol=1e-5)
+    assert [s["rank"] for s in result["scores"]] == list(range(len(DOCS)))
 
 
 def test_rerank_route_top_n_and_documents(families: Server) -> None:

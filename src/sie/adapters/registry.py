@@ -23,11 +23,13 @@ _GLINER = "sie.adapters.gliner:GlinerExtractor"
 _NLI = "sie.adapters.nli_zero_shot:NliZeroShotClassifier"
 _CLIP = "sie.adapters.clip:ClipEncoder"
 _SIGLIP = "sie.adapters.clip:SiglipEncoder"
+_CAUSAL_RERANKER = "sie.adapters.causal_reranker:CausalLmReranker"
 
 # The public server splits a family over flash kernels and their fallbacks; here one class runs each
 # family, so every public name of it maps there. Public adapters for models that need code from the
-# Hub (rope_flash, nomic_flash, gte_sparse_flash, jina_flash_cross_encoder) or another runtime (sglang,
-# the causal-LM rerankers) have no alias: a YAML naming them fails with the known names listed.
+# Hub (rope_flash, nomic_flash, gte_sparse_flash, jina_flash_cross_encoder) or another runtime (sglang)
+# have no alias: they are refused by family (``NOT_SERVED``), any other unknown name fails its load
+# with the known names listed.
 ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.sentence_transformer:SentenceTransformerDenseAdapter": _DENSE,
     "sie_server.adapters.pytorch_embedding:PyTorchEmbeddingAdapter": _DENSE,
@@ -46,6 +48,7 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.bert_flash_cross_encoder:BertFlashCrossEncoderAdapter": _CROSS_ENCODER,
     "sie_server.adapters.modernbert_flash_cross_encoder:ModernBertFlashCrossEncoderAdapter": _CROSS_ENCODER,
     "sie_server.adapters.cross_encoder:CrossEncoderAdapter": _CROSS_ENCODER,
+    "sie_server.adapters.qwen2_flash_cross_encoder:Qwen2FlashCrossEncoderAdapter": _CAUSAL_RERANKER,
     "sie_server.adapters.gliner:GLiNERAdapter": _GLINER,
     "sie_server.adapters.gliner_bi:GLiNERBiAdapter": _GLINER,  # gliner runs bi-encoders through the same calls
     "sie_server.adapters.nli_classification:NLIClassificationAdapter": _NLI,
@@ -63,6 +66,7 @@ CANONICAL: Final = frozenset(
         _COLBERT,
         _BGE_M3,
         _CROSS_ENCODER,
+        _CAUSAL_RERANKER,
         _GLINER,
         _NLI,
         # Token-classification NER has no public adapter (the public server runs NER through GLiNER).
@@ -116,7 +120,6 @@ NOT_SERVED: Final[dict[str, str]] = {
     f"{_P}donut": "a document understanding model (Donut)",
     f"{_P}docling": "a document parser (Docling)",
     f"{_P}jina_flash_cross_encoder": "a reranker on Jina's Hub code (jina-reranker-v2)",
-    f"{_P}qwen2_flash_cross_encoder": "a causal-LM reranker (Qwen3-Reranker, mxbai-rerank-v2)",
     f"{_P}native_causal_cross_encoder": "a causal-LM reranker (zerank)",
     f"{_P}rope_flash": "an embedder on Alibaba's GTE 'NewModel' Hub code",
     f"{_P}nomic_flash": "an embedder on Nomic's nomic-bert Hub code",

@@ -56,6 +56,12 @@ class TextTokenizer:
         encodings = self._tokenizer.encode_batch(texts, add_special_tokens=True)
         return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
 
+    def encode_plain(self, texts: list[str]) -> list[np.ndarray]:
+        """Ids without the special tokens a single text gets (for families that lay out a prompt
+        from pieces of their own)."""
+        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
+        return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+
     def encode_pairs(self, pairs: list[tuple[str, str]]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Ids and segment ids of each (query, document) pair, joined with the model's separators and
         truncated (the longer side first) to the maximum length, as cross-encoders were trained."""

@@ -1,0 +1,139 @@
+"""Rerankers that are causal language models (Qwen3-Reranker, mxbai-rerank-v2): the model reads a
+chat-formatted (query, document) prompt and the score is read from its next-token logits for a "yes"
+and a "no" token.
+
+Two prompt layouts, as the models were trained (``loadtime.input_format``):
+
+- ``qwen3`` (Qwen3-Reranker's model card): a system turn asking for "yes" or "no", then
+  ``<Instruct>: {instruction}\\n<Query>: {query}\\n<Document>: {document}`` tokenized as one text and
+  cut at the end to fit, then the assistant turn with an empty ``<think>`` block;
+- ``mxbai`` (the ``mxbai-rerank`` library): ``query: {query}``, a newline, ``document: {document}``
+  (the document cut to fit), a newline and the relevance task prompt, inside the chat turns.
+
+``score_mode`` ``logit_diff`` answers yes minus no (mxbai's raw score); ``log_softmax`` the
+probability of yes against no (Qwen3's). Only the two vocabulary rows of the output head are
+multiplied, in float32, with each pair's last hidden state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM
+
+from sie.adapters.base import BatchOutputs, Forward, LoadSpec, ModelInput, Prepared, UnsupportedInput
+from sie.adapters.transformer import TransformerAdapter
+from sie.core.options import Capability, Pooling
+
+QWEN3_INSTRUCTION: Final = "Given a web search query, retrieve relevant passages that answer the query"
+_QWEN3_SYSTEM: Final = (
+    "Judge whether the Document meets the requirements based on the Query and the Instruct provided. "
+    'Note that the answer can only be "yes" or "no".'
+)
+_MXBAI_TASK: Final = (
+    "You are a search relevance expert who evaluates how well documents match search queries. For each "
+    "query-document pair, carefully analyze the semantic relationship between them, then provide your "
+    "binary relevance judgment (0 for not relevant, 1 for relevant).\nRelevance:"
+)
+_MXBAI_SYSTEM: Final = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
+
+@dataclass(frozen=True)
+class PromptFormat:
+    system: str
+    suffix: str
+    yes: str
+    no: str
+    score_mode: str
+
+
+FORMATS: Final = {
+    "qwen3": PromptFormat(
+        _QWEN3_SYSTEM,
+        "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+        "yes",
+        "no",
+        "log_softmax",
+    ),
+    "mxbai": PromptFormat(_MXBAI_SYSTEM, "<|im_end|>\n<|im_start|>assistant\n", "1", "0", "logit_diff"),
+}
+
+
+class CausalLmReranker(TransformerAdapter):
+    family = "CausalLmReranker"
+    auto_class = AutoModelForCausalLM
+    capabilities = frozenset({Capability.SCORE})
+    dims: dict[Capability, int] = {}  # noqa: RUF012  # nothing but scores
+    default_pooling = Pooling.LAST  # unused: the score is read at each pair's last token
+
+    def __init__(self, spec: LoadSpec) -> None:
+        super().__init__(spec)
+        options = spec.loadtime
+        name = str(options.get("input_format", "mxbai"))
+        if name not in FORMATS:
+            raise ValueError(f"input_format '{name}' is not one of {sorted(FORMATS)}")
+        self._format = prompt = FORMATS[name]
+        self._qwen3 = name == "qwen3"
+        self._score_mode = str(options.get("score_mode", prompt.score_mode))
+        if self._score_mode not in ("logit_diff", "log_softmax"):
+            raise ValueError(f"score_mode '{self._score_mode}' is not logit_diff or log_softmax")
+        self._instruction = str(options.get("default_instruction") or QWEN3_INSTRUCTION)
+        self._plain = self.tokenizer.untruncated()  # pieces are cut here, by the layout's rule
+        self._prefix = self._ids(f"<|im_start|>system\n{prompt.system}<|im_end|>\n<|im_start|>user\n")
+        self._suffix = self._ids(prompt.suffix)
+        self._sep = self._ids("\n")
+        self._task = [] if self._qwen3 else self._ids(_MXBAI_TASK)
+        rows = [
+            self._first_id(str(options.get(key, default)))
+            for key, default in (("no_token", prompt.no), ("yes_token", prompt.yes))
+        ]
+        head = self.backbone.model.get_output_embeddings().weight
+        self._head = head.detach()[rows].float().to(self.backbone.device)  # [no, yes] x hidden
+        self._max_length = spec.max_seq_length or int(self.backbone.model.config.max_position_embeddings)
+
+    def _ids(self, text: str) -> list[int]:
+        return [int(i) for i in self._plain.encode_plain([text])[0]]
+
+    def _first_id(self, token: str) -> int:
+        ids = self._ids(token)
+        if not ids:
+            raise ValueError(f"the tokenizer has no token for {token!r}")
+        return ids[0]
+
+    def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
+        pairs = [one for one in inputs if isinstance(one, tuple)]
+        if len(pairs) != len(inputs):
+            raise UnsupportedInput("Causal-LM rerankers score (query, document) pairs, not single texts")
+        build = self._qwen3_ids if self._qwen3 else self._mxbai_ids
+        return [Prepared(np.asarray(build(query, document), dtype=np.int64)) for query, document in pairs]
+
+    def _qwen3_ids(self, query: str, document: str) -> list[int]:
+        body = self._ids(f"<Instruct>: {self._instruction}\n<Query>: {query}\n<Document>: {document}")
+        room = self._max_length - len(self._prefix) - len(self._suffix)
+        return self._prefix + body[: max(room, 0)] + self._suffix
+
+    def _mxbai_ids(self, query: str, document: str) -> list[int]:
+        fixed = len(self._prefix) + len(self._sep) + len(self._task) + len(self._suffix)
+        room = self._max_length - fixed  # what query, separator and document may use together
+        query_ids = self._ids(f"query: {query}")[:room]
+        document_ids = self._ids(f"document: {document}")[: max(room - len(query_ids) - len(self._sep), 0)]
+        body = (query_ids + self._sep + document_ids)[:room]
+        return self._prefix + body + self._sep + self._task + self._suffix
+
+    def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
+        with self.backbone.running(forward.lora):
+            hidden, tokens = self.backbone.token_states(batch)
+            logits = hidden.index_select(0, tokens.lasts).float() @ self._head.T  # [pairs, (no, yes)]
+            if self._score_mode == "log_softmax":
+                scores = torch.log_softmax(logits, dim=-1)[:, 1].exp()
+            else:
+                scores = logits[:, 1] - logits[:, 0]
+            return BatchOutputs(scores=scores.cpu().numpy())
+
+    def close(self) -> None:
+        del self._head
+        super().close()
