@@ -23,13 +23,12 @@ from transformers import (
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
-    Qwen3Config,
-    Qwen3ForCausalLM,
 )
 
 from sie.adapters.base import Forward, LoadSpec
 from sie.adapters.causal_reranker import QWEN3_INSTRUCTION, CausalLmReranker
 from sie.core.options import Capability, ComputePrecision
+from tests import builders
 
 SMALL = {
     "vocab_size": 30522,
@@ -89,9 +88,7 @@ def qwen2_folder(splade_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 @pytest.fixture(scope="module")
 def qwen3_folder(splade_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    torch.manual_seed(1)
-    model = Qwen3ForCausalLM(Qwen3Config(**SMALL, head_dim=16))
-    return build(model, splade_dir, tmp_path_factory.mktemp("qwen3-reranker"))
+    return builders.qwen3_reranker(splade_dir, tmp_path_factory.mktemp("qwen3-reranker"))
 
 
 def ours(folder: Path, loadtime: dict[str, object], docs: list[str], length: int = 512) -> np.ndarray:
