@@ -186,6 +186,52 @@ def gliner(splade_dir: Path, folder: Path, span_mode: str = "markerV0", bi_encod
     return folder
 
 
+def gliclass(splade_dir: Path, folder: Path, prompt_first: bool = False) -> Path:
+    """A GLiClass uni-encoder over a small seeded BERT, saved as ``GLiClassModel.save_pretrained``
+    writes one: the packaged BERT's tokenizer with GLiClass's ``<<LABEL>>``, ``<<SEP>>`` and
+    ``<<EXAMPLE>>`` markers added, the config pointing its marker indices at them. ``prompt_first``
+    puts labels before the text, as the instruct checkpoints do."""
+    from gliclass import GLiClassModel, GLiClassModelConfig  # imported here: only GLiClass tests pay
+    from transformers import BertConfig, PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_file=str(splade_dir / "tokenizer.json"),
+        unk_token="[UNK]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        mask_token="[MASK]",
+    )
+    tokenizer.add_tokens(["<<LABEL>>", "<<SEP>>", "<<EXAMPLE>>"], special_tokens=True)
+    label, sep, example = tokenizer.convert_tokens_to_ids(["<<LABEL>>", "<<SEP>>", "<<EXAMPLE>>"])
+    encoder = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    config = GLiClassModelConfig(
+        encoder_config=encoder,
+        encoder_model=str(folder),
+        architecture_type="uni-encoder",
+        class_token_index=label,
+        text_token_index=sep,
+        example_token_index=example,
+        vocab_size=len(tokenizer),
+        pooling_strategy="first",
+        class_token_pooling="first",
+        scorer_type="simple",
+        prompt_first=prompt_first,
+    )
+    torch.manual_seed(0)
+    GLiClassModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 # BIO tags plus one IO-style type (no prefix), so the tests cover both ways of tagging.
 NER_LABELS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC", "MISC")
 

@@ -291,6 +291,7 @@ NLI = "test/nli"
 CLIP = "test/clip"
 SIGLIP = "test/siglip"
 CAUSAL_RERANKER = "test/qwen3-reranker"
+GLICLASS = "test/gliclass"
 QUERY = "what causes high blood pressure"
 DOCS = [
     "The film ran for three hours and the popcorn was stale.",
@@ -309,6 +310,24 @@ tasks:
 max_sequence_length: 256
 profiles:
   default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.cross_encoder:CrossEncoderScorer"}}
+""",
+    "gliclass.yaml": f"""
+sie_id: {GLICLASS}
+weights_path: "@gliclass@"
+tasks:
+  extract: {{}}
+max_sequence_length: 256
+profiles:
+  default:
+    max_batch_tokens: 8192
+    adapter_path: "sie_server.adapters.gliclass:GLiClassAdapter"
+    adapter_options:
+      loadtime: {{classification_type: single-label}}
+      runtime: {{threshold: 0.0}}
+  multi-label:
+    extends: default
+    adapter_options:
+      runtime: {{classification_type: multi-label, threshold: 0.0}}
 """,
     "qwen3-reranker.yaml": f"""
 sie_id: {CAUSAL_RERANKER}
@@ -440,6 +459,7 @@ def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "clip": builders.clip(splade, root / "clip"),
         "siglip": builders.siglip(root / "siglip"),
         "qwen3_reranker": builders.qwen3_reranker(splade, root / "qwen3-reranker"),
+        "gliclass": builders.gliclass(splade, root / "gliclass"),
     }
 
 
@@ -462,7 +482,8 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
     the Rampart PII tagger on ONNX Runtime) and models built from configs (tests/builders.py): a BERT
     reranker, a ColBERT with a ``muvera`` profile, a BGE-M3 with a ``sparse`` profile, a GLiNER (under
     the public adapter name) with a ``merged`` profile, a BIO token tagger, an NLI zero-shot classifier,
-    a CLIP and a SigLIP, and a Qwen3-Reranker-shaped causal LM; all preloaded, float32."""
+    a CLIP and a SigLIP, a Qwen3-Reranker-shaped causal LM and a GLiClass (under the public adapter
+    name, with a ``multi-label`` profile); all preloaded, float32."""
     root = tmp_path_factory.mktemp("families")
     env = {"SIE_MODELS_DIR": str(families_models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
     preload = [
@@ -481,6 +502,8 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
         CLIP,
         SIGLIP,
         CAUSAL_RERANKER,
+        GLICLASS,
+        f"{GLICLASS}:multi-label",
     ]
     with run_server(root, env, "--preload", ",".join(preload)) as server:
         yield server

@@ -184,11 +184,19 @@ def test_models_and_health_come_from_the_workers_heartbeats(gateway: Gateway, fa
     ours = {m["name"]: m for m in gateway.client.get("/v1/models").json()["models"]}
     theirs = {m["name"]: m for m in families.client.get("/v1/models").json()["models"]}
     assert sorted(ours) == sorted(theirs)
+
+    def listed(entry: dict[str, Any]) -> dict[str, Any]:
+        """An entry without its state and the process that rendered it (each names itself)."""
+        profiles = {
+            name: {k: v for k, v in info.items() if k != "runtime_instance_id"}
+            for name, info in entry["profiles"].items()
+        }
+        kept = {k: v for k, v in entry.items() if k not in ("loaded", "state", "last_error")}
+        return {**kept, "profiles": profiles}
+
     for name in PRELOAD:
         assert (ours[name]["loaded"], ours[name]["state"]) == (True, "loaded"), name
-        assert {k: v for k, v in ours[name].items() if k not in ("loaded", "state", "last_error")} == {
-            k: v for k, v in theirs[name].items() if k not in ("loaded", "state", "last_error")
-        }
+        assert listed(ours[name]) == listed(theirs[name])
     assert gateway.client.get("/v1/models/nobody/nothing").status_code == 404
     health = gateway.health()
     assert (health["type"], health["status"], health["cluster"]["worker_count"]) == ("gateway", "healthy", 2)

@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 
 from sie.adapters.base import Forward, LoadSpec, Task
+from sie.adapters.gliclass import GliclassClassifier
 from sie.adapters.nli_zero_shot import NEEDS_LABELS, NliZeroShotClassifier
 from sie.adapters.token_ner import TorchTokenNer
 from sie.core.options import Capability, ComputePrecision
 from tests import builders
 from tests.conftest import package_folder
-from tests.e2e.conftest import MSGPACK_HEADERS, NER, NLI, RAMPART, Server
+from tests.e2e.conftest import GLICLASS, MSGPACK_HEADERS, NER, NLI, RAMPART, Server
 
 KEYS = {"id", "entities", "relations", "classifications", "objects", "data"}
 TEXTS = [
@@ -171,3 +172,30 @@ def test_bad_ner_option_is_invalid_input(families: Server) -> None:
 def test_extract_models_refuse_encode(families: Server, tmp_path: Path) -> None:
     response = families.client.post(f"/v1/encode/{RAMPART}", json={"items": [{"text": "hello"}]})
     assert response.status_code == 400, response.text
+
+
+@pytest.mark.parametrize("profile", ["default", "multi-label"])
+def test_gliclass_under_its_public_name_answers_as_the_adapter(
+    families: Server, unpack: Any, family_folders: dict[str, Path], profile: str
+) -> None:
+    """The public GLiClass adapter path serves through ours; the ``multi-label`` profile switches the
+    scores to independent sigmoids, as the public profile does."""
+    body: dict[str, Any] = {
+        "items": [{"text": t} for t in TEXTS],
+        "params": {"labels": LABELS, "instruction": "Pick the topic"},
+    }
+    items = both(families, GLICLASS if profile == "default" else f"{GLICLASS}:{profile}", body, unpack)
+    classifier = GliclassClassifier.load(
+        LoadSpec(family_folders["gliclass"], "cpu", ComputePrecision.FLOAT32, 256)
+    )
+    kind = "single-label" if profile == "default" else "multi-label"
+    task = Task.of(LABELS, {"threshold": 0.0, "classification_type": kind}, "Pick the topic")
+    forward = Forward(frozenset({Capability.EXTRACT}), task=task)
+    expected = classifier.run(classifier.prepare(TEXTS, forward), forward).extractions or []
+    for item, want in zip(items, expected, strict=True):
+        assert [c["label"] for c in item["classifications"]] == [c.label for c in want.classifications]
+        np.testing.assert_allclose(
+            [c["score"] for c in item["classifications"]], [c.score for c in want.classifications], atol=1e-5
+        )
+        total = sum(c["score"] for c in item["classifications"])
+        assert (abs(total - 1.0) < 1e-4) is (profile == "default")

@@ -24,6 +24,7 @@ _NLI = "sie.adapters.nli_zero_shot:NliZeroShotClassifier"
 _CLIP = "sie.adapters.clip:ClipEncoder"
 _SIGLIP = "sie.adapters.clip:SiglipEncoder"
 _CAUSAL_RERANKER = "sie.adapters.causal_reranker:CausalLmReranker"
+_GLICLASS = "sie.adapters.gliclass:GliclassClassifier"
 
 # The public server splits a family over flash kernels and their fallbacks; here one class runs each
 # family, so every public name of it maps there. Public adapters for models that need code from the
@@ -51,6 +52,7 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.qwen2_flash_cross_encoder:Qwen2FlashCrossEncoderAdapter": _CAUSAL_RERANKER,
     "sie_server.adapters.gliner:GLiNERAdapter": _GLINER,
     "sie_server.adapters.gliner_bi:GLiNERBiAdapter": _GLINER,  # gliner runs bi-encoders through the same calls
+    "sie_server.adapters.gliclass:GLiClassAdapter": _GLICLASS,
     "sie_server.adapters.nli_classification:NLIClassificationAdapter": _NLI,
     "sie_server.adapters.nli_classification_flash:NLIClassificationFlashAdapter": _NLI,
     "sie_server.adapters.clip:CLIPAdapter": _CLIP,
@@ -68,6 +70,7 @@ CANONICAL: Final = frozenset(
         _CROSS_ENCODER,
         _CAUSAL_RERANKER,
         _GLINER,
+        _GLICLASS,
         _NLI,
         # Token-classification NER has no public adapter (the public server runs NER through GLiNER).
         "sie.adapters.token_ner:TorchTokenNer",
@@ -106,7 +109,6 @@ NOT_SERVED: Final[dict[str, str]] = {
     f"{_P}qwen3_vl_embedding": "a multimodal embedder (Qwen3-VL)",
     f"{_P}qwen3_vl_reranker": "a multimodal reranker (Qwen3-VL)",
     f"{_P}st_sparse_vision": "a visual sparse encoder (v-SPLADE)",
-    f"{_P}gliclass": "a zero-shot classifier (GLiClass)",
     f"{_P}gliner2": "a schema extractor (GLiNER2)",
     f"{_P}glirel": "a relation extractor (GLiREL)",
     f"{_P}gliner_union": "a PII extractor (GLiNER union)",
@@ -157,9 +159,11 @@ GLINER_OPTIONS: Final = frozenset(
     {"threshold", "flat_ner", "multi_label", "merge_adjacent_entities", "precompute_labels"}
 )
 NLI_OPTIONS: Final = frozenset({"hypothesis_template", "multi_label"})
+GLICLASS_OPTIONS: Final = frozenset({"threshold", "classification_type"})
 _REQUEST_OPTIONS: Final[dict[str, frozenset[str]]] = {
     _GLINER: GLINER_OPTIONS,
     _NLI: NLI_OPTIONS,
+    _GLICLASS: GLICLASS_OPTIONS,
     "sie.adapters.token_ner:TorchTokenNer": TOKEN_ENTITY_OPTIONS,
     "sie.adapters.token_ner_onnx:OnnxTokenNer": TOKEN_ENTITY_OPTIONS,
 }
