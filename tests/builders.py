@@ -358,6 +358,22 @@ def clip(splade_dir: Path, folder: Path) -> Path:
     return folder
 
 
+def owlv2(splade_dir: Path, folder: Path) -> Path:
+    """A tiny OWLv2 detector over the packaged BERT tokenizer ([SEP] ends a query, as OWL's end token;
+    16 tokens per query, as OWL's), with OWLv2's image processor padding to a 32-pixel square (16
+    patches, so 16 candidate boxes per image)."""
+    from transformers import Owlv2Config, Owlv2ForObjectDetection, Owlv2ImageProcessorPil
+
+    torch.manual_seed(4)
+    text = {**_TINY_TOWER, "vocab_size": 30522, "max_position_embeddings": 16}
+    text |= {"bos_token_id": 101, "eos_token_id": 102, "pad_token_id": 0}
+    config = Owlv2Config(text_config=text, vision_config=_TINY_VISION, projection_dim=32)
+    Owlv2ForObjectDetection(config).save_pretrained(folder)
+    Owlv2ImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(folder)
+    _copy_tokenizer(splade_dir, folder)
+    return folder
+
+
 _CAPTIONS = [
     "a",
     "photo",

@@ -292,6 +292,7 @@ CLIP = "test/clip"
 SIGLIP = "test/siglip"
 CAUSAL_RERANKER = "test/qwen3-reranker"
 GLICLASS = "test/gliclass"
+OWLV2 = "test/owlv2"
 QUERY = "what causes high blood pressure"
 DOCS = [
     "The film ran for three hours and the popcorn was stale.",
@@ -310,6 +311,21 @@ tasks:
 max_sequence_length: 256
 profiles:
   default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.cross_encoder:CrossEncoderScorer"}}
+""",
+    "owlv2.yaml": f"""
+sie_id: {OWLV2}
+weights_path: "@owlv2@"
+inputs: {{text: false, image: true}}
+tasks:
+  extract: {{}}
+max_sequence_length: 16
+profiles:
+  default:
+    max_batch_tokens: 8192
+    adapter_path: "sie_server.adapters.owlv2.adapter:Owlv2Adapter"
+    adapter_options:
+      loadtime: {{score_threshold: 0.1}}
+      runtime: {{score_threshold: 0.1}}
 """,
     "gliclass.yaml": f"""
 sie_id: {GLICLASS}
@@ -460,6 +476,7 @@ def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "siglip": builders.siglip(root / "siglip"),
         "qwen3_reranker": builders.qwen3_reranker(splade, root / "qwen3-reranker"),
         "gliclass": builders.gliclass(splade, root / "gliclass"),
+        "owlv2": builders.owlv2(splade, root / "owlv2"),
     }
 
 
@@ -482,8 +499,8 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
     the Rampart PII tagger on ONNX Runtime) and models built from configs (tests/builders.py): a BERT
     reranker, a ColBERT with a ``muvera`` profile, a BGE-M3 with a ``sparse`` profile, a GLiNER (under
     the public adapter name) with a ``merged`` profile, a BIO token tagger, an NLI zero-shot classifier,
-    a CLIP and a SigLIP, a Qwen3-Reranker-shaped causal LM and a GLiClass (under the public adapter
-    name, with a ``multi-label`` profile); all preloaded, float32."""
+    a CLIP and a SigLIP, a Qwen3-Reranker-shaped causal LM, a GLiClass (under the public adapter
+    name, with a ``multi-label`` profile) and an OWLv2 detector; all preloaded, float32."""
     root = tmp_path_factory.mktemp("families")
     env = {"SIE_MODELS_DIR": str(families_models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
     preload = [
@@ -504,6 +521,7 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
         CAUSAL_RERANKER,
         GLICLASS,
         f"{GLICLASS}:multi-label",
+        OWLV2,
     ]
     with run_server(root, env, "--preload", ",".join(preload)) as server:
         yield server

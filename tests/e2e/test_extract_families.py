@@ -15,14 +15,15 @@ import msgpack
 import numpy as np
 import pytest
 
-from sie.adapters.base import Forward, LoadSpec, Task
+from sie.adapters.base import Forward, ImageData, LoadSpec, Task
 from sie.adapters.gliclass import GliclassClassifier
 from sie.adapters.nli_zero_shot import NEEDS_LABELS, NliZeroShotClassifier
+from sie.adapters.owlv2 import Owlv2Detector
 from sie.adapters.token_ner import TorchTokenNer
 from sie.core.options import Capability, ComputePrecision
 from tests import builders
 from tests.conftest import package_folder
-from tests.e2e.conftest import GLICLASS, MSGPACK_HEADERS, NER, NLI, RAMPART, Server
+from tests.e2e.conftest import GLICLASS, MSGPACK_HEADERS, NER, NLI, OWLV2, RAMPART, Server
 
 KEYS = {"id", "entities", "relations", "classifications", "objects", "data"}
 TEXTS = [
@@ -199,3 +200,50 @@ def test_gliclass_under_its_public_name_answers_as_the_adapter(
         )
         total = sum(c["score"] for c in item["classifications"])
         assert (abs(total - 1.0) < 1e-4) is (profile == "default")
+
+
+def png(width: int, height: int, seed: int) -> bytes:
+    import io
+
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels, "RGB").save(out, format="PNG")
+    return out.getvalue()
+
+
+def test_owlv2_finds_objects_in_image_items_as_the_adapter(
+    families: Server, unpack: Any, family_folders: dict[str, Path]
+) -> None:
+    """Image items in, ``objects`` out (label, score, ``[x, y, width, height]``), over msgpack and
+    JSON (base64 images); a text item is refused with the public 400 and the server keeps serving."""
+    import base64
+
+    images = [png(48, 40, 0), png(30, 64, 1)]
+    body: dict[str, Any] = {
+        "items": [{"images": [{"data": base64.b64encode(i).decode(), "format": "png"}]} for i in images],
+        "params": {"labels": ["cat", "dog"], "options": {"score_threshold": 0.0}},
+    }
+    items = extract_json(families, OWLV2, body)["items"]
+    as_msgpack = {
+        "items": [{"images": [{"data": i, "format": "png"}]} for i in images],
+        "params": body["params"],
+    }
+    assert extract_msgpack(families, OWLV2, as_msgpack, unpack)["items"] == items
+    detector = Owlv2Detector.load(LoadSpec(family_folders["owlv2"], "cpu", ComputePrecision.FLOAT32, 16))
+    forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of(["cat", "dog"], {"score_threshold": 0.0}))
+    expected = detector.run(
+        detector.prepare([ImageData(i, "png") for i in images], forward), forward
+    ).extractions
+    for item, want in zip(items, expected or [], strict=True):
+        assert set(item) == KEYS and item["entities"] == [] and len(item["objects"]) == 16
+        assert [(o["label"], o["bbox"]) for o in item["objects"]] == [(o.label, o.bbox) for o in want.objects]
+        np.testing.assert_allclose(
+            [o["score"] for o in item["objects"]], [o.score for o in want.objects], atol=1e-5
+        )
+    refused = families.client.post(
+        f"/v1/extract/{OWLV2}", json={"items": [{"text": "a cat"}], "params": {"labels": ["cat"]}}
+    )
+    assert refused.status_code == 400 and refused.json()["detail"]["code"] == "INVALID_INPUT"
+    assert extract_json(families, OWLV2, body)["items"] == items

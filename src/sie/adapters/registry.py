@@ -25,6 +25,7 @@ _CLIP = "sie.adapters.clip:ClipEncoder"
 _SIGLIP = "sie.adapters.clip:SiglipEncoder"
 _CAUSAL_RERANKER = "sie.adapters.causal_reranker:CausalLmReranker"
 _GLICLASS = "sie.adapters.gliclass:GliclassClassifier"
+_OWLV2 = "sie.adapters.owlv2:Owlv2Detector"
 
 # The public server splits a family over flash kernels and their fallbacks; here one class runs each
 # family, so every public name of it maps there. Public adapters for models that need code from the
@@ -53,6 +54,7 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.gliner:GLiNERAdapter": _GLINER,
     "sie_server.adapters.gliner_bi:GLiNERBiAdapter": _GLINER,  # gliner runs bi-encoders through the same calls
     "sie_server.adapters.gliclass:GLiClassAdapter": _GLICLASS,
+    "sie_server.adapters.owlv2:Owlv2Adapter": _OWLV2,
     "sie_server.adapters.nli_classification:NLIClassificationAdapter": _NLI,
     "sie_server.adapters.nli_classification_flash:NLIClassificationFlashAdapter": _NLI,
     "sie_server.adapters.clip:CLIPAdapter": _CLIP,
@@ -71,6 +73,7 @@ CANONICAL: Final = frozenset(
         _CAUSAL_RERANKER,
         _GLINER,
         _GLICLASS,
+        _OWLV2,
         _NLI,
         # Token-classification NER has no public adapter (the public server runs NER through GLiNER).
         "sie.adapters.token_ner:TorchTokenNer",
@@ -116,7 +119,6 @@ NOT_SERVED: Final[dict[str, str]] = {
     f"{_P}laya": "an extractor (Laya)",
     f"{_P}privacy_filter": "a PII filter (privacy-filter)",
     f"{_P}stablebridge_pruner": "a context pruner (Stablebridge)",
-    f"{_P}owlv2": "an open-vocabulary detector (OWLv2)",
     f"{_P}grounding_dino": "an open-vocabulary detector (Grounding DINO)",
     f"{_P}florence2": "a document understanding model (Florence-2)",
     f"{_P}donut": "a document understanding model (Donut)",
@@ -160,10 +162,12 @@ GLINER_OPTIONS: Final = frozenset(
 )
 NLI_OPTIONS: Final = frozenset({"hypothesis_template", "multi_label"})
 GLICLASS_OPTIONS: Final = frozenset({"threshold", "classification_type"})
+DETECTION_OPTIONS: Final = frozenset({"score_threshold", "threshold"})
 _REQUEST_OPTIONS: Final[dict[str, frozenset[str]]] = {
     _GLINER: GLINER_OPTIONS,
     _NLI: NLI_OPTIONS,
     _GLICLASS: GLICLASS_OPTIONS,
+    _OWLV2: DETECTION_OPTIONS,
     "sie.adapters.token_ner:TorchTokenNer": TOKEN_ENTITY_OPTIONS,
     "sie.adapters.token_ner_onnx:OnnxTokenNer": TOKEN_ENTITY_OPTIONS,
 }

@@ -118,12 +118,12 @@ def load_model(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel:
 def warm_up(adapter: Adapter) -> None:
     """One tiny forward of the adapter's main output, so lazy initialisation is not paid by a user:
     its embeddings when it has any (of a text, and of an image too for a model that takes images),
-    else its pair scores, else an extraction with one label."""
+    else its pair scores, else an extraction with one label (of an image for an image-only model)."""
     embeddings = adapter.capabilities - {Capability.SCORE, Capability.EXTRACT}
-    inputs: list[ModelInput] = ["warm up"]
+    inputs: list[ModelInput] = ["warm up"] if Modality.TEXT in adapter.inputs else [sample_image()]
     if embeddings:
         forward = Forward(embeddings)
-        if Modality.IMAGE in adapter.inputs:
+        if Modality.IMAGE in adapter.inputs and Modality.TEXT in adapter.inputs:
             inputs.append(sample_image())
     elif Capability.SCORE in adapter.capabilities:
         forward, inputs = Forward(frozenset({Capability.SCORE})), [("warm", "up")]
