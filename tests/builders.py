@@ -374,6 +374,56 @@ def owlv2(splade_dir: Path, folder: Path) -> Path:
     return folder
 
 
+def grounding_dino(splade_dir: Path, folder: Path) -> Path:
+    """A tiny Grounding DINO (a one-block-per-stage Swin, a one-layer BERT text encoder over the
+    packaged tokenizer, 20 queries) with its image processor at 64 to 96 pixels."""
+    from transformers import (
+        BertConfig,
+        GroundingDinoConfig,
+        GroundingDinoForObjectDetection,
+        GroundingDinoImageProcessorPil,
+        SwinConfig,
+    )
+
+    backbone = SwinConfig(
+        embed_dim=16,
+        depths=[1, 1, 1, 1],
+        num_heads=[1, 1, 1, 1],
+        window_size=4,
+        image_size=64,
+        out_features=["stage2", "stage3", "stage4"],
+    )
+    text = BertConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=256,
+    )
+    config = GroundingDinoConfig(
+        backbone_config=backbone,
+        text_config=text,
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        num_queries=20,
+        num_feature_levels=3,
+        encoder_n_points=2,
+        decoder_n_points=2,
+        max_text_len=32,
+    )
+    torch.manual_seed(6)
+    GroundingDinoForObjectDetection(config).save_pretrained(folder)
+    GroundingDinoImageProcessorPil(size={"shortest_edge": 64, "longest_edge": 96}).save_pretrained(folder)
+    _copy_tokenizer(splade_dir, folder)
+    return folder
+
+
 _CAPTIONS = [
     "a",
     "photo",

@@ -26,6 +26,7 @@ _SIGLIP = "sie.adapters.clip:SiglipEncoder"
 _CAUSAL_RERANKER = "sie.adapters.causal_reranker:CausalLmReranker"
 _GLICLASS = "sie.adapters.gliclass:GliclassClassifier"
 _OWLV2 = "sie.adapters.owlv2:Owlv2Detector"
+_GROUNDING_DINO = "sie.adapters.grounding_dino:GroundingDinoDetector"
 
 # The public server splits a family over flash kernels and their fallbacks; here one class runs each
 # family, so every public name of it maps there. Public adapters for models that need code from the
@@ -55,6 +56,7 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.gliner_bi:GLiNERBiAdapter": _GLINER,  # gliner runs bi-encoders through the same calls
     "sie_server.adapters.gliclass:GLiClassAdapter": _GLICLASS,
     "sie_server.adapters.owlv2:Owlv2Adapter": _OWLV2,
+    "sie_server.adapters.grounding_dino:GroundingDINOAdapter": _GROUNDING_DINO,
     "sie_server.adapters.nli_classification:NLIClassificationAdapter": _NLI,
     "sie_server.adapters.nli_classification_flash:NLIClassificationFlashAdapter": _NLI,
     "sie_server.adapters.clip:CLIPAdapter": _CLIP,
@@ -74,6 +76,7 @@ CANONICAL: Final = frozenset(
         _GLINER,
         _GLICLASS,
         _OWLV2,
+        _GROUNDING_DINO,
         _NLI,
         # Token-classification NER has no public adapter (the public server runs NER through GLiNER).
         "sie.adapters.token_ner:TorchTokenNer",
@@ -119,7 +122,6 @@ NOT_SERVED: Final[dict[str, str]] = {
     f"{_P}laya": "an extractor (Laya)",
     f"{_P}privacy_filter": "a PII filter (privacy-filter)",
     f"{_P}stablebridge_pruner": "a context pruner (Stablebridge)",
-    f"{_P}grounding_dino": "an open-vocabulary detector (Grounding DINO)",
     f"{_P}florence2": "a document understanding model (Florence-2)",
     f"{_P}donut": "a document understanding model (Donut)",
     f"{_P}docling": "a document parser (Docling)",
@@ -163,11 +165,13 @@ GLINER_OPTIONS: Final = frozenset(
 NLI_OPTIONS: Final = frozenset({"hypothesis_template", "multi_label"})
 GLICLASS_OPTIONS: Final = frozenset({"threshold", "classification_type"})
 DETECTION_OPTIONS: Final = frozenset({"score_threshold", "threshold"})
+GROUNDING_OPTIONS: Final = frozenset({"box_threshold", "text_threshold"})
 _REQUEST_OPTIONS: Final[dict[str, frozenset[str]]] = {
     _GLINER: GLINER_OPTIONS,
     _NLI: NLI_OPTIONS,
     _GLICLASS: GLICLASS_OPTIONS,
     _OWLV2: DETECTION_OPTIONS,
+    _GROUNDING_DINO: GROUNDING_OPTIONS,
     "sie.adapters.token_ner:TorchTokenNer": TOKEN_ENTITY_OPTIONS,
     "sie.adapters.token_ner_onnx:OnnxTokenNer": TOKEN_ENTITY_OPTIONS,
 }
