@@ -424,6 +424,57 @@ def grounding_dino(splade_dir: Path, folder: Path) -> Path:
     return folder
 
 
+def colpali(splade_dir: Path, folder: Path) -> Path:
+    """A tiny ColPali (PaliGemma: a two-layer SigLIP vision tower at 32 pixels, 16 patches, and a
+    two-layer Gemma) projecting to 16 dims, with the packaged BERT tokenizer plus PaliGemma's
+    ``<image>`` token and ColPali's processor around them."""
+    from transformers import (
+        ColPaliConfig,
+        ColPaliForRetrieval,
+        ColPaliProcessor,
+        GemmaConfig,
+        PaliGemmaConfig,
+        PreTrainedTokenizerFast,
+        SiglipImageProcessorPil,
+        SiglipVisionConfig,
+    )
+
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_file=str(splade_dir / "tokenizer.json"),
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        bos_token="[CLS]",
+        eos_token="[SEP]",
+    )
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    vision = SiglipVisionConfig(**_TINY_VISION)
+    text = GemmaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        pad_token_id=0,
+    )
+    vlm = PaliGemmaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+        projection_dim=32,
+        hidden_size=32,
+        vocab_size=len(tokenizer),
+    )
+    torch.manual_seed(7)
+    ColPaliForRetrieval(ColPaliConfig(vlm_config=vlm, embedding_dim=16)).save_pretrained(folder)
+    images = SiglipImageProcessorPil(size={"height": 32, "width": 32})
+    images.image_seq_length = 16  # one <image> token per patch, as the real checkpoints' 1024
+    ColPaliProcessor(image_processor=images, tokenizer=tokenizer).save_pretrained(folder)
+    images.save_pretrained(folder)
+    return folder
+
+
 _CAPTIONS = [
     "a",
     "photo",

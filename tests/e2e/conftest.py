@@ -293,6 +293,7 @@ SIGLIP = "test/siglip"
 CAUSAL_RERANKER = "test/qwen3-reranker"
 GLICLASS = "test/gliclass"
 OWLV2 = "test/owlv2"
+COLPALI = "test/colpali"
 QUERY = "what causes high blood pressure"
 DOCS = [
     "The film ran for three hours and the popcorn was stale.",
@@ -311,6 +312,21 @@ tasks:
 max_sequence_length: 256
 profiles:
   default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.cross_encoder:CrossEncoderScorer"}}
+""",
+    "colpali.yaml": f"""
+sie_id: {COLPALI}
+weights_path: "@colpali@"
+inputs: {{text: true, image: true}}
+tasks:
+  encode:
+    multivector: {{dim: 16}}
+max_sequence_length: 512
+profiles:
+  default:
+    max_batch_tokens: 8192
+    adapter_path: "sie_server.adapters.colpali:ColPaliAdapter"
+    adapter_options:
+      runtime: {{normalize: true}}
 """,
     "owlv2.yaml": f"""
 sie_id: {OWLV2}
@@ -477,6 +493,7 @@ def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "qwen3_reranker": builders.qwen3_reranker(splade, root / "qwen3-reranker"),
         "gliclass": builders.gliclass(splade, root / "gliclass"),
         "owlv2": builders.owlv2(splade, root / "owlv2"),
+        "colpali": builders.colpali(splade, root / "colpali"),
     }
 
 
@@ -500,7 +517,7 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
     reranker, a ColBERT with a ``muvera`` profile, a BGE-M3 with a ``sparse`` profile, a GLiNER (under
     the public adapter name) with a ``merged`` profile, a BIO token tagger, an NLI zero-shot classifier,
     a CLIP and a SigLIP, a Qwen3-Reranker-shaped causal LM, a GLiClass (under the public adapter
-    name, with a ``multi-label`` profile) and an OWLv2 detector; all preloaded, float32."""
+    name, with a ``multi-label`` profile), an OWLv2 detector and a ColPali; all preloaded, float32."""
     root = tmp_path_factory.mktemp("families")
     env = {"SIE_MODELS_DIR": str(families_models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
     preload = [
@@ -522,6 +539,7 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
         GLICLASS,
         f"{GLICLASS}:multi-label",
         OWLV2,
+        COLPALI,
     ]
     with run_server(root, env, "--preload", ",".join(preload)) as server:
         yield server

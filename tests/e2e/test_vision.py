@@ -22,8 +22,10 @@ from PIL import Image
 
 from sie.adapters.base import Forward, ImageData, LoadSpec
 from sie.adapters.clip import ClipEncoder, DualEncoder, SiglipEncoder
+from sie.adapters.colpali import ColPaliEncoder
 from sie.core.options import Capability, ComputePrecision
-from tests.e2e.conftest import CLIP, MINILM, MSGPACK_HEADERS, SIGLIP, Server
+from sie.postprocess.similarity import maxsim
+from tests.e2e.conftest import CLIP, COLPALI, MINILM, MSGPACK_HEADERS, SIGLIP, Server
 
 DENSE = Forward(frozenset({Capability.DENSE}))
 TEXT = "a photo of a red car"
@@ -225,3 +227,48 @@ def test_the_public_sdk_encodes_images_to_the_same_vectors(
         ours = np.stack([r["dense"] for r in client.encode(model, items)])
     np.testing.assert_allclose(public, ours, atol=1e-6)
     assert json.dumps(public.shape) == json.dumps(ours.shape)
+
+
+def test_colpali_encodes_pages_and_queries_and_scores_pages_by_maxsim(
+    families: Server, unpack: Any, family_folders: dict[str, Path]
+) -> None:
+    """Page images and a text query through ``/v1/encode`` (one vector per position, as the
+    adapter gives them), then ``/v1/score`` with image items ranks the pages by MaxSim."""
+    body = {
+        "items": [{"images": [{"data": PNG, "format": "png"}]}, {"text": TEXT}],
+        "params": {"output_types": ["multivector"]},
+    }
+    response = families.client.post(
+        f"/v1/encode/{COLPALI}", content=msgpack.packb(body), headers=MSGPACK_HEADERS
+    )
+    assert response.status_code == 200, response.text
+    got = [item["multivector"]["values"] for item in unpack(response.content)["items"]]
+    encoder = ColPaliEncoder.load(LoadSpec(family_folders["colpali"], "cpu", ComputePrecision.FLOAT32, 512))
+    multi = Forward(frozenset({Capability.MULTIVECTOR}))
+    want = encoder.run(encoder.prepare([ImageData(PNG), TEXT], multi), multi).multivector or []
+    for ours, theirs in zip(got, want, strict=True):
+        np.testing.assert_allclose(ours, theirs, atol=1e-5)
+    query = (
+        encoder.run(
+            encoder.prepare([TEXT], Forward(frozenset({Capability.MULTIVECTOR}), is_query=True)), multi
+        ).multivector
+        or []
+    )
+    scored = families.client.post(
+        f"/v1/score/{COLPALI}",
+        content=msgpack.packb(
+            {
+                "query": {"text": TEXT},
+                "items": [
+                    {"images": [{"data": p, "format": "png"}], "id": f"p{i}"}
+                    for i, p in enumerate((PNG, JPEG))
+                ],
+                "options": {"score_mode": "maxsim"},
+            }
+        ),
+        headers=MSGPACK_HEADERS,
+    )
+    assert scored.status_code == 200, scored.text
+    scores = {s["item_id"]: s["score"] for s in unpack(scored.content)["scores"]}
+    pages = encoder.run(encoder.prepare([ImageData(PNG), ImageData(JPEG)], multi), multi).multivector or []
+    np.testing.assert_allclose([scores["p0"], scores["p1"]], maxsim(query[0], pages), atol=1e-5)

@@ -28,6 +28,7 @@ DENSE = "sie.adapters.dense_torch:TorchDenseEncoder"
 ONNX = "sie.adapters.dense_onnx:OnnxDenseEncoder"
 SPLADE = "sie.adapters.splade:SpladeEncoder"
 COLBERT = "sie.adapters.colbert:ColbertEncoder"
+COLPALI = "sie.adapters.colpali:ColPaliEncoder"
 BGE_M3 = "sie.adapters.bge_m3:BgeM3Encoder"
 CROSS_ENCODER = "sie.adapters.cross_encoder:CrossEncoderScorer"
 CAUSAL_RERANKER = "sie.adapters.causal_reranker:CausalLmReranker"
@@ -103,6 +104,7 @@ EXPECTED = {
         "lightonai/mLateOn",
         "topk-io/Iso-ModernColBERT",
     },
+    COLPALI: {"vidore/colpali-v1.3-hf"},
     BGE_M3: {"BAAI/bge-m3"},
     CROSS_ENCODER: {
         "BAAI/bge-reranker-base",
@@ -191,7 +193,7 @@ EXPECTED = {
     },
 }
 # The public ids of families this release does not run: listed, refused with MODEL_NOT_SERVED.
-NOT_SERVED_COUNT = 90
+NOT_SERVED_COUNT = 89
 
 CONFIGS = [config for _, config in load_model_dir(MODELS_DIR)]
 BY_ID = {config.sie_id: config for config in CONFIGS}

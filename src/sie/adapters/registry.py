@@ -27,6 +27,7 @@ _CAUSAL_RERANKER = "sie.adapters.causal_reranker:CausalLmReranker"
 _GLICLASS = "sie.adapters.gliclass:GliclassClassifier"
 _OWLV2 = "sie.adapters.owlv2:Owlv2Detector"
 _GROUNDING_DINO = "sie.adapters.grounding_dino:GroundingDinoDetector"
+_COLPALI = "sie.adapters.colpali:ColPaliEncoder"
 
 # The public server splits a family over flash kernels and their fallbacks; here one class runs each
 # family, so every public name of it maps there. Public adapters for models that need code from the
@@ -43,6 +44,7 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.splade_flash:SPLADEFlashAdapter": _SPLADE,
     "sie_server.adapters.sentence_transformer:SentenceTransformerSparseAdapter": _SPLADE,
     "sie_server.adapters.colbert:ColBERTAdapter": _COLBERT,
+    "sie_server.adapters.colpali:ColPaliAdapter": _COLPALI,
     "sie_server.adapters.colbert_modernbert_flash:ColBERTModernBERTFlashAdapter": _COLBERT,
     "sie_server.adapters.colbert_rotary_flash:ColBERTRotaryFlashAdapter": _COLBERT,
     "sie_server.adapters.bge_m3_flash:BGEM3FlashAdapter": _BGE_M3,
@@ -70,6 +72,7 @@ CANONICAL: Final = frozenset(
         "sie.adapters.dense_onnx:OnnxDenseEncoder",
         _SPLADE,
         _COLBERT,
+        _COLPALI,
         _BGE_M3,
         _CROSS_ENCODER,
         _CAUSAL_RERANKER,
@@ -106,7 +109,6 @@ NOT_SERVED: Final[dict[str, str]] = {
     f"{_P}paddleocr_vl": "an OCR vision-language model (PaddleOCR-VL)",
     f"{_P}mineru_vl": "an OCR vision-language model (MinerU)",
     f"{_P}sam3": "an image segmentation model (SAM 3)",
-    f"{_P}colpali": "a visual document retriever (ColPali)",
     f"{_P}colqwen2": "a visual document retriever (ColQwen2)",
     f"{_P}colqwen3": "a visual document retriever (ColQwen3)",
     f"{_P}colsmol": "a visual document retriever (ColSmol)",

@@ -57,9 +57,10 @@ async def score(
                 for is_query in (True, False)
             )
             adapter = held.model.adapter
-            texts = [doc_plan.text_for(item, adapter) for item in items]
+            # A model that takes images scores page images too (ColPali): each item's image, else its text.
+            documents = [doc_plan.input_for(item, name, adapter) for item in items]
             scores, inference = await _similarity(
-                parts, held, plan, query_plan.text_for(query, adapter), texts, lora
+                parts, held, plan, query_plan.input_for(query, name, adapter), documents, lora
             )
     timing = inference.timing(started, postprocessed=False)
     parts.observe(model, "score", timing)
@@ -69,7 +70,12 @@ async def score(
 
 
 async def _similarity(
-    parts: Parts, held: Held, plan: ScorePlan, query: str, documents: list[str], lora: str | None
+    parts: Parts,
+    held: Held,
+    plan: ScorePlan,
+    query: ModelInput,
+    documents: list[ModelInput],
+    lora: str | None,
 ) -> tuple[np.ndarray, Inference]:
     """The weighted sum of each similarity the plan names, one score per document (in order)."""
     assert plan.weights is not None
@@ -81,7 +87,7 @@ async def _similarity(
 
     asked, answered = await asyncio.gather(
         parts.infer(held, [query], group(True)),
-        parts.infer(held, list[ModelInput](documents), group(False)),
+        parts.infer(held, documents, group(False)),
     )
     q = asked.results[0].outputs
     docs = [r.outputs for r in answered.results]
