@@ -25,14 +25,18 @@ import torch
 from PIL import Image
 
 from tests.e2e.conftest import (
+    CAUSAL_RERANKER,
     CLIP,
     COLBERT,
+    COLPALI,
     DOCS,
+    GLICLASS,
     GLINER,
     M3,
     MSGPACK_HEADERS,
     NER,
     NLI,
+    OWLV2,
     QUERY,
     RERANKER,
     SIGLIP,
@@ -71,7 +75,23 @@ profiles:
   default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.splade:SpladeEncoder"}}
 """,
 }
-MODELS = [DENSE, SPLADE, RERANKER, COLBERT, f"{COLBERT}:muvera", M3, GLINER, NER, NLI, CLIP, SIGLIP]
+MODELS = [
+    DENSE,
+    SPLADE,
+    RERANKER,
+    CAUSAL_RERANKER,
+    COLBERT,
+    f"{COLBERT}:muvera",
+    M3,
+    GLINER,
+    GLICLASS,
+    NER,
+    NLI,
+    CLIP,
+    SIGLIP,
+    OWLV2,
+    COLPALI,
+]
 
 # Texts of many lengths, so a batch packs short and long sequences together.
 TEXTS = [
@@ -93,28 +113,36 @@ def picture(seed: int) -> bytes:
 
 def texts(model: str, items: list[str]) -> dict[str, Any]:
     body: dict[str, Any] = {"items": [{"text": t} for t in items]}
-    if model in (GLINER, NLI):
+    if model in (GLINER, NLI, GLICLASS):
         body["params"] = {"labels": LABELS}
-    outputs = {M3: ["dense", "sparse", "multivector"], SPLADE: ["sparse"], COLBERT: ["multivector"]}
+    outputs = {
+        M3: ["dense", "sparse", "multivector"],
+        SPLADE: ["sparse"],
+        COLBERT: ["multivector"],
+        COLPALI: ["multivector"],
+    }
     if model in outputs:
         body["params"] = {"output_types": outputs[model]}
     return body
 
 
 def route(model: str) -> str:
-    if model in (GLINER, NER, NLI):
+    if model in (GLINER, NER, NLI, GLICLASS, OWLV2):
         return "extract"
-    return "score" if model == RERANKER else "encode"
+    return "score" if model in (RERANKER, CAUSAL_RERANKER) else "encode"
 
 
 def requests(model: str) -> list[dict[str, Any]]:
     """The bodies each family is asked, a batch first; for encoders every text alone too."""
-    if model == RERANKER:
+    if model == OWLV2:
+        images = [{"images": [{"data": picture(seed), "format": "png"}]} for seed in (0, 1, 2)]
+        return [{"items": images, "params": {"labels": ["cat", "dog"], "options": {"score_threshold": 0.0}}}]
+    if model in (RERANKER, CAUSAL_RERANKER):
         return [
             {"query": {"text": QUERY}, "items": [{"text": t, "id": f"d{i}"} for i, t in enumerate(TEXTS)]}
         ]
     batch = texts(model, TEXTS)
-    if model in (CLIP, SIGLIP):
+    if model in (CLIP, SIGLIP, COLPALI):
         batch["items"] += [{"images": [{"data": picture(seed), "format": "png"}]} for seed in (0, 1)]
     return [batch]
 
@@ -163,6 +191,14 @@ def same(expected: Any, got: Any, tol: Tolerance, where: str) -> None:
     if isinstance(expected, dict) and {"indices", "values", "dims"} <= set(expected):
         cos = cosine_rows(sparse_dense(expected), sparse_dense(got))
         assert cos >= tol.min_cosine, f"{where}: sparse cosine {cos:.6f}"
+    elif isinstance(expected, dict) and set(expected) == {"label", "score", "bbox"}:  # an object
+        # A box's corners are truncated to whole pixels: a last-digit difference may move one by 1,
+        # and in half precision a box's best label may swap with a near-equal one.
+        assert abs(expected["score"] - got["score"]) <= tol.score, f"{where}: score"
+        assert max(abs(a - b) for a, b in zip(expected["bbox"], got["bbox"], strict=True)) <= 1, (
+            f"{where}: bbox"
+        )
+        assert not tol.exact_entities or expected["label"] == got["label"], f"{where}: label"
     elif isinstance(expected, dict):
         if "entities" in expected and not tol.exact_entities:
             close_entities(expected["entities"], got["entities"], tol, where)
@@ -277,7 +313,7 @@ def test_the_device_answers_as_the_cpu(
     tol = tolerance(precision, model)
     for body, expected in zip(requests(model), cpu_answers[model], strict=True):
         got = ask(server, model, body)
-        if model == RERANKER:
+        if model in (RERANKER, CAUSAL_RERANKER):
             same(by_item(expected), by_item(got), tol, f"{model} {precision}")
         else:
             same(expected["items"], got["items"], tol, f"{model} {precision}")
