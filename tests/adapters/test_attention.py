@@ -180,3 +180,12 @@ def test_every_forward_runs_with_cudnn_attention_off(minilm_dir, packed):
     dense(encoder, ["a short one", "and a longer text"], Pooling.MEAN)
     assert seen == [False]
     assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, *HALF])
+def test_cuda_never_asks_for_the_out_of_tree_backend(dtype):
+    """Grouped-query attention in float32 is declined by flash and memory-efficient SDPA; with the
+    out-of-tree backend listed, torch picked it on CUDA and failed ("Invalid backend", found on an
+    H200 with a Qwen3 reranker) instead of falling through to math."""
+    plan = plan_attention(AttentionBackend.AUTO, CUDA, dtype, 32, found_nothing)
+    assert SDPBackend.OVERRIDEABLE not in plan.sdpa and plan.sdpa[-1] is SDPBackend.MATH

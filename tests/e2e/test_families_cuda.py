@@ -195,7 +195,8 @@ def same(expected: Any, got: Any, tol: Tolerance, where: str) -> None:
         # A box's corners are truncated to whole pixels: a last-digit difference may move one by 1,
         # and in half precision a box's best label may swap with a near-equal one.
         assert abs(expected["score"] - got["score"]) <= tol.score, f"{where}: score"
-        assert max(abs(a - b) for a, b in zip(expected["bbox"], got["bbox"], strict=True)) <= 1, (
+        pixels = 1 if tol.exact_entities else 3  # half precision moves a corner a little more
+        assert max(abs(a - b) for a, b in zip(expected["bbox"], got["bbox"], strict=True)) <= pixels, (
             f"{where}: bbox"
         )
         assert not tol.exact_entities or expected["label"] == got["label"], f"{where}: label"

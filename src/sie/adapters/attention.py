@@ -51,7 +51,9 @@ class PackedAttention(StrEnum):
 
 
 # Every SDPA backend but cuDNN, in the order tried: flash (no mask), memory-efficient (masks, float32),
-# the device's own (XPU and other out-of-tree devices), then the reference math.
+# the device's own (XPU and other out-of-tree devices), then the reference math. On CUDA the
+# device's own is left out: torch picks it there when flash and memory-efficient both decline a call
+# (grouped-query attention in float32) and then fails with "Invalid backend" instead of reaching math.
 FUSED_SDPA: Final = (
     SDPBackend.FLASH_ATTENTION,
     SDPBackend.EFFICIENT_ATTENTION,
@@ -114,6 +116,8 @@ def plan_attention(
         sdpa, transformers_impl = FUSED_SDPA, "sdpa"
     if device.type == "cpu":
         return AttentionPlan(PackedAttention.BUCKETS, sdpa, transformers_impl, CPU_ALONE_FROM_TOKENS)
+    if device.type == "cuda":
+        sdpa = tuple(b for b in sdpa if b is not SDPBackend.OVERRIDEABLE)
     half = dtype in (torch.float16, torch.bfloat16)
     flash = (
         device.type == "cuda"
