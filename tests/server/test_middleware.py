@@ -6,9 +6,10 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
+from sie.core.instance import RUNTIME_INSTANCE
 from sie.engine.errors import PayloadTooLarge
 from sie.server.errors import handle_native_error
-from sie.server.middleware import RUNTIME_INSTANCE, BodyLimit, IdentityHeaders, SdkVersionSkew
+from sie.server.middleware import BodyLimit, IdentityHeaders, SdkVersionSkew
 
 
 async def echo(request):

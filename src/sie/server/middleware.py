@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Sequence
-from typing import Final
 
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sie.core.instance import RUNTIME_INSTANCE
 from sie.engine.errors import PayloadTooLarge
 from sie.server.errors import native_error_response, openai_error_response
 
-RUNTIME_INSTANCE: Final = secrets.token_hex(32)
 log = logging.getLogger(__name__)
 
 

@@ -3,12 +3,10 @@ the state its workers' heartbeats report. Imports nothing that loads models, so 
 
 from __future__ import annotations
 
-import hashlib
-import os
-import secrets
 from typing import Final
 
 from sie.adapters.registry import not_served
+from sie.core.instance import RUNTIME_INSTANCE
 from sie.engine.catalog import CatalogEntry
 from sie.engine.errors import ModelNotServed
 from sie.wire.errors import ErrorCode
@@ -16,10 +14,6 @@ from sie.wire.responses import ModelCapabilities, ModelError, ModelInfo, ModelRo
 
 # The public server's order of ``outputs``: the encode outputs, then the other operations.
 _ENCODE_ORDER: Final = ("dense", "sparse", "multivector")
-
-RUNTIME_INSTANCE_ID: Final = hashlib.sha256(f"{os.getpid()}:{secrets.token_hex(16)}".encode()).hexdigest()
-"""This process, as the public server names it on every profile: it changes on every restart, so a
-client can tell a restarted server from one that kept its state."""
 
 
 def entry_info(
@@ -42,7 +36,7 @@ def entry_info(
     is_variant = entry.name != config.sie_id
     names = [entry.profile.name] if is_variant else list(config.profiles)
     profiles = {
-        name: ProfileInfo(is_default=name == entry.profile.name, runtime_instance_id=RUNTIME_INSTANCE_ID)
+        name: ProfileInfo(is_default=name == entry.profile.name, runtime_instance_id=RUNTIME_INSTANCE)
         for name in names
     }
     if is_variant:
