@@ -24,7 +24,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.e2e.conftest import COLBERT, GLINER, M3, MINILM, RERANKER, SPLADE
+from tests.e2e.conftest import CAUSAL_RERANKER, COLBERT, GLICLASS, GLINER, M3, MINILM, RERANKER, SPLADE
 from tests.e2e.conftest import DOCS as FAMILY_DOCS
 from tests.e2e.conftest import QUERY as FAMILY_QUERY
 
@@ -260,6 +260,21 @@ FAMILY_CALLS: list[tuple[str, str, str, list[Any], dict[str, Any]]] = [
     ("m3-sparse-profile", "encode", f"{M3}:sparse", [DOC_ITEMS], {}),
     ("m3-default", "encode", M3, [DOC_ITEMS[:2]], {}),
     ("rerank", "score", RERANKER, [FAMILY_QUERY_ITEM, DOC_ITEMS], {}),
+    ("causal-rerank", "score", CAUSAL_RERANKER, [FAMILY_QUERY_ITEM, DOC_ITEMS], {}),
+    (
+        "gliclass-extract",
+        "extract",
+        GLICLASS,
+        [DOC_ITEMS],
+        {"labels": ["health", "food", "sports"], "instruction": "Pick the topic"},
+    ),
+    (
+        "gliclass-multi-label",
+        "extract",
+        f"{GLICLASS}:multi-label",
+        [DOC_ITEMS],
+        {"labels": ["health", "food", "sports"], "options": {"threshold": 0.3}},
+    ),
     ("rerank-no-ids", "score", RERANKER, [{"text": FAMILY_QUERY}, [{"text": d} for d in FAMILY_DOCS]], {}),
     (
         "minilm-dense-score",
@@ -369,7 +384,8 @@ def test_our_sdk_decodes_every_output_as_the_public_sdk(
     elif operation == "extract":
         results = public if isinstance(public, list) else [public]
         assert len(results) == len(_as_list(args[0]))
-        assert any(result["entities"] for result in results), f"{name}: no entity came back"
+        found = "classifications" if name.startswith("gliclass") else "entities"
+        assert any(result[found] for result in results), f"{name}: no {found} came back"
     else:
         assert len(public["scores"]) == len(args[1])
         assert [s["rank"] for s in public["scores"]] == list(range(len(args[1])))
@@ -433,3 +449,43 @@ def test_public_sdk_decodes_the_json_wire_values(
                 )
             dtype = pub[output]["values"]["ndarray"] if output == "sparse" else pub[output]["ndarray"]
             assert raw[output]["dtype"] == dtype
+
+
+CATALOGUE_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from sie_sdk import SIEClient
+
+    url = sys.argv[1]
+    out = {}
+    with SIEClient(url, timeout_s=60) as client:
+        models = {m["name"]: m for m in client.list_models()}
+        out["m3"] = models["BAAI/bge-m3"]
+        out["flag"] = models["BAAI/bge-m3:bge_m3_flag"]
+        out["jina"] = models["jinaai/jina-reranker-v2-base-multilingual"]
+        try:
+            client.score(
+                "jinaai/jina-reranker-v2-base-multilingual", {"text": "q"}, [{"text": "d"}]
+            )
+            out["refused"] = None
+        except Exception as exc:
+            out["refused"] = {"type": type(exc).__name__, "text": str(exc)}
+    print(json.dumps(out))
+    """
+)
+
+
+def test_public_sdk_lists_the_public_catalogue_and_gets_a_refusal_not_a_404(families, run_public_sdk) -> None:
+    """The two ids the public suites call and we lacked: the FlagEmbedding profile of bge-m3 is
+    served, Jina's reranker is listed and refused with 400 MODEL_NOT_SERVED, which the public SDK
+    raises as a request error naming the family, not as a missing model."""
+    out = run_public_sdk(CATALOGUE_SCRIPT, families.url)
+    assert out["m3"]["revision"] is None or isinstance(out["m3"]["revision"], str)
+    assert (
+        out["m3"]["routing"] == {"policy": None, "upstream_kind": None} and out["m3"]["capabilities"] is None
+    )
+    assert out["flag"]["state"] == "available" and out["flag"]["profiles"]["default"]["is_default"] is True
+    assert out["jina"]["state"] == "failed" and out["jina"]["last_error"]["code"] == "MODEL_NOT_SERVED"
+    refused = out["refused"]
+    assert refused is not None and "NotFound" not in refused["type"]
+    assert "Jina's Hub code" in refused["text"] and "does not serve" in refused["text"]
