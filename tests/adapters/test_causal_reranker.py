@@ -25,7 +25,7 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from sie.adapters.base import Forward, LoadSpec
+from sie.adapters.base import Forward, LoadSpec, Task
 from sie.adapters.causal_reranker import QWEN3_INSTRUCTION, CausalLmReranker
 from sie.core.options import Capability, ComputePrecision
 from tests import builders
@@ -141,7 +141,9 @@ def test_mxbai_equals_the_mxbai_rerank_recipe(qwen2_folder: Path) -> None:
     assert np.ptp(got) > 1e-3  # the random head does not score every pair alike
 
 
-def qwen3_reference(folder: Path, docs: list[str], max_length: int) -> np.ndarray:
+def qwen3_reference(
+    folder: Path, docs: list[str], max_length: int, instruction: str = QWEN3_INSTRUCTION
+) -> np.ndarray:
     tokenizer = hf_tokenizer(folder)
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
     prefix = (
@@ -151,7 +153,7 @@ def qwen3_reference(folder: Path, docs: list[str], max_length: int) -> np.ndarra
     suffix = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
     prefix_ids = tokenizer.encode(prefix, add_special_tokens=False)
     suffix_ids = tokenizer.encode(suffix, add_special_tokens=False)
-    texts = [f"<Instruct>: {QWEN3_INSTRUCTION}\n<Query>: {QUERY}\n<Document>: {doc}" for doc in docs]
+    texts = [f"<Instruct>: {instruction}\n<Query>: {QUERY}\n<Document>: {doc}" for doc in docs]
     inputs = tokenizer(
         texts,
         truncation="longest_first",
@@ -184,3 +186,16 @@ def test_a_single_text_or_an_unknown_layout_is_refused(qwen2_folder: Path) -> No
         CausalLmReranker.load(
             LoadSpec(qwen2_folder, "cpu", ComputePrecision.FLOAT32, 512, loadtime={"input_format": "nope"})
         )
+
+
+def test_qwen3_reads_the_requests_instruction_in_its_instruct_slot(qwen3_folder: Path) -> None:
+    loadtime = {"input_format": "qwen3", "yes_token": "yes", "no_token": "no", "score_mode": "log_softmax"}
+    reranker = CausalLmReranker.load(
+        LoadSpec(qwen3_folder, "cpu", ComputePrecision.FLOAT32, 256, loadtime=loadtime)
+    )
+    docs = documents(5)
+    forward = Forward(frozenset({Capability.SCORE}), task=Task(instruction="Find cardiology papers"))
+    got = reranker.run(reranker.prepare([(QUERY, d) for d in docs], forward), forward).scores
+    np.testing.assert_allclose(
+        got, qwen3_reference(qwen3_folder, docs, 256, "Find cardiology papers"), atol=1e-5
+    )

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from sentence_transformers import CrossEncoder
 
-from sie.adapters.base import Forward, LoadSpec, UnsupportedInput
+from sie.adapters.base import Forward, LoadSpec, Task, UnsupportedInput
 from sie.adapters.cross_encoder import CrossEncoderScorer
 from sie.core.options import Capability, ComputePrecision
 from tests import builders
@@ -67,3 +67,17 @@ def test_single_texts_are_refused(splade_dir: Path, tmp_path: Path) -> None:
     )
     with pytest.raises(UnsupportedInput, match="pairs"):
         scorer.prepare(["just a text"], SCORE)
+
+
+def test_an_instruction_goes_before_the_query(splade_dir: Path, tmp_path: Path) -> None:
+    """The public server reads a score request's instruction as ``"{instruction} {query}"``."""
+    folder = builders.bert_reranker(splade_dir, tmp_path / "reranker")
+    scorer = CrossEncoderScorer.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256))
+    instructed = Forward(frozenset({Capability.SCORE}), task=Task(instruction="Find the medical cause"))
+    scores = scorer.run(scorer.prepare(PAIRS, instructed), instructed).scores
+    reference = CrossEncoder(str(folder), device="cpu", max_length=256).predict(
+        [(f"Find the medical cause {q}", d) for q, d in PAIRS]
+    )
+    np.testing.assert_allclose(scores, reference, atol=1e-5)
+    plain = scorer.run(scorer.prepare(PAIRS, SCORE), SCORE).scores
+    assert plain is not None and scores is not None and not np.allclose(plain, scores)

@@ -101,6 +101,19 @@ def test_cross_encoder_scores_sorted_and_equal_to_sentence_transformers(
     np.testing.assert_allclose([s["score"] for s in result["scores"]], expected[order], atol=1e-5)
 
 
+def test_a_score_requests_instruction_reaches_the_cross_encoder(
+    families: Server, unpack: Any, tmp_path: Path
+) -> None:
+    body = {"query": {"text": QUERY}, "items": [{"text": d, "id": f"d{i}"} for i, d in enumerate(DOCS)]}
+    plain = post(families, f"/v1/score/{RERANKER}", body, unpack)
+    instructed = post(families, f"/v1/score/{RERANKER}", {**body, "instruction": "Find the cause"}, unpack)
+    folder = builders.bert_reranker(package_folder("cognition", "model"), tmp_path / "reranker")
+    expected = CrossEncoder(str(folder), device="cpu").predict([(f"Find the cause {QUERY}", d) for d in DOCS])
+    got = {s["item_id"]: s["score"] for s in instructed["scores"]}
+    np.testing.assert_allclose([got[f"d{i}"] for i in range(len(DOCS))], expected, atol=1e-5)
+    assert got != {s["item_id"]: s["score"] for s in plain["scores"]}
+
+
 def test_causal_lm_reranker_under_its_public_name_scores_as_the_adapter(
     families: Server, unpack: Any, family_folders: dict[str, Path]
 ) -> None:

@@ -108,11 +108,16 @@ class CausalLmReranker(TransformerAdapter):
         pairs = [one for one in inputs if isinstance(one, tuple)]
         if len(pairs) != len(inputs):
             raise UnsupportedInput("Causal-LM rerankers score (query, document) pairs, not single texts")
-        build = self._qwen3_ids if self._qwen3 else self._mxbai_ids
-        return [Prepared(np.asarray(build(query, document), dtype=np.int64)) for query, document in pairs]
+        if self._qwen3:
+            instruction = (forward.task.instruction if forward.task else None) or self._instruction
+            return [
+                Prepared(np.asarray(self._qwen3_ids(q, d, instruction), dtype=np.int64)) for q, d in pairs
+            ]
+        # mxbai's layout has no instruction slot (the public server ignores one there too).
+        return [Prepared(np.asarray(self._mxbai_ids(q, d), dtype=np.int64)) for q, d in pairs]
 
-    def _qwen3_ids(self, query: str, document: str) -> list[int]:
-        body = self._ids(f"<Instruct>: {self._instruction}\n<Query>: {query}\n<Document>: {document}")
+    def _qwen3_ids(self, query: str, document: str, instruction: str) -> list[int]:
+        body = self._ids(f"<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}")
         room = self._max_length - len(self._prefix) - len(self._suffix)
         return self._prefix + body[: max(room, 0)] + self._suffix
 

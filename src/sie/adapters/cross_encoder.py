@@ -39,6 +39,9 @@ class CrossEncoderScorer(TransformerAdapter):
         pairs = [one for one in inputs if isinstance(one, tuple)]
         if len(pairs) != len(inputs):
             raise UnsupportedInput("Cross-encoder models score (query, document) pairs, not single texts")
+        instruction = forward.task.instruction if forward.task else None
+        if instruction:  # instruction-tuned rerankers read it before the query, as the public server puts it
+            pairs = [(f"{instruction} {query}", document) for query, document in pairs]
         return [Prepared(ids, types) for ids, types in self.tokenizer.encode_pairs(pairs)]
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:

@@ -10,7 +10,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from sie.adapters.base import Forward, ModelInput
+from sie.adapters.base import Forward, ModelInput, Task
 from sie.core.options import Capability
 from sie.engine.encode_plan import plan_encode
 from sie.engine.infer import Inference
@@ -40,7 +40,11 @@ async def score(
     with parts.registry.hold(name) as held, parts.registry.lora(held, lora_id) as lora:
         if plan.weights is None:
             check_outputs(held, frozenset({Capability.SCORE}))
-            group = BatchGroup(Forward(frozenset({Capability.SCORE}), lora=lora), Postprocess(frozenset()))
+            # The request's instruction reaches the pair scorer, which places it as its model was
+            # trained (a cross-encoder before the query, a Qwen3 reranker in its <Instruct> slot).
+            task = Task(instruction=request.instruction) if request.instruction else None
+            forward = Forward(frozenset({Capability.SCORE}), task=task, lora=lora)
+            group = BatchGroup(forward, Postprocess(frozenset()))
             pairs: list[ModelInput] = [(str(query.text), str(item.text)) for item in items]
             inference = await parts.infer(held, pairs, group)
             scores = np.array([r.outputs.score for r in inference.results], dtype=np.float32)
