@@ -232,6 +232,24 @@ def gliclass(splade_dir: Path, folder: Path, prompt_first: bool = False) -> Path
     return folder
 
 
+def gliner2(splade_dir: Path, folder: Path) -> Path:
+    """A GLiNER2 span extractor over a randomly initialised copy of the packaged BERT's shape, saved as
+    the library saves one (config, ``encoder_config/``, weights, tokenizer): the library builds the
+    encoder from ``encoder_config`` without the hub."""
+    from gliner2 import ExtractorConfig, GLiNER2
+    from transformers import AutoConfig, AutoTokenizer
+
+    torch.manual_seed(8)
+    config = ExtractorConfig(model_name="tiny-bert", architecture="span", max_width=8, token_pooling="first")
+    model = GLiNER2(
+        config,
+        encoder_config=AutoConfig.from_pretrained(str(splade_dir)),
+        tokenizer=AutoTokenizer.from_pretrained(str(splade_dir)),
+    )
+    model.save_pretrained(str(folder))
+    return folder
+
+
 # BIO tags plus one IO-style type (no prefix), so the tests cover both ways of tagging.
 NER_LABELS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC", "MISC")
 

@@ -28,6 +28,7 @@ _GLICLASS = "sie.adapters.gliclass:GliclassClassifier"
 _OWLV2 = "sie.adapters.owlv2:Owlv2Detector"
 _GROUNDING_DINO = "sie.adapters.grounding_dino:GroundingDinoDetector"
 _COLPALI = "sie.adapters.colpali:ColPaliEncoder"
+_GLINER2 = "sie.adapters.gliner2:Gliner2Extractor"
 
 # The public server splits a family over flash kernels and their fallbacks; here one class runs each
 # family, so every public name of it maps there. Public adapters for models that need code from the
@@ -55,7 +56,10 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.cross_encoder:CrossEncoderAdapter": _CROSS_ENCODER,
     "sie_server.adapters.qwen2_flash_cross_encoder:Qwen2FlashCrossEncoderAdapter": _CAUSAL_RERANKER,
     "sie_server.adapters.gliner:GLiNERAdapter": _GLINER,
-    "sie_server.adapters.gliner_bi:GLiNERBiAdapter": _GLINER,  # gliner runs bi-encoders through the same calls
+    "sie_server.adapters.gliner_bi:GLiNERBiAdapter": _GLINER,
+    # GLiNER2's entity adapters; its Decide, classification and schema modes stay refused.
+    "sie_server.adapters.gliner2:GLiNER2Adapter": _GLINER2,
+    "sie_server.adapters.gliner2.entities:GLiNER2EntitiesAdapter": _GLINER2,  # gliner runs bi-encoders through the same calls
     "sie_server.adapters.gliclass:GLiClassAdapter": _GLICLASS,
     "sie_server.adapters.owlv2:Owlv2Adapter": _OWLV2,
     "sie_server.adapters.grounding_dino:GroundingDINOAdapter": _GROUNDING_DINO,
@@ -77,6 +81,7 @@ CANONICAL: Final = frozenset(
         _CROSS_ENCODER,
         _CAUSAL_RERANKER,
         _GLINER,
+        _GLINER2,
         _GLICLASS,
         _OWLV2,
         _GROUNDING_DINO,
@@ -117,7 +122,7 @@ NOT_SERVED: Final[dict[str, str]] = {
     f"{_P}qwen3_vl_embedding": "a multimodal embedder (Qwen3-VL)",
     f"{_P}qwen3_vl_reranker": "a multimodal reranker (Qwen3-VL)",
     f"{_P}st_sparse_vision": "a visual sparse encoder (v-SPLADE)",
-    f"{_P}gliner2": "a schema extractor (GLiNER2)",
+    f"{_P}gliner2": "a GLiNER2 classifier or decision model (GLiNER2)",
     f"{_P}glirel": "a relation extractor (GLiREL)",
     f"{_P}gliner_union": "a PII extractor (GLiNER union)",
     f"{_P}gliformer": "an extractor (GLiFormer)",
@@ -148,6 +153,8 @@ NOT_SERVED: Final[dict[str, str]] = {
 def not_served(adapter_path: str) -> str | None:
     """The family of ``adapter_path`` when this release does not run it (``NOT_SERVED``), else None."""
     path = canonical(adapter_path)
+    if path in CANONICAL:  # one of ours, or a public name aliased to one (GLiNER2's entity adapters)
+        return None
     if path in NOT_SERVED:
         return NOT_SERVED[path]
     module = path.split(":", 1)[0]
@@ -166,12 +173,14 @@ GLINER_OPTIONS: Final = frozenset(
 )
 NLI_OPTIONS: Final = frozenset({"hypothesis_template", "multi_label"})
 GLICLASS_OPTIONS: Final = frozenset({"threshold", "classification_type"})
+GLINER2_OPTIONS: Final = frozenset({"threshold"})
 DETECTION_OPTIONS: Final = frozenset({"score_threshold", "threshold"})
 GROUNDING_OPTIONS: Final = frozenset({"box_threshold", "text_threshold"})
 _REQUEST_OPTIONS: Final[dict[str, frozenset[str]]] = {
     _GLINER: GLINER_OPTIONS,
     _NLI: NLI_OPTIONS,
     _GLICLASS: GLICLASS_OPTIONS,
+    _GLINER2: GLINER2_OPTIONS,
     _OWLV2: DETECTION_OPTIONS,
     _GROUNDING_DINO: GROUNDING_OPTIONS,
     "sie.adapters.token_ner:TorchTokenNer": TOKEN_ENTITY_OPTIONS,
