@@ -294,6 +294,8 @@ CAUSAL_RERANKER = "test/qwen3-reranker"
 GLICLASS = "test/gliclass"
 OWLV2 = "test/owlv2"
 COLPALI = "test/colpali"
+GLINER2 = "test/gliner2"
+GROUNDING_DINO = "test/grounding-dino"
 QUERY = "what causes high blood pressure"
 DOCS = [
     "The film ran for three hours and the popcorn was stale.",
@@ -312,6 +314,31 @@ tasks:
 max_sequence_length: 256
 profiles:
   default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.cross_encoder:CrossEncoderScorer"}}
+""",
+    "gliner2.yaml": f"""
+sie_id: {GLINER2}
+weights_path: "@gliner2@"
+tasks:
+  extract: {{}}
+max_sequence_length: 512
+profiles:
+  default:
+    max_batch_tokens: 8192
+    adapter_path: "sie_server.adapters.gliner2.entities:GLiNER2EntitiesAdapter"
+""",
+    "grounding-dino.yaml": f"""
+sie_id: {GROUNDING_DINO}
+weights_path: "@grounding_dino@"
+inputs: {{text: false, image: true}}
+tasks:
+  extract: {{}}
+max_sequence_length: 256
+profiles:
+  default:
+    max_batch_tokens: 8192
+    adapter_path: "sie_server.adapters.grounding_dino.adapter:GroundingDINOAdapter"
+    adapter_options:
+      runtime: {{box_threshold: 0.25, text_threshold: 0.25}}
 """,
     "colpali.yaml": f"""
 sie_id: {COLPALI}
@@ -494,6 +521,8 @@ def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "gliclass": builders.gliclass(splade, root / "gliclass"),
         "owlv2": builders.owlv2(splade, root / "owlv2"),
         "colpali": builders.colpali(splade, root / "colpali"),
+        "gliner2": builders.gliner2(splade, root / "gliner2"),
+        "grounding_dino": builders.grounding_dino(splade, root / "grounding-dino"),
     }
 
 
@@ -517,7 +546,8 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
     reranker, a ColBERT with a ``muvera`` profile, a BGE-M3 with a ``sparse`` profile, a GLiNER (under
     the public adapter name) with a ``merged`` profile, a BIO token tagger, an NLI zero-shot classifier,
     a CLIP and a SigLIP, a Qwen3-Reranker-shaped causal LM, a GLiClass (under the public adapter
-    name, with a ``multi-label`` profile), an OWLv2 detector and a ColPali; all preloaded, float32."""
+    name, with a ``multi-label`` profile), an OWLv2 and a Grounding DINO detector, a ColPali and a
+    GLiNER2; all preloaded, float32."""
     root = tmp_path_factory.mktemp("families")
     env = {"SIE_MODELS_DIR": str(families_models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
     preload = [
@@ -540,6 +570,8 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
         f"{GLICLASS}:multi-label",
         OWLV2,
         COLPALI,
+        GLINER2,
+        GROUNDING_DINO,
     ]
     with run_server(root, env, "--preload", ",".join(preload)) as server:
         yield server

@@ -17,13 +17,25 @@ import pytest
 
 from sie.adapters.base import Forward, ImageData, LoadSpec, Task
 from sie.adapters.gliclass import GliclassClassifier
+from sie.adapters.gliner2 import Gliner2Extractor
+from sie.adapters.grounding_dino import GroundingDinoDetector
 from sie.adapters.nli_zero_shot import NEEDS_LABELS, NliZeroShotClassifier
 from sie.adapters.owlv2 import Owlv2Detector
 from sie.adapters.token_ner import TorchTokenNer
 from sie.core.options import Capability, ComputePrecision
 from tests import builders
 from tests.conftest import package_folder
-from tests.e2e.conftest import GLICLASS, MSGPACK_HEADERS, NER, NLI, OWLV2, RAMPART, Server
+from tests.e2e.conftest import (
+    GLICLASS,
+    GLINER2,
+    GROUNDING_DINO,
+    MSGPACK_HEADERS,
+    NER,
+    NLI,
+    OWLV2,
+    RAMPART,
+    Server,
+)
 
 KEYS = {"id", "entities", "relations", "classifications", "objects", "data"}
 TEXTS = [
@@ -247,3 +259,55 @@ def test_owlv2_finds_objects_in_image_items_as_the_adapter(
     )
     assert refused.status_code == 400 and refused.json()["detail"]["code"] == "INVALID_INPUT"
     assert extract_json(families, OWLV2, body)["items"] == items
+
+
+def test_gliner2_under_its_public_name_answers_as_the_adapter(
+    families: Server, unpack: Any, family_folders: dict[str, Path]
+) -> None:
+    labels = ["person", "location", "organization"]
+    body: dict[str, Any] = {
+        "items": [{"text": t} for t in TEXTS],
+        "params": {"labels": labels, "options": {"threshold": 0.3}},
+    }
+    items = both(families, GLINER2, body, unpack)
+    extractor = Gliner2Extractor.load(
+        LoadSpec(family_folders["gliner2"], "cpu", ComputePrecision.FLOAT32, 512)
+    )
+    forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of(labels, {"threshold": 0.3}))
+    expected = extractor.run(extractor.prepare(TEXTS, forward), forward).extractions or []
+    assert any(item["entities"] for item in items)
+    for item, want in zip(items, expected, strict=True):
+        got = [(e["text"], e["label"], e["start"], e["end"]) for e in item["entities"]]
+        assert got == [(e.text, e.label, e.start, e.end) for e in want.entities]
+        np.testing.assert_allclose(
+            [e["score"] for e in item["entities"]], [e.score for e in want.entities], atol=1e-5
+        )
+
+
+def test_grounding_dino_grounds_labels_in_image_items_as_the_adapter(
+    families: Server, unpack: Any, family_folders: dict[str, Path]
+) -> None:
+    images = [png(48, 40, 0), png(30, 64, 1)]
+    body = {
+        "items": [{"images": [{"data": i, "format": "png"}]} for i in images],
+        "params": {
+            "labels": ["Cat", "remote control"],
+            "options": {"box_threshold": 0.0, "text_threshold": 0.0},
+        },
+    }
+    items = extract_msgpack(families, GROUNDING_DINO, body, unpack)["items"]
+    detector = GroundingDinoDetector.load(
+        LoadSpec(family_folders["grounding_dino"], "cpu", ComputePrecision.FLOAT32, 256)
+    )
+    task = Task.of(["Cat", "remote control"], {"box_threshold": 0.0, "text_threshold": 0.0})
+    forward = Forward(frozenset({Capability.EXTRACT}), task=task)
+    expected = (
+        detector.run(detector.prepare([ImageData(i, "png") for i in images], forward), forward).extractions
+        or []
+    )
+    for item, want in zip(items, expected, strict=True):
+        assert len(item["objects"]) == 20 and {o["label"] for o in item["objects"]} <= {
+            "Cat",
+            "remote control",
+        }
+        assert [(o["label"], o["bbox"]) for o in item["objects"]] == [(o.label, o.bbox) for o in want.objects]

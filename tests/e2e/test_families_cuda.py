@@ -32,6 +32,8 @@ from tests.e2e.conftest import (
     DOCS,
     GLICLASS,
     GLINER,
+    GLINER2,
+    GROUNDING_DINO,
     M3,
     MSGPACK_HEADERS,
     NER,
@@ -90,7 +92,9 @@ MODELS = [
     CLIP,
     SIGLIP,
     OWLV2,
+    GROUNDING_DINO,
     COLPALI,
+    GLINER2,
 ]
 
 # Texts of many lengths, so a batch packs short and long sequences together.
@@ -113,7 +117,7 @@ def picture(seed: int) -> bytes:
 
 def texts(model: str, items: list[str]) -> dict[str, Any]:
     body: dict[str, Any] = {"items": [{"text": t} for t in items]}
-    if model in (GLINER, NLI, GLICLASS):
+    if model in (GLINER, NLI, GLICLASS, GLINER2):
         body["params"] = {"labels": LABELS}
     outputs = {
         M3: ["dense", "sparse", "multivector"],
@@ -127,16 +131,19 @@ def texts(model: str, items: list[str]) -> dict[str, Any]:
 
 
 def route(model: str) -> str:
-    if model in (GLINER, NER, NLI, GLICLASS, OWLV2):
+    if model in (GLINER, NER, NLI, GLICLASS, GLINER2, OWLV2, GROUNDING_DINO):
         return "extract"
     return "score" if model in (RERANKER, CAUSAL_RERANKER) else "encode"
 
 
 def requests(model: str) -> list[dict[str, Any]]:
     """The bodies each family is asked, a batch first; for encoders every text alone too."""
+    images = [{"images": [{"data": picture(seed), "format": "png"}]} for seed in (0, 1, 2)]
     if model == OWLV2:
-        images = [{"images": [{"data": picture(seed), "format": "png"}]} for seed in (0, 1, 2)]
         return [{"items": images, "params": {"labels": ["cat", "dog"], "options": {"score_threshold": 0.0}}}]
+    if model == GROUNDING_DINO:
+        options = {"box_threshold": 0.0, "text_threshold": 0.0}
+        return [{"items": images, "params": {"labels": ["cat", "dog"], "options": options}}]
     if model in (RERANKER, CAUSAL_RERANKER):
         return [
             {"query": {"text": QUERY}, "items": [{"text": t, "id": f"d{i}"} for i, t in enumerate(TEXTS)]}
