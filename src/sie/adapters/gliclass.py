@@ -145,7 +145,10 @@ class GliclassClassifier:
         classification_type(task, self._default_type)
         threshold(task)
         instruction = task.instruction if task else None
-        composed = [self._pipe.prepare_input(text, labels, None, instruction or None) for text in texts]
+        # Uni- and bi-encoder pipelines lay one text out as one input; an encoder-decoder reads the
+        # text and the labels apart, and only the text's own length is checked then.
+        compose = getattr(self._pipe, "prepare_input", None)
+        composed = [compose(text, labels, None, instruction or None) for text in texts] if compose else texts
         windows = self._window.encode(composed)
         limit = self.tokenizer.max_length or 0
         for index, window in enumerate(windows):
