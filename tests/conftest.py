@@ -343,3 +343,15 @@ def public_server_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
             if name.startswith("sie_server/models/") and name.endswith(".yaml"):
                 (folder / Path(name).name).write_bytes(archive.read(name))
     return folder
+
+
+def random_png(width: int, height: int, seed: int) -> bytes:
+    """A PNG of seeded random RGB pixels: an image item for the vision and detection tests."""
+    import io
+
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels, "RGB").save(out, format="PNG")
+    return out.getvalue()

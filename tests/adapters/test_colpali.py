@@ -19,18 +19,12 @@ from sie.adapters.colpali import ColPaliEncoder
 from sie.core.options import Capability, ComputePrecision
 from sie.postprocess.similarity import maxsim
 from tests import builders
+from tests.conftest import random_png
 
 QUERIES = ["what is the revenue", "a much longer question about the quarterly results of the company", "ok"]
 
 
-def page(width: int, height: int, seed: int) -> bytes:
-    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    out = io.BytesIO()
-    Image.fromarray(pixels, "RGB").save(out, format="PNG")
-    return out.getvalue()
-
-
-PAGES = [page(48, 64, 0), page(64, 40, 1), page(32, 32, 2)]
+PAGES = [random_png(48, 64, 0), random_png(64, 40, 1), random_png(32, 32, 2)]
 MULTI = Forward(frozenset({Capability.MULTIVECTOR}))
 
 

@@ -23,19 +23,13 @@ from sie.adapters.base import Forward, ImageData, LoadSpec, Task, UnsupportedInp
 from sie.adapters.grounding_dino import NEEDS_IMAGE, NO_PROMPT, GroundingDinoDetector, label_of
 from sie.core.options import Capability, ComputePrecision
 from tests import builders
+from tests.conftest import random_png
 
 LABELS = ["Cat", "red remote control"]
 Objects = list[list[tuple[str, float, list[int]]]]
 
 
-def picture(width: int, height: int, seed: int) -> bytes:
-    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    out = io.BytesIO()
-    Image.fromarray(pixels, "RGB").save(out, format="PNG")
-    return out.getvalue()
-
-
-IMAGES = [picture(48, 40, 0), picture(30, 64, 1), picture(80, 60, 2)]
+IMAGES = [random_png(48, 40, 0), random_png(30, 64, 1), random_png(80, 60, 2)]
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +116,7 @@ def test_an_instruction_is_the_prompt_when_there_are_no_labels(
 
 
 def test_an_image_alone_equals_it_inside_a_batch_of_its_size(detector: GroundingDinoDetector) -> None:
-    same_size = [picture(48, 40, seed) for seed in (0, 5, 6)]
+    same_size = [random_png(48, 40, seed) for seed in (0, 5, 6)]
     together = detect(detector, same_size, box_threshold=0.0, text_threshold=0.0)
     for index, image in enumerate(same_size):
         (alone,) = detect(detector, [image], box_threshold=0.0, text_threshold=0.0)

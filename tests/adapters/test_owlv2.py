@@ -18,18 +18,12 @@ from sie.adapters.base import Forward, ImageData, LoadSpec, Task, UnsupportedInp
 from sie.adapters.owlv2 import NEEDS_IMAGE, NO_LABELS, Owlv2Detector
 from sie.core.options import Capability, ComputePrecision
 from tests import builders
+from tests.conftest import random_png
 
 LABELS = ["Cat", "remote control"]
 
 
-def picture(width: int, height: int, seed: int) -> bytes:
-    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    out = io.BytesIO()
-    Image.fromarray(pixels, "RGB").save(out, format="PNG")
-    return out.getvalue()
-
-
-IMAGES = [picture(48, 40, 0), picture(30, 64, 1), picture(32, 32, 2)]
+IMAGES = [random_png(48, 40, 0), random_png(30, 64, 1), random_png(32, 32, 2)]
 
 
 @pytest.fixture(scope="module")

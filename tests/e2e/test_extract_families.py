@@ -24,7 +24,7 @@ from sie.adapters.owlv2 import Owlv2Detector
 from sie.adapters.token_ner import TorchTokenNer
 from sie.core.options import Capability, ComputePrecision
 from tests import builders
-from tests.conftest import package_folder
+from tests.conftest import package_folder, random_png
 from tests.e2e.conftest import (
     GLICLASS,
     GLINER2,
@@ -214,17 +214,6 @@ def test_gliclass_under_its_public_name_answers_as_the_adapter(
         assert (abs(total - 1.0) < 1e-4) is (profile == "default")
 
 
-def png(width: int, height: int, seed: int) -> bytes:
-    import io
-
-    from PIL import Image
-
-    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    out = io.BytesIO()
-    Image.fromarray(pixels, "RGB").save(out, format="PNG")
-    return out.getvalue()
-
-
 def test_owlv2_finds_objects_in_image_items_as_the_adapter(
     families: Server, unpack: Any, family_folders: dict[str, Path]
 ) -> None:
@@ -232,7 +221,7 @@ def test_owlv2_finds_objects_in_image_items_as_the_adapter(
     JSON (base64 images); a text item is refused with the public 400 and the server keeps serving."""
     import base64
 
-    images = [png(48, 40, 0), png(30, 64, 1)]
+    images = [random_png(48, 40, 0), random_png(30, 64, 1)]
     body: dict[str, Any] = {
         "items": [{"images": [{"data": base64.b64encode(i).decode(), "format": "png"}]} for i in images],
         "params": {"labels": ["cat", "dog"], "options": {"score_threshold": 0.0}},
@@ -287,7 +276,7 @@ def test_gliner2_under_its_public_name_answers_as_the_adapter(
 def test_grounding_dino_grounds_labels_in_image_items_as_the_adapter(
     families: Server, unpack: Any, family_folders: dict[str, Path]
 ) -> None:
-    images = [png(48, 40, 0), png(30, 64, 1)]
+    images = [random_png(48, 40, 0), random_png(30, 64, 1)]
     body = {
         "items": [{"images": [{"data": i, "format": "png"}]} for i in images],
         "params": {

@@ -14,6 +14,7 @@ the queue.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +101,19 @@ class Task:
 
     def option(self, key: str, default: Any) -> Any:
         return next((value for name, value in self.options if name == key), default)
+
+
+def unit_option(task: Task | None, name: str, default: float, family: str) -> float:
+    """A score threshold from the request: a finite number in [0, 1], not a bool; anything else is
+    the client's error, named with the family's words."""
+    value: Any = task.option(name, default) if task else default
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (math.isfinite(value) and 0 <= value <= 1)
+    ):
+        raise UnsupportedInput(f"{family} {name} must be a finite number between 0 and 1")
+    return float(value)
 
 
 def _hashable(value: Any) -> Any:

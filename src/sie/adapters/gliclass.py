@@ -16,7 +16,6 @@ come after the text in most checkpoints, and truncation would drop them.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, Final, Self
 
@@ -36,6 +35,7 @@ from sie.adapters.base import (
     Task,
     UnsupportedInput,
     texts_only,
+    unit_option,
 )
 from sie.adapters.registry import GLICLASS_OPTIONS
 from sie.adapters.tokenizer import TextTokenizer
@@ -62,14 +62,7 @@ def classification_type(task: Task | None, default: str) -> str:
 
 
 def threshold(task: Task | None) -> float:
-    value = task.option("threshold", 0.0) if task else 0.0
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not (math.isfinite(value) and 0 <= value <= 1)
-    ):
-        raise UnsupportedInput("GLiClass threshold must be a finite number between 0 and 1")
-    return float(value)
+    return unit_option(task, "threshold", 0.0, "GLiClass")
 
 
 def labels_of(task: Task | None) -> list[str]:

@@ -14,7 +14,6 @@ public adapters over the same library; this release serves the entity one.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, Final, Self
 
@@ -32,6 +31,7 @@ from sie.adapters.base import (
     Task,
     UnsupportedInput,
     texts_only,
+    unit_option,
 )
 from sie.adapters.registry import GLINER2_OPTIONS
 from sie.adapters.tokenizer import TextTokenizer
@@ -51,14 +51,7 @@ def labels_of(task: Task | None) -> list[str]:
 
 
 def threshold(task: Task | None) -> float:
-    value: Any = task.option("threshold", DEFAULT_THRESHOLD) if task else DEFAULT_THRESHOLD
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not (math.isfinite(value) and 0 <= value <= 1)
-    ):
-        raise UnsupportedInput("GLiNER2 threshold must be a finite number between 0 and 1")
-    return float(value)
+    return unit_option(task, "threshold", DEFAULT_THRESHOLD, "GLiNER2")
 
 
 def entities_of(text: str, found: dict[str, Any], labels: Sequence[str]) -> list[Entity]:

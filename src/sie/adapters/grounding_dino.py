@@ -14,7 +14,6 @@ original image's whole pixels.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from typing import Any, Final, Self
@@ -33,6 +32,7 @@ from sie.adapters.base import (
     Prepared,
     Task,
     UnsupportedInput,
+    unit_option,
 )
 from sie.adapters.clip import TokenizerVocabulary
 from sie.adapters.images import decode_image
@@ -59,14 +59,7 @@ def prompt(task: Task | None) -> str:
 
 
 def threshold(task: Task | None, name: str, default: float) -> float:
-    value: Any = task.option(name, default) if task else default
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not (math.isfinite(value) and 0 <= value <= 1)
-    ):
-        raise UnsupportedInput(f"{name} must be a finite number between 0 and 1")
-    return float(value)
+    return unit_option(task, name, default, "Grounding DINO")
 
 
 def label_of(phrase: str, labels: Sequence[str]) -> str:

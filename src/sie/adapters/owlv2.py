@@ -11,7 +11,6 @@ it; the profile's default, else 0.1).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, Final, Self
 
@@ -29,6 +28,7 @@ from sie.adapters.base import (
     Prepared,
     Task,
     UnsupportedInput,
+    unit_option,
 )
 from sie.adapters.clip import TokenizerVocabulary
 from sie.adapters.images import decode_image
@@ -48,16 +48,8 @@ def query(label: str) -> str:
 
 
 def score_threshold(task: Task | None, default: float) -> float:
-    value: Any = default
-    if task is not None:
-        value = task.option("score_threshold", task.option("threshold", default))
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not (math.isfinite(value) and 0 <= value <= 1)
-    ):
-        raise UnsupportedInput("score_threshold must be a finite number between 0 and 1")
-    return float(value)
+    """``score_threshold``, else its alias ``threshold``, else ``default``."""
+    return unit_option(task, "score_threshold", unit_option(task, "threshold", default, "OWLv2"), "OWLv2")
 
 
 def labels_of(task: Task | None) -> list[str]:
