@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, Final, Self
+from typing import Any, Final
 
-import torch
 from PIL import Image
-from transformers import AutoTokenizer, GroundingDinoForObjectDetection, GroundingDinoProcessor
-from transformers.models.auto.image_processing_auto import AutoImageProcessor
+from transformers import GroundingDinoForObjectDetection, GroundingDinoProcessor
 
 from sie.adapters.base import (
     BatchOutputs,
     Forward,
-    ImageData,
     LoadSpec,
     ModelInput,
     Prepared,
@@ -34,16 +31,12 @@ from sie.adapters.base import (
     UnsupportedInput,
     unit_option,
 )
-from sie.adapters.clip import TokenizerVocabulary
-from sie.adapters.images import decode_image
+from sie.adapters.detection import ImageDetector, pixel_box
 from sie.adapters.registry import GROUNDING_OPTIONS
-from sie.adapters.transformer import weights_and_autocast
 from sie.core.extraction import DetectedObject, Extraction
-from sie.core.heap import collect_unloaded
-from sie.core.options import Capability, Modality, Pooling
 
 NO_PROMPT: Final = "Grounding DINO requires labels or an instruction: what to find in the image"
-NEEDS_IMAGE: Final = "Grounding DINO detects objects in images; every item needs one image"
+NEEDS_IMAGE: Final = "detects objects in images; every item needs one image"
 DEFAULT_THRESHOLD: Final = 0.25
 _WORD: Final = re.compile(r"\w+")
 
@@ -77,92 +70,44 @@ def label_of(phrase: str, labels: Sequence[str]) -> str:
     return best
 
 
-class GroundingDinoDetector:
+class GroundingDinoDetector(ImageDetector):
     family = "GroundingDINO"
+    model_class = GroundingDinoForObjectDetection
     request_options = GROUNDING_OPTIONS
-    capabilities = frozenset({Capability.EXTRACT})
-    inputs = frozenset({Modality.IMAGE})
-    dims: dict[Capability, int] = {}  # noqa: RUF012  # objects only
-    default_pooling = Pooling.CLS  # unused: no embeddings
-    packs_tokens = False
 
     def __init__(self, spec: LoadSpec) -> None:
-        folder = str(spec.weights)
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        self.tokenizer = TokenizerVocabulary(tokenizer)
-        images = AutoImageProcessor.from_pretrained(folder, backend="pil")  # type: ignore[no-untyped-call]
-        self._processor = GroundingDinoProcessor(image_processor=images, tokenizer=tokenizer)  # type: ignore[no-untyped-call]
-        self.device = torch.device(spec.device)
-        weights_dtype, self._autocast = weights_and_autocast(spec.precision, spec.device)
-        self._pixel_dtype = weights_dtype
-        model: Any = GroundingDinoForObjectDetection.from_pretrained(folder, dtype=weights_dtype)
-        self.model = model.eval().to(self.device)
-        self._queries = int(model.config.num_queries)
-
-    @classmethod
-    def load(cls, spec: LoadSpec) -> Self:
-        return cls(spec)
+        super().__init__(spec)
+        self._processor = GroundingDinoProcessor(image_processor=self._images, tokenizer=self._tokenizer)  # type: ignore[no-untyped-call]
+        self._queries = int(self.model.config.num_queries)
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
         prompt(forward.task)
         for name in ("box_threshold", "text_threshold"):
             threshold(forward.task, name, DEFAULT_THRESHOLD)
-        prepared = []
-        for one in inputs:
-            if not isinstance(one, ImageData):
-                raise UnsupportedInput(NEEDS_IMAGE)
-            prepared.append(Prepared(payload=decode_image(one).convert("RGB"), weight=self._queries))
-        return prepared
+        return [Prepared(payload=image, weight=self._queries) for image in self._decoded(inputs)]
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         task = forward.task
-        text = prompt(task)
         images: list[Image.Image] = [item.payload for item in batch]
-        inputs = self._processor(images=images, text=[text] * len(images), return_tensors="pt")
-        inputs = {
-            key: value.to(self.device, self._pixel_dtype) if key == "pixel_values" else value.to(self.device)
-            for key, value in inputs.items()
-        }
-        enabled = self._autocast is not None
-        with (
-            torch.inference_mode(),
-            torch.autocast(self.device.type, dtype=self._autocast or torch.bfloat16, enabled=enabled),
-        ):
-            outputs = self.model(**inputs)
-        outputs.logits = outputs.logits.float()
-        outputs.pred_boxes = outputs.pred_boxes.float()
+        inputs = self._processor(images=images, text=[prompt(task)] * len(images), return_tensors="pt")
+        outputs = self._forward(**inputs)
         results = self._processor.post_process_grounded_object_detection(
             outputs,
-            inputs["input_ids"],
+            inputs["input_ids"].to(self.device),
             threshold=threshold(task, "box_threshold", DEFAULT_THRESHOLD),
             text_threshold=threshold(task, "text_threshold", DEFAULT_THRESHOLD),
             target_sizes=[(image.height, image.width) for image in images],
         )
         labels = list(task.labels) if task else []
-        return BatchOutputs(
-            extractions=[Extraction(objects=self._objects(result, labels)) for result in results]
-        )
+        return BatchOutputs(extractions=[Extraction(objects=objects(result, labels)) for result in results])
 
-    @staticmethod
-    def _objects(result: dict[str, Any], labels: list[str]) -> list[DetectedObject]:
-        # ``text_labels`` in transformers 5 (its ``labels`` warns that it will become ids).
-        phrases = result["text_labels"] if "text_labels" in result else result["labels"]
-        objects = []
+
+def objects(result: dict[str, Any], labels: list[str]) -> list[DetectedObject]:
+    # ``text_labels`` in transformers 5 (its ``labels`` warns that it will become ids).
+    phrases = result["text_labels"] if "text_labels" in result else result["labels"]
+    return [
+        DetectedObject(label_of(str(phrase), labels), float(score), pixel_box(box))
         for box, score, phrase in zip(
             result["boxes"].tolist(), result["scores"].tolist(), phrases, strict=True
-        ):
-            x1, y1, x2, y2 = box
-            objects.append(
-                DetectedObject(
-                    label_of(str(phrase), labels),
-                    float(score),
-                    [int(x1), int(y1), int(x2 - x1), int(y2 - y1)],
-                )
-            )
-        return objects
-
-    def close(self) -> None:
-        del self.model
-        collect_unloaded()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        )
+    ]
