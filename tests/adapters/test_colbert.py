@@ -135,3 +135,26 @@ def test_punctuation_stays_in_documents_when_the_model_says_so(colbert_dir: Path
         if not keep:
             assert len(vectors) == len(encoder.prepare(DOCS[:1], forward)[0].ids)
     assert lengths[0] < lengths[1]
+
+
+def test_a_checkpoint_that_says_so_does_not_expand_queries(colbert_dir: Path, tmp_path: Path) -> None:
+    """PyLate's ``do_query_expansion: false`` (the ModernBERT ColBERTs) is read from the folder; the
+    YAML's ``query_expansion`` still decides when it is set."""
+    import shutil
+
+    folder = tmp_path / "no-expansion"
+    shutil.copytree(colbert_dir, folder)
+    (folder / "config_sentence_transformers.json").write_text('{"do_query_expansion": false}')
+    loadtime = {"token_dim": TOKEN_DIM, "query_max_length": QUERY_LENGTH}
+    quiet = ColbertEncoder.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 512, loadtime=loadtime))
+    (short,) = quiet.prepare(["tiny query"], Forward(MULTI, is_query=True))
+    assert len(short.ids) < QUERY_LENGTH
+    forced = {**loadtime, "query_expansion": True}
+    loud = ColbertEncoder.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 512, loadtime=forced))
+    (padded,) = loud.prepare(["tiny query"], Forward(MULTI, is_query=True))
+    assert len(padded.ids) == QUERY_LENGTH
+    default = ColbertEncoder.load(
+        LoadSpec(colbert_dir, "cpu", ComputePrecision.FLOAT32, 512, loadtime=loadtime)
+    )
+    (expanded,) = default.prepare(["tiny query"], Forward(MULTI, is_query=True))
+    assert len(expanded.ids) == QUERY_LENGTH  # a checkpoint that says nothing expands

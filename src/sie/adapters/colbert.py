@@ -2,8 +2,9 @@
 
 Texts get a marker in front (``query_prefix`` / ``doc_prefix``, ``[Q] `` / ``[D] `` by default, as the
 public server); queries are cut to ``query_max_length`` tokens and padded up to it with ``[MASK]``
-tokens (``[MASK]`` or ``<mask>``) that the model attends to (query expansion, unless the YAML sets
-``query_expansion: false``), documents to ``doc_max_length``. Every token's
+tokens (``[MASK]`` or ``<mask>``) that the model attends to (query expansion, unless the checkpoint's
+PyLate config says ``do_query_expansion: false`` or the YAML sets ``query_expansion``), documents to
+``doc_max_length``. Every token's
 last hidden state goes through the model's linear projection to ``token_dim`` and is L2-normalised;
 punctuation tokens are dropped from documents. The projection comes from a sentence-transformers /
 PyLate folder (``1_Dense``) or from the ``linear.weight`` beside the encoder in a colbert-ai checkpoint.
@@ -11,6 +12,7 @@ PyLate folder (``1_Dense``) or from the ``linear.weight`` beside the encoder in 
 
 from __future__ import annotations
 
+import json
 import string
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,6 +54,17 @@ def _load_projection(folder: Path) -> torch.Tensor:
     )
 
 
+def checkpoint_expands_queries(folder: Path) -> bool:
+    """Whether the checkpoint pads queries with [MASK] (query expansion): PyLate saves its
+    ``do_query_expansion`` in ``config_sentence_transformers.json`` (the ModernBERT ColBERTs set it
+    false, and the public server does not expand their queries); ColBERTs that say nothing expand."""
+    try:
+        config = json.loads((folder / "config_sentence_transformers.json").read_text())
+    except (OSError, ValueError):
+        return True
+    return not (isinstance(config, dict) and config.get("do_query_expansion") is False)
+
+
 class ColbertEncoder(TransformerAdapter):
     family = "ColBERT"
     capabilities = frozenset({Capability.MULTIVECTOR})
@@ -72,7 +85,7 @@ class ColbertEncoder(TransformerAdapter):
         self._doc_prefix = str(options.get("doc_prefix", "[D] "))
         self._query_length = int(options.get("query_max_length", 32))
         self._doc_length = int(options.get("doc_max_length", spec.max_seq_length or 512))
-        self._expand = bool(options.get("query_expansion", True))
+        self._expand = bool(options.get("query_expansion", checkpoint_expands_queries(spec.weights)))
         names = [options["mask_token"]] if "mask_token" in options else ["[MASK]", "<mask>"]
         mask_id = next((i for n in names if (i := self.tokenizer.token_id(str(n))) is not None), None)
         if mask_id is None and self._expand:
