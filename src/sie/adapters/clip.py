@@ -17,8 +17,7 @@ training do, because its text tower pools the last position, padding included.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any, ClassVar, Self
 
 import numpy as np
@@ -41,8 +40,7 @@ from sie.adapters.base import (
     UnsupportedInput,
 )
 from sie.adapters.images import decode_image
-from sie.adapters.transformer import linear_weights_to, weights_and_autocast
-from sie.core.heap import collect_unloaded
+from sie.adapters.transformer import DeviceModel, linear_weights_to
 from sie.core.options import Capability, Modality, Pooling
 
 _BOTH: frozenset[Modality] = frozenset({Modality.TEXT, Modality.IMAGE})
@@ -65,7 +63,7 @@ def _features(output: Any) -> torch.Tensor:
     return tensor
 
 
-class DualEncoder:
+class DualEncoder(DeviceModel):
     """What CLIP and SigLIP share; a family sets its model class, its name and its text padding."""
 
     family: ClassVar[str]
@@ -94,8 +92,7 @@ class DualEncoder:
         self._tokenizer_lock = threading.Lock()  # a fast tokenizer reconfigures itself per call
         self.tokenizer = TokenizerVocabulary(self._tokenizer)
         self._images = AutoImageProcessor.from_pretrained(str(spec.weights), backend="pil")  # type: ignore[no-untyped-call]
-        self.device = torch.device(spec.device)
-        weights_dtype, self._autocast = weights_and_autocast(spec.precision, spec.device)
+        weights_dtype = self._place(spec)
         kwargs: dict[str, Any] = {"dtype": weights_dtype}
         if "attn_implementation" in spec.loadtime:
             kwargs["attn_implementation"] = spec.loadtime["attn_implementation"]
@@ -104,7 +101,6 @@ class DualEncoder:
         if self._autocast is not None:
             linear_weights_to(model, self._autocast)
         self.model = model
-        self._pixel_dtype = weights_dtype
         config = model.config
         self._max_length = self._text_length(spec.max_seq_length, config.text_config)
         self._pad_id = int(self._tokenizer.pad_token_id or 0)
@@ -184,21 +180,6 @@ class DualEncoder:
     def _embed_images(self, pixels: list[np.ndarray]) -> np.ndarray:
         stacked = torch.from_numpy(np.stack(pixels)).to(self.device, self._pixel_dtype)
         return _features(self.model.get_image_features(pixel_values=stacked)).float().cpu().numpy()
-
-    @contextmanager
-    def _running(self) -> Iterator[None]:
-        enabled = self._autocast is not None
-        with (
-            torch.inference_mode(),
-            torch.autocast(self.device.type, dtype=self._autocast or torch.bfloat16, enabled=enabled),
-        ):
-            yield
-
-    def close(self) -> None:
-        del self.model
-        collect_unloaded()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
 
 
 class ClipEncoder(DualEncoder):

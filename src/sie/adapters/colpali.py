@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from typing import Any, Final, Self
 
 import numpy as np
-import torch
 import torch.nn.functional as F
 from PIL import Image
 from transformers import AutoTokenizer, ColPaliForRetrieval, ColPaliProcessor
@@ -33,14 +32,13 @@ from sie.adapters.base import (
 )
 from sie.adapters.clip import TokenizerVocabulary
 from sie.adapters.images import decode_image
-from sie.adapters.transformer import weights_and_autocast
-from sie.core.heap import collect_unloaded
+from sie.adapters.transformer import DeviceModel
 from sie.core.options import Capability, Modality, Pooling
 
 NEEDS_INPUT: Final = "ColPali encodes a text query or a page image"
 
 
-class ColPaliEncoder:
+class ColPaliEncoder(DeviceModel):
     family = "ColPali"
     request_options: frozenset[str] = frozenset()
     capabilities = frozenset({Capability.MULTIVECTOR})
@@ -54,10 +52,7 @@ class ColPaliEncoder:
         images = AutoImageProcessor.from_pretrained(folder, backend="pil")  # type: ignore[no-untyped-call]
         self._processor = ColPaliProcessor(image_processor=images, tokenizer=tokenizer)
         self.tokenizer = TokenizerVocabulary(tokenizer)
-        self.device = torch.device(spec.device)
-        weights_dtype, self._autocast = weights_and_autocast(spec.precision, spec.device)
-        self._pixel_dtype = weights_dtype
-        model: Any = ColPaliForRetrieval.from_pretrained(folder, dtype=weights_dtype)
+        model: Any = ColPaliForRetrieval.from_pretrained(folder, dtype=self._place(spec))
         self.model = model.eval().to(self.device)
         self.dims = {Capability.MULTIVECTOR: int(model.config.embedding_dim)}
         self._image_cost = int(getattr(images, "image_seq_length", 0) or 1024)
@@ -95,23 +90,9 @@ class ColPaliEncoder:
         return BatchOutputs(multivector=[v for v in vectors if v is not None])
 
     def _forward(self, encoded: Any) -> list[np.ndarray]:
-        inputs = {
-            key: value.to(self.device, self._pixel_dtype) if key == "pixel_values" else value.to(self.device)
-            for key, value in encoded.items()
-            if key != "labels"
-        }
-        enabled = self._autocast is not None
-        with (
-            torch.inference_mode(),
-            torch.autocast(self.device.type, dtype=self._autocast or torch.bfloat16, enabled=enabled),
-        ):
+        inputs = self._moved({key: value for key, value in encoded.items() if key != "labels"})
+        with self._running():
             embeddings = self.model(**inputs).embeddings
         normalized = F.normalize(embeddings.float(), dim=-1).cpu().numpy()
         mask = inputs["attention_mask"].bool().cpu().numpy()
         return [rows[keep] for rows, keep in zip(normalized, mask, strict=True)]
-
-    def close(self) -> None:
-        del self.model
-        collect_unloaded()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()

@@ -6,8 +6,7 @@ and post-processing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any, ClassVar, Self
 
 import torch
@@ -18,8 +17,7 @@ from transformers.models.auto.image_processing_auto import AutoImageProcessor
 from sie.adapters.base import ImageData, LoadSpec, ModelInput, UnsupportedInput
 from sie.adapters.clip import TokenizerVocabulary
 from sie.adapters.images import decode_image
-from sie.adapters.transformer import weights_and_autocast
-from sie.core.heap import collect_unloaded
+from sie.adapters.transformer import DeviceModel
 from sie.core.options import Capability, Modality, Pooling
 
 
@@ -29,7 +27,7 @@ def pixel_box(corners: Sequence[float]) -> list[int]:
     return [int(x1), int(y1), int(x2 - x1), int(y2 - y1)]
 
 
-class ImageDetector:
+class ImageDetector(DeviceModel):
     family: ClassVar[str]
     model_class: ClassVar[Any]
     capabilities = frozenset({Capability.EXTRACT})
@@ -43,10 +41,7 @@ class ImageDetector:
         self._tokenizer = AutoTokenizer.from_pretrained(folder)
         self.tokenizer = TokenizerVocabulary(self._tokenizer)
         self._images = AutoImageProcessor.from_pretrained(folder, backend="pil")  # type: ignore[no-untyped-call]
-        self.device = torch.device(spec.device)
-        weights_dtype, self._autocast = weights_and_autocast(spec.precision, spec.device)
-        self._pixel_dtype = weights_dtype
-        model: Any = self.model_class.from_pretrained(folder, dtype=weights_dtype)
+        model: Any = self.model_class.from_pretrained(folder, dtype=self._place(spec))
         self.model = model.eval().to(self.device)
 
     @classmethod
@@ -65,27 +60,8 @@ class ImageDetector:
     def _forward(self, **inputs: torch.Tensor) -> Any:
         """The detector on the device (pixels in the weights' dtype), its logits and boxes back in
         float32 for the processor's post-processing."""
-        moved = {
-            key: value.to(self.device, self._pixel_dtype) if key == "pixel_values" else value.to(self.device)
-            for key, value in inputs.items()
-        }
         with self._running():
-            outputs = self.model(**moved)
+            outputs = self.model(**self._moved(inputs))
         outputs.logits = outputs.logits.float()
         outputs.pred_boxes = outputs.pred_boxes.float()
         return outputs
-
-    @contextmanager
-    def _running(self) -> Iterator[None]:
-        enabled = self._autocast is not None
-        with (
-            torch.inference_mode(),
-            torch.autocast(self.device.type, dtype=self._autocast or torch.bfloat16, enabled=enabled),
-        ):
-            yield
-
-    def close(self) -> None:
-        del self.model
-        collect_unloaded()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()

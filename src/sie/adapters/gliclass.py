@@ -39,9 +39,10 @@ from sie.adapters.base import (
 )
 from sie.adapters.registry import GLICLASS_OPTIONS
 from sie.adapters.tokenizer import TextTokenizer
+from sie.adapters.transformer import place_for_thresholds
 from sie.core.extraction import Classification, Extraction
 from sie.core.heap import collect_unloaded
-from sie.core.options import Capability, ComputePrecision, Pooling
+from sie.core.options import Capability, Pooling
 
 NO_LABELS: Final = "Zero-shot classification requires labels parameter."
 TYPES: Final = {
@@ -109,9 +110,7 @@ class GliclassClassifier:
         if spec.threads and spec.device.startswith("cpu"):
             torch.set_num_threads(spec.threads)
         model = GLiClassModel.from_pretrained(str(spec.weights))
-        precision = ComputePrecision.FLOAT32 if spec.device.startswith("cpu") else spec.precision
-        model.to(device=torch.device(spec.device), dtype=getattr(torch, precision.value))
-        model.eval()
+        place_for_thresholds(model, spec)
         hf_tokenizer = AutoTokenizer.from_pretrained(str(spec.weights))
         length = spec.max_seq_length or int(hf_tokenizer.model_max_length)
         hf_tokenizer.model_max_length = length

@@ -41,10 +41,11 @@ from sie.adapters.base import (
 )
 from sie.adapters.registry import GLINER_OPTIONS
 from sie.adapters.tokenizer import TextTokenizer
+from sie.adapters.transformer import place_for_thresholds
 from sie.adapters.word_windows import MAX_WINDOWS, Window, overlap_for, owned, plan_windows, resolve_overlaps
 from sie.core.extraction import Entity, Extraction
 from sie.core.heap import collect_unloaded
-from sie.core.options import Capability, ComputePrecision, Pooling
+from sie.core.options import Capability, Pooling
 
 _FAMILY: Final = "GLiNER"
 NO_LABELS: Final = "GLiNER requires labels parameter for extraction"
@@ -125,9 +126,7 @@ class GlinerExtractor:
             if name in spec.loadtime
         }
         model = GLiNER.from_pretrained(str(spec.weights), map_location="cpu", **overrides)
-        precision = ComputePrecision.FLOAT32 if spec.device.startswith("cpu") else spec.precision
-        model.to(device=torch.device(spec.device), dtype=getattr(torch, precision.value))
-        model.eval()
+        place_for_thresholds(model, spec)
         # A copy: TextTokenizer sets its own truncation and padding, gliner's tokenizer must keep its own.
         backend = model.data_processor.transformer_tokenizer.backend_tokenizer
         tokenizer = TextTokenizer(Tokenizer.from_str(backend.to_str()), spec.max_seq_length)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import logging
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar, Self
@@ -48,6 +48,54 @@ def weights_and_autocast(precision: ComputePrecision, device: str) -> tuple[torc
     if device.startswith("cpu") and precision is ComputePrecision.BFLOAT16:
         return torch.float32, torch.bfloat16
     return _TORCH_DTYPES[precision], None
+
+
+def place_for_thresholds(model: Any, spec: LoadSpec) -> None:
+    """A library's model (GLiNER, GLiClass) on the spec's device in eval mode, float32 on a CPU
+    whatever the precision, as the public server runs them: their outputs are kept by comparing
+    scores to a threshold, and bfloat16 moves scores across it."""
+    precision = ComputePrecision.FLOAT32 if spec.device.startswith("cpu") else spec.precision
+    model.to(device=torch.device(spec.device), dtype=_TORCH_DTYPES[precision])
+    model.eval()
+
+
+class DeviceModel:
+    """What the families holding a transformers model of their own class share (CLIP and SigLIP,
+    ColPali, the detectors): the device and dtypes the precision gives, the forward's inference mode
+    and autocast, inputs moved with pixels in the weights' dtype, and the close that frees the device."""
+
+    model: Any
+    device: torch.device
+    _autocast: torch.dtype | None
+    _pixel_dtype: torch.dtype
+
+    def _place(self, spec: LoadSpec) -> torch.dtype:
+        """Sets the device, the autocast and the pixels' dtype; the weights' dtype to load with."""
+        self.device = torch.device(spec.device)
+        weights_dtype, self._autocast = weights_and_autocast(spec.precision, spec.device)
+        self._pixel_dtype = weights_dtype
+        return weights_dtype
+
+    def _moved(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {
+            key: value.to(self.device, self._pixel_dtype) if key == "pixel_values" else value.to(self.device)
+            for key, value in inputs.items()
+        }
+
+    @contextmanager
+    def _running(self) -> Iterator[None]:
+        enabled = self._autocast is not None
+        with (
+            torch.inference_mode(),
+            torch.autocast(self.device.type, dtype=self._autocast or torch.bfloat16, enabled=enabled),
+        ):
+            yield
+
+    def close(self) -> None:
+        del self.model
+        collect_unloaded()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
 
 
 def linear_weights_to(model: torch.nn.Module, dtype: torch.dtype) -> None:
