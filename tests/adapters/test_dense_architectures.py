@@ -9,7 +9,6 @@ to sentence-transformers' on the same folder, each text alone and inside a batch
 
 from __future__ import annotations
 
-import random
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +36,7 @@ from sie.adapters.base import LoadSpec
 from sie.adapters.dense_torch import TorchDenseEncoder
 from sie.core.options import ComputePrecision, Pooling
 from sie.postprocess.quantize import l2_normalize
+from tests.adapters.test_dense_equivalence import corpus as dense_corpus
 from tests.conftest import dense
 
 SMALL: dict[str, Any] = {
@@ -69,29 +69,6 @@ ARCHITECTURES: dict[str, tuple[Callable[[], PretrainedConfig], str]] = {
 }
 OURS = {"mean": Pooling.MEAN, "lasttoken": Pooling.LAST}
 
-WORDS = [
-    "search",
-    "engines",
-    "rank",
-    "documents",
-    "by",
-    "relevance",
-    "to",
-    "a",
-    "query",
-    "using",
-    "dense",
-    "vectors",
-    "and",
-    "lexical",
-    "signals",
-]
-
-
-def texts(n: int, seed: int = 3) -> list[str]:
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 120))) for _ in range(n)] + ["ok"]
-
 
 def build(name: str, tiny_bert: Path, root: Path) -> tuple[Path, str]:
     make, mode = ARCHITECTURES[name]
@@ -111,7 +88,7 @@ def build(name: str, tiny_bert: Path, root: Path) -> tuple[Path, str]:
 def test_dense_architecture_equals_sentence_transformers(name: str, splade_dir: Path, tmp_path: Path) -> None:
     folder, mode = build(name, splade_dir, tmp_path)
     encoder = TorchDenseEncoder.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256))
-    corpus = texts(24)
+    corpus = dense_corpus(24, seed=3)
     ours = l2_normalize(dense(encoder, corpus, OURS[mode]))
     reference = SentenceTransformer(str(folder), device="cpu").encode(corpus, normalize_embeddings=True)
     cosine = (ours * reference).sum(axis=1)
