@@ -10,6 +10,7 @@ import hashlib
 import importlib
 import importlib.util
 import sys
+from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
@@ -150,6 +151,7 @@ NOT_SERVED: Final[dict[str, str]] = {
 }
 
 
+@cache  # every request's admission asks it, and a catalogue names few distinct paths
 def not_served(adapter_path: str) -> str | None:
     """The family of ``adapter_path`` when this release does not run it (``NOT_SERVED``), else None."""
     path = canonical(adapter_path)
