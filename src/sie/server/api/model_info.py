@@ -33,15 +33,17 @@ def entry_info(
     if family is not None and last_error is None:
         message = str(ModelNotServed(entry.name, entry.profile.adapter_path, family))
         state, last_error = "failed", ModelError(ErrorCode.MODEL_NOT_SERVED, message, 0, True)
-    is_variant = entry.name != config.sie_id
-    names = [entry.profile.name] if is_variant else list(config.profiles)
-    profiles = {
-        name: ProfileInfo(is_default=name == entry.profile.name, runtime_instance_id=RUNTIME_INSTANCE)
-        for name in names
-    }
-    if is_variant:
-        profiles = {"default": profiles[entry.profile.name]}
+    if entry.name != config.sie_id:  # a variant: its own profile is its default
+        profiles = {"default": ProfileInfo(is_default=True, runtime_instance_id=RUNTIME_INSTANCE)}
+    else:
+        profiles = {
+            name: ProfileInfo(is_default=name == entry.profile.name, runtime_instance_id=RUNTIME_INSTANCE)
+            for name in config.profiles
+        }
     generate = config.tasks.generate
+    routing_policy = config.routing.policy if config.routing else None
+    if config.remote_backed:
+        routing_policy = "remote_only"
     return ModelInfo(
         name=entry.name,
         inputs=config.inputs.names(),
@@ -54,11 +56,5 @@ def entry_info(
         profiles=profiles,
         revision=config.hf_revision,
         capabilities=None if generate is None else ModelCapabilities(**generate.capabilities.model_dump()),
-        routing=ModelRouting(
-            policy="remote_only"
-            if config.remote_backed
-            else config.routing.policy
-            if config.routing
-            else None
-        ),
+        routing=ModelRouting(policy=routing_policy),
     )
