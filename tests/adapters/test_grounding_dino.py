@@ -20,7 +20,8 @@ from transformers import (
 )
 
 from sie.adapters.base import Forward, ImageData, LoadSpec, Task, UnsupportedInput
-from sie.adapters.grounding_dino import NEEDS_IMAGE, NO_PROMPT, GroundingDinoDetector, label_of
+from sie.adapters.detection import NEEDS_IMAGE
+from sie.adapters.grounding_dino import NO_PROMPT, GroundingDinoDetector, label_of
 from sie.core.options import Capability, ComputePrecision
 from tests import builders
 from tests.conftest import random_png

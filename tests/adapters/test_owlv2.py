@@ -15,7 +15,8 @@ from PIL import Image
 from transformers import AutoTokenizer, Owlv2ForObjectDetection, Owlv2ImageProcessorPil
 
 from sie.adapters.base import Forward, ImageData, LoadSpec, Task, UnsupportedInput
-from sie.adapters.owlv2 import NEEDS_IMAGE, NO_LABELS, Owlv2Detector
+from sie.adapters.detection import NEEDS_IMAGE
+from sie.adapters.owlv2 import NO_LABELS, Owlv2Detector
 from sie.core.options import Capability, ComputePrecision
 from tests import builders
 from tests.conftest import random_png

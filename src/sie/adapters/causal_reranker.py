@@ -96,7 +96,7 @@ class CausalLmReranker(TransformerAdapter):
         self._max_length = spec.max_seq_length or int(self.backbone.model.config.max_position_embeddings)
 
     def _ids(self, text: str) -> list[int]:
-        return [int(i) for i in self._plain.encode_plain([text])[0]]
+        return [int(i) for i in self._plain.encode([text], special_tokens=False)[0]]
 
     def _first_id(self, token: str) -> int:
         ids = self._ids(token)

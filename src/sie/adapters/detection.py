@@ -7,7 +7,7 @@ and post-processing."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Final, Self
 
 import torch
 from PIL import Image
@@ -19,6 +19,8 @@ from sie.adapters.clip import TokenizerVocabulary
 from sie.adapters.images import decode_image
 from sie.adapters.transformer import DeviceModel
 from sie.core.options import Capability, Modality, Pooling
+
+NEEDS_IMAGE: Final = "detects objects in images; every item needs one image"
 
 
 def pixel_box(corners: Sequence[float]) -> list[int]:
@@ -53,7 +55,7 @@ class ImageDetector(DeviceModel):
         images = []
         for one in inputs:
             if not isinstance(one, ImageData):
-                raise UnsupportedInput(f"{self.family} detects objects in images; every item needs one image")
+                raise UnsupportedInput(f"{self.family} {NEEDS_IMAGE}")
             images.append(decode_image(one).convert("RGB"))
         return images
 

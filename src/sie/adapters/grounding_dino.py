@@ -36,7 +36,6 @@ from sie.adapters.registry import GROUNDING_OPTIONS
 from sie.core.extraction import DetectedObject, Extraction
 
 NO_PROMPT: Final = "Grounding DINO requires labels or an instruction: what to find in the image"
-NEEDS_IMAGE: Final = "detects objects in images; every item needs one image"
 DEFAULT_THRESHOLD: Final = 0.25
 _WORD: Final = re.compile(r"\w+")
 

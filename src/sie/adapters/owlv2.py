@@ -33,7 +33,6 @@ from sie.adapters.registry import DETECTION_OPTIONS
 from sie.core.extraction import DetectedObject, Extraction
 
 NO_LABELS: Final = "Object detection requires labels: the things to find in the image"
-NEEDS_IMAGE: Final = "detects objects in images; every item needs one image"
 DEFAULT_THRESHOLD: Final = 0.1
 
 

@@ -52,14 +52,10 @@ class TextTokenizer:
                 return token_id
         return 0
 
-    def encode(self, texts: list[str]) -> list[np.ndarray]:
-        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=True)
-        return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
-
-    def encode_plain(self, texts: list[str]) -> list[np.ndarray]:
-        """Ids without the special tokens a single text gets (for families that lay out a prompt
-        from pieces of their own)."""
-        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
+    def encode(self, texts: list[str], special_tokens: bool = True) -> list[np.ndarray]:
+        """Each text's ids; ``special_tokens=False`` leaves out the ones a single text gets (for
+        families that lay out a prompt from pieces of their own)."""
+        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=special_tokens)
         return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
 
     def encode_pairs(self, pairs: list[tuple[str, str]]) -> list[tuple[np.ndarray, np.ndarray]]:
