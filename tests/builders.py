@@ -15,6 +15,7 @@ import sentencepiece as spm
 import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer
+from tokenizers.processors import TemplateProcessing
 from transformers import (
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
@@ -89,6 +90,72 @@ def modernbert_reranker(splade_dir: Path, folder: Path) -> Path:
     ModernBertForSequenceClassification(config).save_pretrained(folder)
     _copy_tokenizer(splade_dir, folder)
     return folder
+
+
+def jina_reranker(splade_dir: Path, folder: Path) -> tuple[Path, Path]:
+    """One seeded XLM-RoBERTa reranker saved twice: by transformers (the reference's folder, first) and
+    as jina-reranker-v2 ships (second): the weight names of Jina's Hub code (``emb_ln``,
+    ``layers.N.mixer.Wqkv`` with q, k and v stacked, ``norm1``, ``mlp.fc1``, ``mlp.fc2``, ``norm2``),
+    its config fields, and an XLM-R pair template (every token type 0, as ``type_vocab_size`` is 1)."""
+    torch.manual_seed(3)
+    config = _tiny_xlm_roberta()
+    config.num_labels = 1
+    config.type_vocab_size = 1
+    model = XLMRobertaForSequenceClassification(config)
+    with torch.no_grad():  # a wider head, so the scores of different pairs differ well beyond tolerance
+        model.classifier.out_proj.weight.mul_(50.0)
+    reference, jina = folder / "transformers", folder / "jina"
+    model.save_pretrained(reference)
+    state = model.state_dict()
+    weights = {
+        name: tensor
+        for name, tensor in state.items()
+        if not name.startswith(("roberta.encoder.", "roberta.embeddings.LayerNorm."))
+    }
+    renames = {
+        "attention.output.dense": "mixer.out_proj",
+        "attention.output.LayerNorm": "norm1",
+        "intermediate.dense": "mlp.fc1",
+        "output.dense": "mlp.fc2",
+        "output.LayerNorm": "norm2",
+    }
+    for kind in ("weight", "bias"):
+        weights[f"roberta.emb_ln.{kind}"] = state[f"roberta.embeddings.LayerNorm.{kind}"]
+        for layer in range(config.num_hidden_layers):
+            ours, theirs = f"roberta.encoder.layer.{layer}.", f"roberta.encoder.layers.{layer}."
+            qkv = [state[f"{ours}attention.self.{part}.{kind}"] for part in ("query", "key", "value")]
+            weights[f"{theirs}mixer.Wqkv.{kind}"] = torch.cat(qkv)
+            for name, theirs_name in renames.items():
+                weights[f"{theirs}{theirs_name}.{kind}"] = state[f"{ours}{name}.{kind}"]
+    jina.mkdir(parents=True)
+    save_file(
+        {name: tensor.contiguous() for name, tensor in weights.items()}, str(jina / "model.safetensors")
+    )
+    hub_config = {
+        **{k: v for k, v in config.to_dict().items() if k not in ("transformers_version", "dtype")},
+        "architectures": ["XLMRobertaForSequenceClassification"],
+        "auto_map": {
+            "AutoConfig": "configuration_xlm_roberta.XLMRobertaFlashConfig",
+            "AutoModelForSequenceClassification": "modeling_xlm_roberta.XLMRobertaForSequenceClassification",
+        },
+        "use_flash_attn": True,
+        "lora_adaptations": None,
+        "emb_pooler": None,
+    }
+    (jina / "config.json").write_text(json.dumps(hub_config))
+    for target in (reference, jina):
+        tokenizer = Tokenizer.from_file(str(splade_dir / "tokenizer.json"))
+        tokenizer.post_processor = TemplateProcessing(
+            single="[CLS] $A [SEP]",
+            pair="[CLS] $A [SEP] [SEP] $B:0 [SEP]:0",
+            special_tokens=[("[CLS]", 101), ("[SEP]", 102)],
+        )
+        tokenizer.save(str(target / "tokenizer.json"))
+        tokenizer_config = json.loads((splade_dir / "tokenizer_config.json").read_text())
+        tokenizer_config["tokenizer_class"] = "PreTrainedTokenizerFast"  # the template as written
+        tokenizer_config["model_input_names"] = ["input_ids", "attention_mask"]
+        (target / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    return reference, jina
 
 
 def qwen3_reranker(splade_dir: Path, folder: Path) -> Path:

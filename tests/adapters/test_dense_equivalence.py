@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import random
+import shutil
 
 import numpy as np
 import pytest
+from safetensors.torch import load_file, save_file
 from sentence_transformers import SentenceTransformer
 
 from sie.adapters.base import LoadSpec
@@ -110,3 +112,16 @@ def test_cls_and_last_pooling_pick_the_right_token(torch_encoder):
     assert cosine(embed(torch_encoder, texts[:1], Pooling.CLS), cls[:1])[0] >= 0.99999
     assert cosine(embed(torch_encoder, texts[:1], Pooling.LAST), last[:1])[0] >= 0.99999
     assert cosine(mean, cls).max() < 0.999 and cosine(cls, last).max() < 0.999
+
+
+def test_a_checkpoint_missing_a_weight_is_refused_not_run_with_random_layers(minilm_dir, tmp_path):
+    """transformers only warns when a checkpoint lacks weights (it initialises them at random); the
+    load must fail instead, naming the weight, or a checkpoint saved under other names serves noise."""
+    folder = tmp_path / "minilm"
+    shutil.copytree(minilm_dir, folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    dropped = next(name for name in weights if name.endswith("layer.1.attention.self.query.weight"))
+    del weights[dropped]
+    save_file(weights, str(folder / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"layer\.1\.attention\.self\.query\.weight"):
+        TorchDenseEncoder.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256))

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from sentence_transformers import CrossEncoder
 
 from tests.e2e.conftest import CAUSAL_RERANKER, COLBERT, GLICLASS, GLINER, M3, MINILM, RERANKER, SPLADE
 from tests.e2e.conftest import DOCS as FAMILY_DOCS
@@ -456,36 +457,35 @@ CATALOGUE_SCRIPT = textwrap.dedent(
     import json, sys
     from sie_sdk import SIEClient
 
-    url = sys.argv[1]
+    url, query, docs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     out = {}
     with SIEClient(url, timeout_s=60) as client:
         models = {m["name"]: m for m in client.list_models()}
         out["m3"] = models["BAAI/bge-m3"]
         out["flag"] = models["BAAI/bge-m3:bge_m3_flag"]
         out["jina"] = models["jinaai/jina-reranker-v2-base-multilingual"]
-        try:
-            client.score(
-                "jinaai/jina-reranker-v2-base-multilingual", {"text": "q"}, [{"text": "d"}]
-            )
-            out["refused"] = None
-        except Exception as exc:
-            out["refused"] = {"type": type(exc).__name__, "text": str(exc)}
+        result = client.score(
+            "jinaai/jina-reranker-v2-base-multilingual", {"text": query}, [{"text": d, "id": str(i)} for i, d in enumerate(docs)]
+        )
+        out["scores"] = {entry["item_id"]: entry["score"] for entry in result["scores"]}
     print(json.dumps(out))
     """
 )
 
 
-def test_public_sdk_lists_the_public_catalogue_and_gets_a_refusal_not_a_404(families, run_public_sdk) -> None:
-    """The two ids the public suites call and we lacked: the FlagEmbedding profile of bge-m3 is
-    served, Jina's reranker is listed and refused with 400 MODEL_NOT_SERVED, which the public SDK
-    raises as a request error naming the family, not as a missing model."""
-    out = run_public_sdk(CATALOGUE_SCRIPT, families.url)
+def test_public_sdk_gets_the_two_ids_the_public_suites_call(families, family_folders, run_public_sdk) -> None:
+    """The two ids the public suites call and we lacked: the FlagEmbedding profile of bge-m3, and
+    Jina's reranker (the shipped YAML on built weights in Jina's Hub-code layout), whose scores equal
+    sentence-transformers' ``CrossEncoder`` on the same weights saved by transformers."""
+    out = run_public_sdk(CATALOGUE_SCRIPT, families.url, FAMILY_QUERY, json.dumps(FAMILY_DOCS))
     assert out["m3"]["revision"] is None or isinstance(out["m3"]["revision"], str)
     assert (
         out["m3"]["routing"] == {"policy": None, "upstream_kind": None} and out["m3"]["capabilities"] is None
     )
     assert out["flag"]["state"] == "available" and out["flag"]["profiles"]["default"]["is_default"] is True
-    assert out["jina"]["state"] == "failed" and out["jina"]["last_error"]["code"] == "MODEL_NOT_SERVED"
-    refused = out["refused"]
-    assert refused is not None and "NotFound" not in refused["type"]
-    assert "Jina's Hub code" in refused["text"] and "does not serve" in refused["text"]
+    assert out["jina"]["state"] == "loaded" and out["jina"]["last_error"] is None
+    reference = CrossEncoder(str(family_folders["jina_reference"]), device="cpu").predict(
+        [(FAMILY_QUERY, doc) for doc in FAMILY_DOCS]
+    )
+    scores = [out["scores"][str(index)] for index in range(len(FAMILY_DOCS))]
+    np.testing.assert_allclose(scores, reference, atol=1e-5)

@@ -30,10 +30,11 @@ _OWLV2 = "sie.adapters.owlv2:Owlv2Detector"
 _GROUNDING_DINO = "sie.adapters.grounding_dino:GroundingDinoDetector"
 _COLPALI = "sie.adapters.colpali:ColPaliEncoder"
 _GLINER2 = "sie.adapters.gliner2:Gliner2Extractor"
+_JINA_RERANKER = "sie.adapters.jina_reranker:JinaRerankerScorer"
 
 # The public server splits a family over flash kernels and their fallbacks; here one class runs each
 # family, so every public name of it maps there. Public adapters for models that need code from the
-# Hub (rope_flash, nomic_flash, gte_sparse_flash, jina_flash_cross_encoder) or another runtime (sglang)
+# Hub (rope_flash, nomic_flash, gte_sparse_flash) or another runtime (sglang)
 # have no alias: they are refused by family (``NOT_SERVED``), any other unknown name fails its load
 # with the known names listed.
 ALIASES: Final[dict[str, str]] = {
@@ -56,6 +57,7 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.modernbert_flash_cross_encoder:ModernBertFlashCrossEncoderAdapter": _CROSS_ENCODER,
     "sie_server.adapters.cross_encoder:CrossEncoderAdapter": _CROSS_ENCODER,
     "sie_server.adapters.qwen2_flash_cross_encoder:Qwen2FlashCrossEncoderAdapter": _CAUSAL_RERANKER,
+    "sie_server.adapters.jina_flash_cross_encoder:JinaFlashCrossEncoderAdapter": _JINA_RERANKER,
     "sie_server.adapters.gliner:GLiNERAdapter": _GLINER,
     "sie_server.adapters.gliner_bi:GLiNERBiAdapter": _GLINER,
     # GLiNER2's entity adapters; its Decide, classification and schema modes stay refused.
@@ -80,6 +82,7 @@ CANONICAL: Final = frozenset(
         _COLPALI,
         _BGE_M3,
         _CROSS_ENCODER,
+        _JINA_RERANKER,
         _CAUSAL_RERANKER,
         _GLINER,
         _GLINER2,
@@ -133,7 +136,6 @@ NOT_SERVED: Final[dict[str, str]] = {
     f"{_P}florence2": "a document understanding model (Florence-2)",
     f"{_P}donut": "a document understanding model (Donut)",
     f"{_P}docling": "a document parser (Docling)",
-    f"{_P}jina_flash_cross_encoder": "a reranker on Jina's Hub code (jina-reranker-v2)",
     f"{_P}native_causal_cross_encoder": "a causal-LM reranker (zerank)",
     f"{_P}rope_flash": "an embedder on Alibaba's GTE 'NewModel' Hub code",
     f"{_P}nomic_flash": "an embedder on Nomic's nomic-bert Hub code",

@@ -130,14 +130,37 @@ def _from_pretrained(
     no such kernel in transformers (DeBERTa-v2/v3 has no SDPA path) gets its eager attention instead
     of failing the load."""
     if asked is not None:
-        return auto_class.from_pretrained(str(spec.weights), dtype=dtype, attn_implementation=asked)
+        return _placed(auto_class, spec, dtype, asked)
     try:
-        return auto_class.from_pretrained(str(spec.weights), dtype=dtype, attn_implementation=planned)
+        return _placed(auto_class, spec, dtype, planned)
     except ValueError as exc:
         if planned == "eager" or "attention implementation" not in str(exc):
             raise
         log.info("%s has no %s attention in transformers; using eager", spec.weights, planned)
-        return auto_class.from_pretrained(str(spec.weights), dtype=dtype, attn_implementation="eager")
+        return _placed(auto_class, spec, dtype, "eager")
+
+
+def _placed(auto_class: Any, spec: LoadSpec, dtype: torch.dtype, attention: str) -> Any:
+    """The loaded model, refused when the checkpoint left any of its weights (a pooler aside, which
+    sentence-transformers checkpoints drop and no family reads) at random initialisation or the wrong
+    shape: transformers only warns, and a checkpoint of another layout (Hub code saved under other
+    names) would otherwise serve noise."""
+    loaded = auto_class.from_pretrained(
+        str(spec.weights), dtype=dtype, attn_implementation=attention, output_loading_info=True
+    )
+    model, info = loaded
+    unplaced = sorted(
+        str(name)
+        for kind in ("missing_keys", "mismatched_keys")
+        for name in info.get(kind, ())
+        if ".pooler." not in f".{name}"
+    )
+    if unplaced:
+        shown = ", ".join(unplaced[:6]) + (f" and {len(unplaced) - 6} more" if len(unplaced) > 6 else "")
+        raise ValueError(
+            f"{spec.weights} does not fit {type(model).__name__}: its checkpoint has no weights for {shown}"
+        )
+    return model
 
 
 class Transformer:
@@ -164,13 +187,17 @@ class Transformer:
         self._takes_types = "token_type_ids" in inspect.signature(self.base.forward).parameters
 
     @classmethod
-    def load(cls, spec: LoadSpec, pad_id: int, auto_class: Any = AutoModel) -> Transformer:
+    def load(
+        cls, spec: LoadSpec, pad_id: int, auto_class: Any = AutoModel, config: Any = None
+    ) -> Transformer:
+        """``config`` is the checkpoint's transformers config where ``AutoConfig`` cannot read it (a
+        checkpoint saved by Hub code, loaded by an ``auto_class`` that converts it)."""
         hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # a server log is no terminal
         if spec.threads and spec.device.startswith("cpu"):
             torch.set_num_threads(spec.threads)
         device = torch.device(spec.device)
         weights_dtype, autocast = weights_and_autocast(spec.precision, spec.device)
-        config = AutoConfig.from_pretrained(str(spec.weights))
+        config = config or AutoConfig.from_pretrained(str(spec.weights))
         packable = spec.loadtime.get("packed", True) and PackedBert.supports_config(config)
         attention = plan_attention(
             spec.attention,
@@ -308,12 +335,19 @@ class TransformerAdapter:
 
     def __init__(self, spec: LoadSpec) -> None:
         self.tokenizer = spec.tokenizer()
-        self.backbone = Transformer.load(spec, self.tokenizer.pad_id, self.auto_class)
+        self.backbone = Transformer.load(
+            spec, self.tokenizer.pad_id, self.auto_class, self.checkpoint_config(spec)
+        )
         self.packs_tokens = self.backbone.packed is not None
 
     @classmethod
     def load(cls, spec: LoadSpec) -> Self:
         return cls(spec)
+
+    @classmethod
+    def checkpoint_config(cls, spec: LoadSpec) -> Any:
+        """The config for ``Transformer.load``; None: ``AutoConfig`` reads the checkpoint's own."""
+        return None
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
         return [Prepared(ids) for ids in self.tokenizer.encode(texts_only(inputs, self.family))]
