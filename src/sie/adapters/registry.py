@@ -34,7 +34,7 @@ _JINA_RERANKER = "sie.adapters.jina_reranker:JinaRerankerScorer"
 
 # The public server splits a family over flash kernels and their fallbacks; here one class runs each
 # family, so every public name of it maps there. Public adapters for models that need code from the
-# Hub (rope_flash, nomic_flash, gte_sparse_flash) or another runtime (sglang)
+# Hub (rope_flash, nomic_flash, gte_sparse_flash, colbert_rotary_flash) or another runtime (sglang)
 # have no alias: they are refused by family (``NOT_SERVED``), any other unknown name fails its load
 # with the known names listed.
 ALIASES: Final[dict[str, str]] = {
@@ -49,7 +49,6 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.colbert:ColBERTAdapter": _COLBERT,
     "sie_server.adapters.colpali:ColPaliAdapter": _COLPALI,
     "sie_server.adapters.colbert_modernbert_flash:ColBERTModernBERTFlashAdapter": _COLBERT,
-    "sie_server.adapters.colbert_rotary_flash:ColBERTRotaryFlashAdapter": _COLBERT,
     "sie_server.adapters.bge_m3_flash:BGEM3FlashAdapter": _BGE_M3,
     "sie_server.adapters.bge_m3:BGEM3Adapter": _BGE_M3,
     "sie_server.adapters.bge_m3_flag:BGEM3FlagAdapter": _BGE_M3,  # FlagEmbedding's heads, the same three outputs
@@ -136,6 +135,7 @@ NOT_SERVED: Final[dict[str, str]] = {
     f"{_P}florence2": "a document understanding model (Florence-2)",
     f"{_P}donut": "a document understanding model (Donut)",
     f"{_P}docling": "a document parser (Docling)",
+    f"{_P}colbert_rotary_flash": "a ColBERT on Jina's rotary XLM-RoBERTa Hub code (jina-colbert-v2)",
     f"{_P}native_causal_cross_encoder": "a causal-LM reranker (zerank)",
     f"{_P}rope_flash": "an embedder on Alibaba's GTE 'NewModel' Hub code",
     f"{_P}nomic_flash": "an embedder on Nomic's nomic-bert Hub code",
