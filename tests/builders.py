@@ -192,13 +192,17 @@ def colbert(splade_dir: Path, folder: Path) -> Path:
     return folder
 
 
-def bge_m3(splade_dir: Path, folder: Path) -> Path:
+def bge_m3(splade_dir: Path, folder: Path, hidden: int = 64) -> Path:
     """A tiny XLM-RoBERTa with seeded ``sparse_linear.pt`` / ``colbert_linear.pt``; the packaged BERT
-    tokenizer declares [SEP] as eos, so FlagEmbedding and we drop the same special tokens."""
+    tokenizer declares [SEP] as eos, so FlagEmbedding and we drop the same special tokens. ``hidden``
+    1024 gives the real model's dense and multivector widths (one layer then, to stay small)."""
     torch.manual_seed(0)
-    XLMRobertaModel(_tiny_xlm_roberta(), add_pooling_layer=False).save_pretrained(folder)
-    torch.save(torch.nn.Linear(64, 64).state_dict(), folder / "colbert_linear.pt")
-    sparse = torch.nn.Linear(64, 1)
+    config = _tiny_xlm_roberta()
+    if hidden != config.hidden_size:
+        config.hidden_size, config.num_hidden_layers = hidden, 1
+    XLMRobertaModel(config, add_pooling_layer=False).save_pretrained(folder)
+    torch.save(torch.nn.Linear(hidden, hidden).state_dict(), folder / "colbert_linear.pt")
+    sparse = torch.nn.Linear(hidden, 1)
     torch.nn.init.normal_(sparse.weight, std=0.5)  # so a fair share of token weights is positive
     torch.save(sparse.state_dict(), folder / "sparse_linear.pt")
     shutil.copy(splade_dir / "tokenizer.json", folder / "tokenizer.json")

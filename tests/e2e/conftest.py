@@ -625,6 +625,9 @@ INTEGRATION_REQUIREMENTS = {
     "langsmith": "0.8.5",
     "llama-index-core": "0.14.25",
     "haystack-ai": "3.4.0",
+    # What the public packages' own integration tests run on (tests/e2e/test_public_suites.py).
+    "pytest": "9.2.0",
+    "pytest-asyncio": "1.5.0",
 }
 INTEGRATIONS_INSTALL_TIMEOUT_S = 1200
 
