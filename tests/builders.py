@@ -513,6 +513,22 @@ def grounding_dino(splade_dir: Path, folder: Path) -> Path:
     return folder
 
 
+def _bert_tokenizer_with(splade_dir: Path, tokens: list[str]) -> Any:
+    """The packaged BERT's tokenizer as a generative model's: [CLS] opens, [SEP] ends, with ``tokens``
+    added as special tokens (an image placeholder, Donut's tags)."""
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_file=str(splade_dir / "tokenizer.json"),
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        bos_token="[CLS]",
+        eos_token="[SEP]",
+    )
+    tokenizer.add_special_tokens({"additional_special_tokens": tokens})
+    return tokenizer
+
+
 def colpali(splade_dir: Path, folder: Path) -> Path:
     """A tiny ColPali (PaliGemma: a two-layer SigLIP vision tower at 32 pixels, 16 patches, and a
     two-layer Gemma) projecting to 16 dims, with the packaged BERT tokenizer plus PaliGemma's
@@ -523,19 +539,11 @@ def colpali(splade_dir: Path, folder: Path) -> Path:
         ColPaliProcessor,
         GemmaConfig,
         PaliGemmaConfig,
-        PreTrainedTokenizerFast,
         SiglipImageProcessorPil,
         SiglipVisionConfig,
     )
 
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_file=str(splade_dir / "tokenizer.json"),
-        unk_token="[UNK]",
-        pad_token="[PAD]",
-        bos_token="[CLS]",
-        eos_token="[SEP]",
-    )
-    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    tokenizer = _bert_tokenizer_with(splade_dir, ["<image>"])
     vision = SiglipVisionConfig(**_TINY_VISION)
     text = GemmaConfig(
         vocab_size=len(tokenizer),
@@ -585,6 +593,67 @@ _CAPTIONS = [
     "car",
     "picture",
 ]
+
+
+DONUT_TAGS = [
+    "<s_cord-v2>",
+    "<s_docvqa>",
+    "<s_menu>",
+    "</s_menu>",
+    "<s_nm>",
+    "</s_nm>",
+    "<s_price>",
+    "</s_price>",
+]
+DONUT_TAGS += ["<s_question>", "</s_question>", "<s_answer>", "</s_answer>", "<sep/>"]
+
+
+def donut(splade_dir: Path, folder: Path) -> Path:
+    """A Donut as ``VisionEncoderDecoderModel`` and ``DonutProcessor`` save one: a two-stage Swin
+    encoder on 64x48 pages and a one-layer mBART decoder over the packaged BERT's vocabulary with
+    Donut's task and field tags added. The decoder's weights are drawn wide so that generation
+    wanders over the vocabulary (tags included) instead of repeating one token."""
+    from transformers import (
+        DonutImageProcessorPil,
+        DonutProcessor,
+        DonutSwinConfig,
+        DonutSwinModel,
+        MBartConfig,
+        MBartForCausalLM,
+        VisionEncoderDecoderModel,
+    )
+
+    tokenizer = _bert_tokenizer_with(splade_dir, DONUT_TAGS)
+    torch.manual_seed(0)
+    encoder = DonutSwinConfig(
+        image_size=[64, 48], patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4
+    )
+    decoder = MBartConfig(
+        vocab_size=len(tokenizer),
+        d_model=32,
+        decoder_layers=1,
+        decoder_attention_heads=2,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        is_decoder=True,
+        add_cross_attention=True,
+        scale_embedding=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    model = VisionEncoderDecoderModel(encoder=DonutSwinModel(encoder), decoder=MBartForCausalLM(decoder))
+    model.config.decoder_start_token_id = tokenizer.bos_token_id
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.config.eos_token_id = tokenizer.eos_token_id
+    with torch.no_grad():
+        for param in model.decoder.parameters():
+            if param.dim() == 2:
+                param.normal_(0.0, 0.5)
+    model.save_pretrained(folder)
+    images = DonutImageProcessorPil(size={"height": 64, "width": 48}, do_align_long_axis=False)
+    DonutProcessor(image_processor=images, tokenizer=tokenizer).save_pretrained(folder)
+    return folder
 
 
 def _sentencepiece(folder: Path) -> Path:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -297,8 +298,9 @@ OWLV2 = "test/owlv2"
 COLPALI = "test/colpali"
 GLINER2 = "test/gliner2"
 GROUNDING_DINO = "test/grounding-dino"
-# Served under its public id: the shipped YAML, given the built weights (``PUBLIC_WEIGHTS``).
+# Served under their public ids: the shipped YAMLs, given the built weights (``PUBLIC_WEIGHTS``).
 JINA_RERANKER = "jinaai/jina-reranker-v2-base-multilingual"
+DONUT = "naver-clova-ix/donut-base-finetuned-cord-v2"
 QUERY = "what causes high blood pressure"
 DOCS = [
     "The film ran for three hours and the popcorn was stale.",
@@ -501,7 +503,10 @@ profiles:
 
 # Shipped YAMLs of public ids the families server runs on built weights (at float32, like the rest of
 # that server, so its answers equal the references): file name -> builder key.
-PUBLIC_WEIGHTS = {"jinaai__jina-reranker-v2-base-multilingual.yaml": "jina"}
+PUBLIC_WEIGHTS = {
+    "jinaai__jina-reranker-v2-base-multilingual.yaml": "jina",
+    "naver-clova-ix__donut-base-finetuned-cord-v2.yaml": "donut",
+}
 
 
 def tiny_bert_dir() -> Path:
@@ -532,6 +537,7 @@ def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "gliner2": builders.gliner2(splade, root / "gliner2"),
         "grounding_dino": builders.grounding_dino(splade, root / "grounding-dino"),
         **dict(zip(("jina_reference", "jina"), builders.jina_reranker(splade, root / "jina"), strict=True)),
+        "donut": builders.donut(splade, root / "donut"),
     }
 
 
@@ -546,9 +552,7 @@ def families_models(tmp_path_factory: pytest.TempPathFactory, family_folders: di
             text = text.replace(f"@{key}@", str(folder))
         (models / name).write_text(text)
     for name, key in PUBLIC_WEIGHTS.items():
-        shipped = (
-            (models / name).read_text().replace("compute_precision: bfloat16", "compute_precision: float32")
-        )
+        shipped = re.sub(r"compute_precision: \w+", "compute_precision: float32", (models / name).read_text())
         (models / name).write_text(f"{shipped}weights_path: {json.dumps(str(family_folders[key]))}\n")
     return models
 
@@ -561,7 +565,7 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
     the public adapter name) with a ``merged`` profile, a BIO token tagger, an NLI zero-shot classifier,
     a CLIP and a SigLIP, a Qwen3-Reranker-shaped causal LM, a GLiClass (under the public adapter
     name, with a ``multi-label`` profile), an OWLv2 and a Grounding DINO detector, a ColPali and a
-    GLiNER2, and jina-reranker-v2 under its public id; all preloaded, float32."""
+    GLiNER2, and jina-reranker-v2 and the CORD Donut under their public ids; all preloaded, float32."""
     root = tmp_path_factory.mktemp("families")
     env = {"SIE_MODELS_DIR": str(families_models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
     preload = [
@@ -587,6 +591,7 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
         GLINER2,
         GROUNDING_DINO,
         JINA_RERANKER,
+        DONUT,
     ]
     with run_server(root, env, "--preload", ",".join(preload)) as server:
         yield server

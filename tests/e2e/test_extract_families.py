@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from sie.adapters.base import Forward, ImageData, LoadSpec, Task
+from sie.adapters.donut import CORD, DonutExtractor
 from sie.adapters.gliclass import GliclassClassifier
 from sie.adapters.gliner2 import Gliner2Extractor
 from sie.adapters.grounding_dino import GroundingDinoDetector
@@ -26,6 +27,7 @@ from sie.core.options import Capability, ComputePrecision
 from tests import builders
 from tests.conftest import package_folder, random_png
 from tests.e2e.conftest import (
+    DONUT,
     GLICLASS,
     GLINER2,
     GROUNDING_DINO,
@@ -300,3 +302,27 @@ def test_grounding_dino_grounds_labels_in_image_items_as_the_adapter(
             "remote control",
         }
         assert [(o["label"], o["bbox"]) for o in item["objects"]] == [(o.label, o.bbox) for o in want.objects]
+
+
+def test_donut_under_its_public_id_reads_receipts_into_data_as_the_adapter(
+    families: Server, unpack: Any, family_folders: dict[str, Path]
+) -> None:
+    """The shipped CORD YAML (task and max_new_tokens from its profile) on built weights: each image
+    item's reading in ``data`` and its leaves in ``entities``, as the adapter answers; a text item is
+    the client's error."""
+    images = [random_png(50, 70, 3), random_png(120, 60, 4)]
+    body = {"items": [{"images": [{"data": i, "format": "png"}]} for i in images], "params": {}}
+    items = extract_msgpack(families, DONUT, body, unpack)["items"]
+    extractor = DonutExtractor.load(LoadSpec(family_folders["donut"], "cpu", ComputePrecision.FLOAT32, 64))
+    forward = Forward(
+        frozenset({Capability.EXTRACT}), task=Task.of([], {"task": CORD, "max_new_tokens": 512})
+    )
+    expected = extractor.run(extractor.prepare([ImageData(i, "png") for i in images], forward), forward)
+    assert expected.extractions is not None
+    for item, want in zip(items, expected.extractions, strict=True):
+        assert set(item) == KEYS and item["data"] == want.data and item["data"]
+        assert [(e["text"], e["label"]) for e in item["entities"]] == [
+            (e.text, e.label) for e in want.entities
+        ]
+    refused = families.client.post(f"/v1/extract/{DONUT}", json={"items": [{"text": "a receipt"}]})
+    assert refused.status_code == 400 and refused.json()["detail"]["code"] == "INVALID_INPUT"

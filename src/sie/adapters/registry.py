@@ -31,6 +31,7 @@ _GROUNDING_DINO = "sie.adapters.grounding_dino:GroundingDinoDetector"
 _COLPALI = "sie.adapters.colpali:ColPaliEncoder"
 _GLINER2 = "sie.adapters.gliner2:Gliner2Extractor"
 _JINA_RERANKER = "sie.adapters.jina_reranker:JinaRerankerScorer"
+_DONUT = "sie.adapters.donut:DonutExtractor"
 
 # The public server splits a family over flash kernels and their fallbacks; here one class runs each
 # family, so every public name of it maps there. Public adapters for models that need code from the
@@ -64,6 +65,7 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.gliner2.entities:GLiNER2EntitiesAdapter": _GLINER2,  # gliner runs bi-encoders through the same calls
     "sie_server.adapters.gliclass:GLiClassAdapter": _GLICLASS,
     "sie_server.adapters.owlv2:Owlv2Adapter": _OWLV2,
+    "sie_server.adapters.donut:DonutAdapter": _DONUT,
     "sie_server.adapters.grounding_dino:GroundingDINOAdapter": _GROUNDING_DINO,
     "sie_server.adapters.nli_classification:NLIClassificationAdapter": _NLI,
     "sie_server.adapters.nli_classification_flash:NLIClassificationFlashAdapter": _NLI,
@@ -88,6 +90,7 @@ CANONICAL: Final = frozenset(
         _GLICLASS,
         _OWLV2,
         _GROUNDING_DINO,
+        _DONUT,
         _NLI,
         # Token-classification NER has no public adapter (the public server runs NER through GLiNER).
         "sie.adapters.token_ner:TorchTokenNer",
@@ -133,7 +136,6 @@ NOT_SERVED: Final[dict[str, str]] = {
     f"{_P}privacy_filter": "a PII filter (privacy-filter)",
     f"{_P}stablebridge_pruner": "a context pruner (Stablebridge)",
     f"{_P}florence2": "a document understanding model (Florence-2)",
-    f"{_P}donut": "a document understanding model (Donut)",
     f"{_P}docling": "a document parser (Docling)",
     f"{_P}colbert_rotary_flash": "a ColBERT on Jina's rotary XLM-RoBERTa Hub code (jina-colbert-v2)",
     f"{_P}native_causal_cross_encoder": "a causal-LM reranker (zerank)",
@@ -180,6 +182,7 @@ GLICLASS_OPTIONS: Final = frozenset({"threshold", "classification_type"})
 GLINER2_OPTIONS: Final = frozenset({"threshold"})
 DETECTION_OPTIONS: Final = frozenset({"score_threshold", "threshold"})
 GROUNDING_OPTIONS: Final = frozenset({"box_threshold", "text_threshold"})
+DONUT_OPTIONS: Final = frozenset({"task", "max_new_tokens", "num_beams"})
 _REQUEST_OPTIONS: Final[dict[str, frozenset[str]]] = {
     _GLINER: GLINER_OPTIONS,
     _NLI: NLI_OPTIONS,
@@ -187,6 +190,7 @@ _REQUEST_OPTIONS: Final[dict[str, frozenset[str]]] = {
     _GLINER2: GLINER2_OPTIONS,
     _OWLV2: DETECTION_OPTIONS,
     _GROUNDING_DINO: GROUNDING_OPTIONS,
+    _DONUT: DONUT_OPTIONS,
     "sie.adapters.token_ner:TorchTokenNer": TOKEN_ENTITY_OPTIONS,
     "sie.adapters.token_ner_onnx:OnnxTokenNer": TOKEN_ENTITY_OPTIONS,
 }
