@@ -1,6 +1,6 @@
 """The dense encoder on every architecture the catalogue's dense ids run, against sentence-transformers.
 
-The catalogue serves BERT, XLM-RoBERTa, ModernBERT, Gemma 3, Qwen2, Qwen3 and Mistral embedders through
+The catalogue serves BERT, XLM-RoBERTa, ModernBERT, Nomic BERT, Gemma 3, Qwen2, Qwen3 and Mistral embedders through
 one class (``TorchDenseEncoder``). Each architecture is built here from a small config with seeded random
 weights and the packaged tiny BERT's tokenizer, saved as a sentence-transformers folder (the pooling
 its family uses: mean for the encoders, the last token for the causal LMs), and our vectors are held
@@ -9,6 +9,7 @@ to sentence-transformers' on the same folder, each text alone and inside a batch
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.models import Normalize, Transformer
 from sentence_transformers.models import Pooling as StPooling
@@ -26,6 +28,7 @@ from transformers import (
     Gemma3TextConfig,
     MistralConfig,
     ModernBertConfig,
+    NomicBertConfig,
     PretrainedConfig,
     Qwen2Config,
     Qwen3Config,
@@ -57,6 +60,8 @@ ARCHITECTURES: dict[str, tuple[Callable[[], PretrainedConfig], str]] = {
         "mean",
     ),
     "xlm-roberta": (lambda: XLMRobertaConfig(**SMALL, max_position_embeddings=514), "mean"),
+    # nomic-embed-text-v1.5: a rotary, SwiGLU, post-norm BERT (transformers' own since 5.x).
+    "nomic-bert": (lambda: NomicBertConfig(**SMALL, max_position_embeddings=512), "mean"),
     "modernbert": (
         lambda: ModernBertConfig(
             **SMALL, max_position_embeddings=512, cls_token_id=101, sep_token_id=102, bos_token_id=101
@@ -96,3 +101,24 @@ def test_dense_architecture_equals_sentence_transformers(name: str, splade_dir: 
     for index in (0, 7, len(corpus) - 1):
         alone = l2_normalize(dense(encoder, [corpus[index]], OURS[mode]))[0]
         assert float(np.dot(alone, ours[index])) >= 0.99999, (name, index)
+
+
+def test_a_nomic_checkpoint_in_its_hub_code_layout_loads_without_the_hub_code(
+    splade_dir: Path, tmp_path: Path
+) -> None:
+    """nomic-embed-text-v1.5 ships in the layout of nomic's Hub code (``encoder.layers.N.attn.Wqkv``,
+    ``mlp.fc11``/``fc12``/``fc2``, ``norm1``/``norm2``, ``emb_ln``) with an ``auto_map`` to that code.
+    transformers saves its own ``NomicBertModel`` in that layout too and converts it on load, so the
+    folder built here is what the Hub holds; with the ``auto_map`` added, our encoder loads it with no
+    remote code and its vectors equal sentence-transformers' on it."""
+    folder, _ = build("nomic-bert", splade_dir, tmp_path)
+    names = set(load_file(str(folder / "model.safetensors")))
+    assert {"emb_ln.weight", "encoder.layers.0.attn.Wqkv.weight", "encoder.layers.0.mlp.fc11.weight"} <= names
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"] = {"AutoModel": "nomic-ai/nomic-bert-2048--modeling_hf_nomic_bert.NomicBertModel"}
+    (folder / "config.json").write_text(json.dumps(config))
+    encoder = TorchDenseEncoder.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256))
+    corpus = dense_corpus(12, seed=5)
+    ours = l2_normalize(dense(encoder, corpus, Pooling.MEAN))
+    reference = SentenceTransformer(str(folder), device="cpu").encode(corpus, normalize_embeddings=True)
+    assert float((ours * reference).sum(axis=1).min()) >= 0.99999
