@@ -181,6 +181,39 @@ def qwen3_reranker(splade_dir: Path, folder: Path) -> Path:
     return folder
 
 
+# zerank-2's chat template in substance: the query as the system turn, the document as the user's.
+QUERY_DOCUMENT_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] == 'query' %}<|im_start|>system\n{{ m['content'] }}<|im_end|>\n"
+    "{% elif m['role'] == 'document' %}<|im_start|>user\n{{ m['content'] }}<|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def st_causal_reranker(splade_dir: Path, folder: Path) -> Path:
+    """A sentence-transformers ``CrossEncoder`` saved as zerank-2 ships: the small Qwen3 causal LM of
+    ``qwen3_reranker`` as a text-generation ``Transformer`` module (left padding, a query/document
+    chat template with the generation prompt), then ``LogitScore`` on the "yes" token alone, under
+    the identity activation."""
+    from sentence_transformers import CrossEncoder
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.cross_encoder.modules import LogitScore
+
+    lm = qwen3_reranker(splade_dir, folder.parent / f"{folder.name}-lm")
+    tokenizer_config = json.loads((lm / "tokenizer_config.json").read_text())
+    tokenizer_config.update(chat_template=QUERY_DOCUMENT_TEMPLATE, padding_side="left")
+    (lm / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    transformer = Transformer(
+        str(lm),
+        transformer_task="text-generation",
+        processing_kwargs={"chat_template": {"add_generation_prompt": True}},
+    )
+    scorer = LogitScore(true_token_id=transformer.tokenizer.convert_tokens_to_ids("yes"))
+    model = CrossEncoder(modules=[transformer, scorer], device="cpu")
+    model.activation_fn = torch.nn.Identity()
+    model.save(str(folder))
+    return folder
+
+
 def colbert(splade_dir: Path, folder: Path) -> Path:
     """The packaged tiny BERT with a seeded projection to 16 dims in PyLate's ``1_Dense`` layout."""
     BertModel.from_pretrained(str(splade_dir), add_pooling_layer=False).save_pretrained(folder)

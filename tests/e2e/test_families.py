@@ -32,6 +32,7 @@ from tests.e2e.conftest import (
     QUERY,
     RERANKER,
     SPLADE,
+    ZERANK,
     Server,
 )
 
@@ -130,6 +131,18 @@ def test_causal_lm_reranker_under_its_public_name_scores_as_the_adapter(
     got = {s["item_id"]: s["score"] for s in result["scores"]}
     np.testing.assert_allclose([got[f"d{i}"] for i in range(len(DOCS))], expected, atol=1e-5)
     assert [s["rank"] for s in result["scores"]] == list(range(len(DOCS)))
+
+
+def test_zerank_under_its_public_id_scores_as_its_cross_encoder(
+    families: Server, unpack: Any, family_folders: dict[str, Path]
+) -> None:
+    """The shipped zerank-2 YAML on a built sentence-transformers causal CrossEncoder: the server's
+    scores are the library's ``predict`` (raw logits of the one token, identity activation)."""
+    body = {"query": {"text": QUERY}, "items": [{"text": d, "id": f"d{i}"} for i, d in enumerate(DOCS)]}
+    result = post(families, f"/v1/score/{ZERANK}", body, unpack)
+    expected = CrossEncoder(str(family_folders["zerank"]), device="cpu").predict([(QUERY, d) for d in DOCS])
+    got = {s["item_id"]: s["score"] for s in result["scores"]}
+    np.testing.assert_allclose([got[f"d{i}"] for i in range(len(DOCS))], expected, atol=1e-5)
 
 
 def test_rerank_route_top_n_and_documents(families: Server) -> None:

@@ -20,6 +20,19 @@ from sie.adapters.transformer import TransformerAdapter
 from sie.core.options import Capability, Pooling
 
 
+def instructed_pairs(inputs: Sequence[ModelInput], forward: Forward) -> list[tuple[str, str]]:
+    """The (query, document) pairs a reranker scores, the request's instruction before each query
+    (instruction-tuned rerankers read it there, as the public server puts it); a single text is the
+    client's error."""
+    pairs = [one for one in inputs if isinstance(one, tuple)]
+    if len(pairs) != len(inputs):
+        raise UnsupportedInput("Cross-encoder models score (query, document) pairs, not single texts")
+    instruction = forward.task.instruction if forward.task else None
+    if instruction:
+        pairs = [(f"{instruction} {query}", document) for query, document in pairs]
+    return pairs
+
+
 class CrossEncoderScorer(TransformerAdapter):
     family = "CrossEncoder"
     auto_class = AutoModelForSequenceClassification
@@ -36,13 +49,10 @@ class CrossEncoderScorer(TransformerAdapter):
         self.packs_tokens = self.backbone.packed is not None and self._head is not None
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
-        pairs = [one for one in inputs if isinstance(one, tuple)]
-        if len(pairs) != len(inputs):
-            raise UnsupportedInput("Cross-encoder models score (query, document) pairs, not single texts")
-        instruction = forward.task.instruction if forward.task else None
-        if instruction:  # instruction-tuned rerankers read it before the query, as the public server puts it
-            pairs = [(f"{instruction} {query}", document) for query, document in pairs]
-        return [Prepared(ids, types) for ids, types in self.tokenizer.encode_pairs(pairs)]
+        return [
+            Prepared(ids, types)
+            for ids, types in self.tokenizer.encode_pairs(instructed_pairs(inputs, forward))
+        ]
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         with self.backbone.running(forward.lora):

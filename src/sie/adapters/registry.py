@@ -32,6 +32,7 @@ _COLPALI = "sie.adapters.colpali:ColPaliEncoder"
 _GLINER2 = "sie.adapters.gliner2:Gliner2Extractor"
 _JINA_RERANKER = "sie.adapters.jina_reranker:JinaRerankerScorer"
 _DONUT = "sie.adapters.donut:DonutExtractor"
+_ST_CROSS_ENCODER = "sie.adapters.st_cross_encoder:SentenceTransformersCrossEncoder"
 
 # The public server splits a family over flash kernels and their fallbacks; here one class runs each
 # family, so every public name of it maps there. Public adapters for models that need code from the
@@ -58,6 +59,7 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.cross_encoder:CrossEncoderAdapter": _CROSS_ENCODER,
     "sie_server.adapters.qwen2_flash_cross_encoder:Qwen2FlashCrossEncoderAdapter": _CAUSAL_RERANKER,
     "sie_server.adapters.jina_flash_cross_encoder:JinaFlashCrossEncoderAdapter": _JINA_RERANKER,
+    "sie_server.adapters.native_causal_cross_encoder:NativeCausalCrossEncoderAdapter": _ST_CROSS_ENCODER,
     "sie_server.adapters.gliner:GLiNERAdapter": _GLINER,
     "sie_server.adapters.gliner_bi:GLiNERBiAdapter": _GLINER,
     # GLiNER2's entity adapters; its Decide, classification and schema modes stay refused.
@@ -84,6 +86,7 @@ CANONICAL: Final = frozenset(
         _BGE_M3,
         _CROSS_ENCODER,
         _JINA_RERANKER,
+        _ST_CROSS_ENCODER,
         _CAUSAL_RERANKER,
         _GLINER,
         _GLINER2,
@@ -138,7 +141,6 @@ NOT_SERVED: Final[dict[str, str]] = {
     f"{_P}florence2": "a document understanding model (Florence-2)",
     f"{_P}docling": "a document parser (Docling)",
     f"{_P}colbert_rotary_flash": "a ColBERT on Jina's rotary XLM-RoBERTa Hub code (jina-colbert-v2)",
-    f"{_P}native_causal_cross_encoder": "a causal-LM reranker (zerank)",
     f"{_P}rope_flash": "an embedder on Alibaba's GTE 'NewModel' Hub code",
     f"{_P}nomic_flash": "an embedder on Nomic's nomic-bert Hub code",
     f"{_P}gte_sparse_flash": "a sparse encoder on Alibaba's GTE Hub code",

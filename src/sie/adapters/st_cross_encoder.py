@@ -1,0 +1,89 @@
+"""Rerankers saved as a sentence-transformers ``CrossEncoder`` of their own modules (zerank-2): a
+causal LM reads each (query, document) pair through the publisher's chat template, and a
+``LogitScore`` module turns the next-token logits into the score, under the saved activation.
+
+sentence-transformers runs them, as the publisher does: ``CrossEncoder.preprocess`` renders and
+left-pads the rows and ``predict`` applies the saved modules, so nothing of the template or of the
+scoring is written again here. A row is never truncated: cutting it would drop the template's end
+(the generation prompt the score is read after), so a pair longer than the model's context is the
+client's error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Self
+
+import numpy as np
+import torch
+from sentence_transformers import CrossEncoder
+
+from sie.adapters.base import (
+    TEXT_ONLY,
+    BatchOutputs,
+    Forward,
+    LoadSpec,
+    ModelInput,
+    Prepared,
+    UnsupportedInput,
+)
+from sie.adapters.clip import TokenizerVocabulary
+from sie.adapters.cross_encoder import instructed_pairs
+from sie.adapters.transformer import DeviceModel, weights_and_autocast
+from sie.core.options import Capability, Pooling
+
+
+class SentenceTransformersCrossEncoder(DeviceModel):
+    family = "CrossEncoder"
+    capabilities = frozenset({Capability.SCORE})
+    inputs = TEXT_ONLY
+    dims: dict[Capability, int] = {}  # noqa: RUF012  # nothing but scores
+    default_pooling = Pooling.CLS  # unused: no embeddings
+    packs_tokens = False
+
+    def __init__(self, spec: LoadSpec) -> None:
+        self.device = torch.device(spec.device)
+        weights_dtype, self._autocast = weights_and_autocast(spec.precision, spec.device)
+        self._pixel_dtype = weights_dtype
+        self._context = spec.max_seq_length
+        self.model: Any = CrossEncoder(
+            str(spec.weights),
+            device=spec.device,
+            max_length=spec.max_seq_length,
+            local_files_only=True,
+            trust_remote_code=False,
+            model_kwargs={"dtype": weights_dtype},
+        )
+        self.model.eval()
+        transformer = self.model[0]  # rows are whole or refused (see the module docstring)
+        processing = dict(transformer.processing_kwargs or {})
+        processing["text"] = {**processing.get("text", {}), "truncation": False}
+        transformer.processing_kwargs = processing
+        self.tokenizer = TokenizerVocabulary(self.model.tokenizer)
+
+    @classmethod
+    def load(cls, spec: LoadSpec) -> Self:
+        return cls(spec)
+
+    def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
+        prepared = []
+        for pair in instructed_pairs(inputs, forward):
+            features = self.model.preprocess([pair])
+            ids = features["input_ids"][0][features["attention_mask"][0].bool()].numpy().astype(np.int64)
+            if self._context is not None and len(ids) > self._context:
+                raise UnsupportedInput(
+                    f"A (query, document) pair of {len(ids)} tokens with its template exceeds this "
+                    f"reranker's {self._context}-token context"
+                )
+            prepared.append(Prepared(ids=ids, payload=pair))
+        return prepared
+
+    def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
+        with self._running():
+            scores = self.model.predict(
+                [item.payload for item in batch],
+                batch_size=len(batch),
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return BatchOutputs(scores=np.asarray(scores, dtype=np.float32).reshape(-1))
