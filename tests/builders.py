@@ -263,12 +263,19 @@ def lora(base: Path, folder: Path, seed: int, targets: list[str], auto_class: An
 GLINER_HEAD_STD = 0.1  # spreads a random head's span scores over about 0.3-0.7 instead of all near 0.5
 
 
-def gliner(splade_dir: Path, folder: Path, span_mode: str = "markerV0", bi_encoder: bool = False) -> Path:
+def gliner(
+    splade_dir: Path,
+    folder: Path,
+    span_mode: str = "markerV0",
+    bi_encoder: bool = False,
+    relations: bool = False,
+) -> Path:
     """A GLiNER over the packaged tiny BERT, saved as ``GLiNER.save_pretrained`` writes a checkpoint
     (``gliner_config.json`` with the backbone's config inside, weights, tokenizer). Its head is drawn
     wider than gliner's initialisation so that some spans clear a threshold and others do not;
     ``span_mode="token_level"`` gives a NuNER-Zero-like model that scores words, not spans, and
-    ``bi_encoder`` a GLiNER-bi whose labels go through a second copy of the BERT."""
+    ``bi_encoder`` a GLiNER-bi whose labels go through a second copy of the BERT, ``relations`` a
+    joint entity-relation ("relex") model with a dot-product relations layer."""
     from gliner import GLiNER, GLiNERConfig  # imported here: 5 s that only GLiNER tests should pay
 
     torch.manual_seed(0)
@@ -279,6 +286,7 @@ def gliner(splade_dir: Path, folder: Path, span_mode: str = "markerV0", bi_encod
         hidden_size=64,
         max_len=384,
         span_mode=span_mode,
+        relations_layer="dot" if relations else None,
     )
     model = GLiNER.from_config(config, local_files_only=True)
     generator = torch.Generator().manual_seed(0)

@@ -14,7 +14,15 @@ import pytest
 from gliner import GLiNER
 
 from sie.adapters.base import Forward, LoadSpec, Task, UnsupportedInput
-from sie.adapters.gliner import NO_LABELS, GlinerExtractor, merge_adjacent, span_entity
+from sie.adapters.gliner import (
+    MIN_ADJACENCY,
+    NO_LABELS,
+    NO_RELATIONS,
+    GlinerExtractor,
+    best_relations,
+    merge_adjacent,
+    span_entity,
+)
 from sie.adapters.word_windows import MAX_WINDOWS, owned, plan_windows, resolve_overlaps
 from sie.core.extraction import Entity
 from sie.core.options import Capability, ComputePrecision
@@ -166,6 +174,7 @@ def test_usage_tokens_are_the_backbone_tokens_with_specials(span_model: dict[str
         (LABELS, {"threshold": 1.5}, "Alice", "GLiNER threshold must be a finite number between 0 and 1"),
         (LABELS, {"threshold": "high"}, "Alice", "GLiNER threshold must be a finite number between 0 and 1"),
         (LABELS, {"flat_ner": "false"}, "Alice", "GLiNER flat_ner must be true or false"),
+        (LABELS, {"relation_labels": ["works at"]}, "Alice", NO_RELATIONS),
     ],
 )
 def test_bad_requests_are_refused_with_the_public_messages(
@@ -207,4 +216,72 @@ def test_merge_adjacent_joins_only_touching_entities_of_one_label() -> None:
         Entity("Steve Jobs", "person", 0.9, 0, 10),
         Entity("met", "event", 0.7, 11, 14),
         Entity("Tim Cook", "person", 0.8, 15, 23),
+    ]
+
+
+RELATIONS = ["works at", "lives in", "born in"]
+
+
+@pytest.fixture(scope="module")
+def relex_model(splade_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    folder = builders.gliner(splade_dir, tmp_path_factory.mktemp("gliner-relex"), relations=True)
+    return {
+        "reference": GLiNER.from_pretrained(str(folder), local_files_only=True),
+        "adapter": GlinerExtractor.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, None)),
+    }
+
+
+def test_a_relex_model_answers_gliners_relations_alone_and_batched(relex_model: dict[str, Any]) -> None:
+    """A joint entity-relation model (knowledgator/gliner-relex): with ``relation_labels`` the
+    relations are gliner's ``inference`` ones, each (head, tail, relation) once at its best score,
+    best first. Without ``relation_labels`` it answers gliner's entities alone."""
+    texts = TEXTS[:3]
+    options = {"threshold": 0.5, "relation_labels": RELATIONS, "relation_threshold": 0.6}
+    entities, relations = relex_model["reference"].inference(
+        texts,
+        LABELS,
+        relations=RELATIONS,
+        threshold=0.5,
+        relation_threshold=0.6,
+        adjacency_threshold=max(0.5, MIN_ADJACENCY),
+        return_relations=True,
+    )
+    assert sum(map(len, relations)) >= 2, "the head is too weak for any relation to clear the threshold"
+    adapter: GlinerExtractor = relex_model["adapter"]
+    forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of(LABELS, options))
+    batched = adapter.run(adapter.prepare(texts, forward), forward).extractions
+    assert batched is not None
+    for index, text in enumerate(texts):
+        (alone,) = adapter.run(adapter.prepare([text], forward), forward).extractions or []
+        for ours in (alone, batched[index]):
+            assert_same(ours.entities, entities[index], text)
+            expected = best_relations(relations[index])
+            assert [(r.head, r.tail, r.relation) for r in ours.relations] == [
+                (r.head, r.tail, r.relation) for r in expected
+            ]
+            assert [r.score for r in ours.relations] == pytest.approx([r.score for r in expected], abs=1e-5)
+    entities_only = Forward(forward.outputs, task=Task.of(LABELS, {"threshold": 0.5}))
+    plain = adapter.run(adapter.prepare(texts, entities_only), entities_only)
+    assert [one.relations for one in plain.extractions or []] == [[], [], []]
+    alone_entities = relex_model["reference"].inference(
+        texts, LABELS, threshold=0.5, adjacency_threshold=max(0.5, MIN_ADJACENCY), return_relations=False
+    )
+    for index, text in enumerate(texts):
+        assert_same((plain.extractions or [])[index].entities, alone_entities[index], text)
+
+
+def test_best_relations_keeps_each_triple_once_at_its_best_score() -> None:
+    def found(head: str, tail: str, relation: str, score: float) -> dict[str, Any]:
+        return {"head": {"text": head}, "tail": {"text": tail}, "relation": relation, "score": score}
+
+    relations = best_relations(
+        [
+            found("Bob", "Google", "works at", 0.7),
+            found("Bob", "Google", "works at", 0.9),
+            found("Bob", "Paris", "lives in", 0.8),
+        ]
+    )
+    assert [(r.head, r.tail, r.relation, r.score) for r in relations] == [
+        ("Bob", "Google", "works at", 0.9),
+        ("Bob", "Paris", "lives in", 0.8),
     ]

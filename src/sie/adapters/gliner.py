@@ -43,13 +43,20 @@ from sie.adapters.registry import GLINER_OPTIONS
 from sie.adapters.tokenizer import TextTokenizer
 from sie.adapters.transformer import place_for_thresholds
 from sie.adapters.word_windows import MAX_WINDOWS, Window, overlap_for, owned, plan_windows, resolve_overlaps
-from sie.core.extraction import Entity, Extraction
+from sie.core.extraction import Entity, Extraction, Relation
 from sie.core.heap import collect_unloaded
 from sie.core.options import Capability, Pooling
 
 _FAMILY: Final = "GLiNER"
 NO_LABELS: Final = "GLiNER requires labels parameter for extraction"
 BLANK_TEXT: Final = "GLiNER requires non-blank text for extraction"
+NO_RELATIONS: Final = (
+    "This GLiNER model does not extract relations; options.relation_labels needs a joint "
+    "entity-relation model such as knowledgator/gliner-relex-large-v1.0"
+)
+# A relex model pairs every span above this adjacency score; the public server's floor keeps a low
+# entity threshold from pairing every candidate with every other.
+MIN_ADJACENCY: Final = 0.5
 
 
 @dataclass(frozen=True)
@@ -60,18 +67,39 @@ class GlinerOptions:
     flat_ner: bool = True
     multi_label: bool = False
     merge_adjacent_entities: bool = False
+    relation_labels: tuple[str, ...] = ()  # relation types, for joint entity-relation ("relex") models
+    relation_threshold: float | None = None  # None: the entity threshold
 
     @classmethod
     def of(cls, task: Task) -> GlinerOptions:
-        threshold = _number(task.option("threshold", cls.threshold))
-        if not (math.isfinite(threshold) and 0.0 <= threshold <= 1.0):
-            raise UnsupportedInput("GLiNER threshold must be a finite number between 0 and 1")
+        threshold = _unit(task.option("threshold", cls.threshold), "threshold")
+        relation_threshold = task.option("relation_threshold", None)
         return cls(
             threshold,
             _flag(task, "flat_ner", cls.flat_ner),
             _flag(task, "multi_label", cls.multi_label),
             _flag(task, "merge_adjacent_entities", cls.merge_adjacent_entities),
+            _relation_labels(task.option("relation_labels", [])),
+            None if relation_threshold is None else _unit(relation_threshold, "relation_threshold"),
         )
+
+
+def _unit(value: Any, name: str) -> float:
+    number = _number(value)
+    if not (math.isfinite(number) and 0.0 <= number <= 1.0):
+        raise UnsupportedInput(f"GLiNER {name} must be a finite number between 0 and 1")
+    return number
+
+
+def _relation_labels(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple) or any(not isinstance(v, str) or not v.strip() for v in value):
+        raise UnsupportedInput("GLiNER relation_labels must be a list of non-empty relation types")
+    labels = tuple(label.strip() for label in value)
+    if len(set(labels)) != len(labels):
+        raise UnsupportedInput("GLiNER relation_labels must not repeat a relation type")
+    return labels
 
 
 def _number(value: Any) -> float:
@@ -108,6 +136,7 @@ class GlinerExtractor:
         self._split_words = model.data_processor.words_splitter
         # Counts a long text's tokens whole (``tokenizer`` truncates): the batching weight of its windows.
         self._counter = tokenizer.untruncated()
+        self._relex = getattr(model.config, "relations_layer", None) is not None
 
     @classmethod
     def load(cls, spec: LoadSpec) -> Self:
@@ -136,7 +165,9 @@ class GlinerExtractor:
         task = forward.task
         if task is None or not task.labels:
             raise UnsupportedInput(NO_LABELS)
-        GlinerOptions.of(task)  # refuse bad options before the item is queued
+        options = GlinerOptions.of(task)  # refuse bad options before the item is queued
+        if options.relation_labels and not self._relex:
+            raise UnsupportedInput(NO_RELATIONS)
         texts = texts_only(inputs, self.family)
         if any(not text.strip() for text in texts):
             raise UnsupportedInput(BLANK_TEXT)
@@ -166,6 +197,7 @@ class GlinerExtractor:
         options = GlinerOptions.of(forward.task)
         documents: list[_Document] = [item.payload for item in batch]
         rows = [document.text[w.start : w.end] for document in documents for w in document.windows]
+        relation_rows: list[list[dict[str, Any]]] | None = None
         with torch.inference_mode():
             found = self._model.inference(
                 rows,
@@ -174,9 +206,13 @@ class GlinerExtractor:
                 threshold=options.threshold,
                 multi_label=options.multi_label,
                 batch_size=len(batch),  # a forward holds no more rows than the batch has items
+                **self._relation_arguments(options),
             )
+        if self._relex:  # a relex model answers (entities, relations) when asked for relations
+            found, relation_rows = found if options.relation_labels else (found, None)
         extractions = []
         spans = iter(found)
+        relations = iter(relation_rows or [])
         for document in documents:
             if len(document.windows) == 1:
                 entities = [span_entity(span) for span in next(spans)]
@@ -189,8 +225,26 @@ class GlinerExtractor:
                 entities = resolve_overlaps(merged, options.flat_ner, options.multi_label)
             if options.merge_adjacent_entities:
                 entities = merge_adjacent(entities, document.text)
-            extractions.append(Extraction(entities=entities))
+            found_relations = (
+                [one for _ in document.windows for one in next(relations)]
+                if relation_rows is not None
+                else []
+            )
+            extractions.append(Extraction(entities=entities, relations=best_relations(found_relations)))
         return BatchOutputs(extractions=extractions)
+
+    def _relation_arguments(self, options: GlinerOptions) -> dict[str, Any]:
+        """What a relex model's ``inference`` takes besides the entity arguments; nothing for others."""
+        if not self._relex:
+            return {}
+        arguments: dict[str, Any] = {
+            "relations": list(options.relation_labels),
+            "return_relations": bool(options.relation_labels),
+            "adjacency_threshold": max(options.threshold, MIN_ADJACENCY),
+        }
+        if options.relation_threshold is not None:
+            arguments["relation_threshold"] = options.relation_threshold
+        return arguments
 
     def close(self) -> None:
         on_cuda = self._model.device.type == "cuda"
@@ -214,6 +268,17 @@ def span_entity(span: dict[str, Any]) -> Entity:
         start=int(span["start"]),
         end=int(span["end"]),
     )
+
+
+def best_relations(found: list[dict[str, Any]]) -> list[Relation]:
+    """gliner's relations as (head text, tail text, relation type, score), each triple once at its best
+    score (a windowed text can find one in two windows), highest score first."""
+    best: dict[tuple[str, str, str], float] = {}
+    for one in found:
+        key = (str(one["head"]["text"]), str(one["tail"]["text"]), str(one["relation"]))
+        best[key] = max(best.get(key, -1.0), float(one["score"]))
+    relations = [Relation(head, tail, relation, score) for (head, tail, relation), score in best.items()]
+    return sorted(relations, key=lambda r: (-r.score, r.relation, r.head, r.tail))
 
 
 def merge_adjacent(entities: list[Entity], text: str) -> list[Entity]:

@@ -152,7 +152,6 @@ NOT_SERVED: Final[dict[str, str]] = {
     "sie.adapters.not_built:HubCode": "a model whose architecture is code on the Hugging Face Hub",
     "sie.adapters.not_built:OpenClip": "an open_clip model",
     "sie.adapters.not_built:DenseProjection": "an embedder with a dense projection head after pooling",
-    "sie.adapters.not_built:GlinerRelations": "a GLiNER relation extractor",
     "sie.adapters.not_built:SparseMultivector": "a sparse multi-vector encoding (SMVE) of a ColBERT",
 }
 
@@ -177,7 +176,15 @@ def not_served(adapter_path: str) -> str | None:
 # without importing the family's module: the gateway checks every request and must never import torch.
 TOKEN_ENTITY_OPTIONS: Final = frozenset({"threshold", "merge_adjacent_entities"})
 GLINER_OPTIONS: Final = frozenset(
-    {"threshold", "flat_ner", "multi_label", "merge_adjacent_entities", "precompute_labels"}
+    {
+        "threshold",
+        "flat_ner",
+        "multi_label",
+        "merge_adjacent_entities",
+        "precompute_labels",
+        "relation_labels",
+        "relation_threshold",
+    }
 )
 NLI_OPTIONS: Final = frozenset({"hypothesis_template", "multi_label"})
 GLICLASS_OPTIONS: Final = frozenset({"threshold", "classification_type"})
