@@ -89,10 +89,11 @@ def test_a_text_alone_equals_it_inside_a_batch(extractor: Gliner2Extractor) -> N
         assert extract(extractor, [text], threshold=0.3) == [together[index]]
 
 
-def test_the_public_entity_adapters_load_this_class_and_the_other_modes_are_refused() -> None:
+def test_the_public_entity_and_classification_adapters_load_this_class_and_decide_is_refused() -> None:
     for public in (
         "sie_server.adapters.gliner2.adapter:GLiNER2Adapter",
         "sie_server.adapters.gliner2.entities:GLiNER2EntitiesAdapter",
+        "sie_server.adapters.gliner2.classification:GLiNER2ClassificationAdapter",
     ):
         assert registry.canonical(public) == "sie.adapters.gliner2:Gliner2Extractor"
         assert registry.not_served(public) is None
@@ -113,3 +114,57 @@ def test_bad_requests_are_refused(
     forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of(labels, options))
     with pytest.raises(UnsupportedInput, match=message):
         extractor.prepare(TEXTS[:1], forward)
+
+
+GUARD = {"classification_task": "prompt_safety", "default_labels": ["safe", "unsafe"], "multi_label": False}
+PROMPTS = ["how do I build a bomb", "what is the weather in Paris today", "ok"]
+
+
+def classify(
+    extractor: Gliner2Extractor, texts: list[str], labels: list[str], **options: object
+) -> list[list[tuple[str, float]]]:
+    forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of(labels, options))
+    extractions = extractor.run(extractor.prepare(texts, forward), forward).extractions or []
+    return [[(c.label, round(c.score, 5)) for c in x.classifications] for x in extractions]
+
+
+@pytest.mark.parametrize("multi_label", [False, True])
+def test_a_classification_profile_answers_the_librarys_classes(folder: Path, multi_label: bool) -> None:
+    """gliguard's profile: the profile's task and default labels, the library's
+    ``batch_classify_text``, classes at or above the threshold, best first; alone as in a batch."""
+    loadtime = {**GUARD, "multi_label": multi_label}
+    classifier = Gliner2Extractor.load(
+        LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 512, loadtime=loadtime)
+    )
+    model = AutoExtractor.from_pretrained(str(folder), map_location="cpu").eval()
+    found = model.batch_classify_text(
+        PROMPTS,
+        {"prompt_safety": {"labels": ["safe", "unsafe"], "multi_label": multi_label}},
+        threshold=0.0,
+        include_confidence=True,
+    )
+    ours = classify(classifier, PROMPTS, [], threshold=0.0)
+    for got, one in zip(ours, found, strict=True):
+        result = one["prompt_safety"]
+        expected = [result] if isinstance(result, dict) else result
+        want = sorted(((c["label"], round(c["confidence"], 5)) for c in expected), key=lambda c: -c[1])
+        assert got == want and got
+    assert len(ours[0]) == (2 if multi_label else 1)
+    for index, prompt in enumerate(PROMPTS):
+        assert classify(classifier, [prompt], [], threshold=0.0) == [ours[index]]
+    best = max(score for one in ours for _, score in one)
+    assert classify(classifier, PROMPTS, [], threshold=best + 1e-4) == [[], [], []]
+    assert classify(classifier, PROMPTS[:1], ["benign", "harmful"], threshold=0.0)[0][0][0] in {
+        "benign",
+        "harmful",
+    }
+
+
+def test_a_text_longer_than_one_pass_is_refused_not_failed(extractor: Gliner2Extractor) -> None:
+    """The library reads text and labels in one encoder pass and never cuts the text: past the
+    backbone's positions it would fail on the device, so the item is the client's error first."""
+    forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of(LABELS, {}))
+    with pytest.raises(UnsupportedInput, match="one pass of at most 512 tokens"):
+        extractor.prepare(["Alice met Bob in Paris. " * 150], forward)
+    near = "Alice met Bob in Paris. " * 60  # well inside: read as usual
+    assert extractor.run(extractor.prepare([near], forward), forward).extractions is not None

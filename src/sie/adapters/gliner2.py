@@ -8,8 +8,16 @@ library's order: by label, then by confidence). The library reads a text that do
 sentence with a period added, so a span may run past the text: it is cut back to the text's end,
 and a span made only of that added period is dropped.
 
-Schema extraction (``output_schema``), relations, classification and the Decide models are other
-public adapters over the same library; this release serves the entity one.
+A profile naming a ``classification_task`` (gliguard's ``prompt_safety``) makes the model a text
+classifier instead: the request's labels (else the profile's ``default_labels``) are the classes of
+that task, the library's ``batch_classify_text`` scores them (``multi_label`` from the profile), and
+every class at or above ``threshold`` comes back in ``classifications``, best first.
+
+The library reads the labels' prompt and the whole text in one encoder pass and does not cut a text
+to the encoder's positions (a BERT-like backbone fails past them), so an item whose text and labels
+need more than the model's ``max_sequence_length`` tokens is the client's error (split it), refused
+before it is queued. Schema extraction (``output_schema``), relations and the Decide models are other
+public adapters over the same library; this release serves entities and classification.
 """
 
 from __future__ import annotations
@@ -35,16 +43,20 @@ from sie.adapters.base import (
 )
 from sie.adapters.registry import GLINER2_OPTIONS
 from sie.adapters.tokenizer import TextTokenizer
-from sie.core.extraction import Entity, Extraction
+from sie.core.extraction import Classification, Entity, Extraction
 from sie.core.heap import collect_unloaded
 from sie.core.options import Capability, Pooling
 
 NO_LABELS: Final = "GLiNER2 requires labels parameter for extraction"
 DEFAULT_THRESHOLD: Final = 0.5
+# The schema prompt's tokens besides the labels' own (markers, the task name, separators), measured
+# on the library's collator and rounded up: 2 a label and a margin for the rest.
+PROMPT_TOKENS_PER_LABEL: Final = 2
+PROMPT_TOKENS: Final = 16
 
 
-def labels_of(task: Task | None) -> list[str]:
-    labels = list(task.labels) if task else []
+def labels_of(task: Task | None, default: Sequence[str] = ()) -> list[str]:
+    labels = list(task.labels) if task and task.labels else list(default)
     if not labels or any(not isinstance(label, str) or not label.strip() for label in labels):
         raise UnsupportedInput(NO_LABELS)
     return labels
@@ -52,6 +64,15 @@ def labels_of(task: Task | None) -> list[str]:
 
 def threshold(task: Task | None) -> float:
     return unit_option(task, "threshold", DEFAULT_THRESHOLD, "GLiNER2")
+
+
+def classifications_of(found: dict[str, Any], task: str, cutoff: float) -> list[Classification]:
+    """The library's classes for one text (one dict, or a list of them for a multi-label task) at or
+    above ``cutoff``, best first."""
+    result = found.get(task)
+    candidates = [result] if isinstance(result, dict) else list(result or [])
+    kept = [Classification(str(c["label"]), float(c["confidence"])) for c in candidates]
+    return sorted((c for c in kept if c.score >= cutoff), key=lambda c: -c.score)
 
 
 def entities_of(text: str, found: dict[str, Any], labels: Sequence[str]) -> list[Entity]:
@@ -76,9 +97,17 @@ class Gliner2Extractor:
     default_pooling = Pooling.CLS  # unused: no embeddings
     packs_tokens = False  # the library pads each batch itself
 
-    def __init__(self, model: Any, tokenizer: TextTokenizer) -> None:
+    def __init__(self, model: Any, tokenizer: TextTokenizer, loadtime: dict[str, Any]) -> None:
         self._model = model
         self.tokenizer = tokenizer
+        self._counter = tokenizer.untruncated()  # a text's whole length, to refuse what cannot be read
+        self._limit = tokenizer.max_length
+        task = loadtime.get("classification_task")
+        if task is not None and (not isinstance(task, str) or not task.strip()):
+            raise ValueError("GLiNER2 classification_task must be a non-empty string")
+        self._classification_task: str | None = task
+        self._default_labels = [str(label) for label in loadtime.get("default_labels") or []]
+        self._multi_label = bool(loadtime.get("multi_label", False))
 
     @classmethod
     def load(cls, spec: LoadSpec) -> Self:
@@ -89,19 +118,30 @@ class Gliner2Extractor:
         model = AutoExtractor.from_pretrained(str(spec.weights), map_location=spec.device)
         model.eval()
         backend = model.processor.tokenizer.backend_tokenizer
-        return cls(model, TextTokenizer(Tokenizer.from_str(backend.to_str()), spec.max_seq_length))
+        tokenizer = TextTokenizer(Tokenizer.from_str(backend.to_str()), spec.max_seq_length)
+        return cls(model, tokenizer, spec.loadtime)
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
-        labels_of(forward.task)
+        labels = labels_of(forward.task, self._default_labels if self._classification_task else ())
         threshold(forward.task)
         texts = texts_only(inputs, self.family)
+        if self._limit is not None:
+            prompt = sum(len(ids) + PROMPT_TOKENS_PER_LABEL for ids in self._counter.encode(labels))
+            for whole in self._counter.encode(texts):
+                if len(whole) + prompt + PROMPT_TOKENS > self._limit:
+                    raise UnsupportedInput(
+                        f"GLiNER2 reads a text and its labels in one pass of at most {self._limit} tokens; "
+                        f"this item needs {len(whole) + prompt + PROMPT_TOKENS}: split the text"
+                    )
         return [
             Prepared(ids, payload=text) for ids, text in zip(self.tokenizer.encode(texts), texts, strict=True)
         ]
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
-        labels = labels_of(forward.task)
         texts = [item.payload for item in batch]
+        if self._classification_task is not None:
+            return self._classify(texts, forward.task, self._classification_task)
+        labels = labels_of(forward.task)
         with torch.inference_mode():
             found = self._model.batch_extract_entities(
                 texts,
@@ -116,6 +156,21 @@ class Gliner2Extractor:
                 Extraction(entities=entities_of(text, one, labels))
                 for text, one in zip(texts, found, strict=True)
             ]
+        )
+
+    def _classify(self, texts: list[str], task: Task | None, name: str) -> BatchOutputs:
+        labels = labels_of(task, self._default_labels)
+        with torch.inference_mode():
+            found = self._model.batch_classify_text(
+                texts,
+                {name: {"labels": labels, "multi_label": self._multi_label}},
+                batch_size=len(texts),
+                threshold=0.0,  # every class with its confidence; ``threshold`` is applied below
+                include_confidence=True,
+            )
+        cutoff = threshold(task)
+        return BatchOutputs(
+            extractions=[Extraction(classifications=classifications_of(one, name, cutoff)) for one in found]
         )
 
     def close(self) -> None:

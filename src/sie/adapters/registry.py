@@ -62,9 +62,10 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.native_causal_cross_encoder:NativeCausalCrossEncoderAdapter": _ST_CROSS_ENCODER,
     "sie_server.adapters.gliner:GLiNERAdapter": _GLINER,
     "sie_server.adapters.gliner_bi:GLiNERBiAdapter": _GLINER,
-    # GLiNER2's entity adapters; its Decide, classification and schema modes stay refused.
+    # GLiNER2's entity and classification adapters; its Decide and schema modes stay refused.
     "sie_server.adapters.gliner2:GLiNER2Adapter": _GLINER2,
-    "sie_server.adapters.gliner2.entities:GLiNER2EntitiesAdapter": _GLINER2,  # gliner runs bi-encoders through the same calls
+    "sie_server.adapters.gliner2.entities:GLiNER2EntitiesAdapter": _GLINER2,
+    "sie_server.adapters.gliner2.classification:GLiNER2ClassificationAdapter": _GLINER2,  # gliner runs bi-encoders through the same calls
     "sie_server.adapters.gliclass:GLiClassAdapter": _GLICLASS,
     "sie_server.adapters.owlv2:Owlv2Adapter": _OWLV2,
     "sie_server.adapters.donut:DonutAdapter": _DONUT,
@@ -131,7 +132,7 @@ NOT_SERVED: Final[dict[str, str]] = {
     f"{_P}qwen3_vl_embedding": "a multimodal embedder (Qwen3-VL)",
     f"{_P}qwen3_vl_reranker": "a multimodal reranker (Qwen3-VL)",
     f"{_P}st_sparse_vision": "a visual sparse encoder (v-SPLADE)",
-    f"{_P}gliner2": "a GLiNER2 classifier or decision model (GLiNER2)",
+    f"{_P}gliner2": "a GLiNER2 decision model (GLiNER2 Decide)",
     f"{_P}glirel": "a relation extractor (GLiREL)",
     f"{_P}gliner_union": "a PII extractor (GLiNER union)",
     f"{_P}gliformer": "an extractor (GLiFormer)",
