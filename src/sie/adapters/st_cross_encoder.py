@@ -35,6 +35,7 @@ from sie.core.options import Capability, Pooling
 
 class SentenceTransformersCrossEncoder(DeviceModel):
     family = "CrossEncoder"
+    request_options: frozenset[str] = frozenset()
     capabilities = frozenset({Capability.SCORE})
     inputs = TEXT_ONLY
     dims: dict[Capability, int] = {}  # noqa: RUF012  # nothing but scores
