@@ -13,7 +13,7 @@ from gliner2 import AutoExtractor
 
 from sie.adapters import registry
 from sie.adapters.base import Forward, LoadSpec, Task, UnsupportedInput
-from sie.adapters.gliner2 import NO_LABELS, Gliner2Extractor
+from sie.adapters.gliner2 import NO_LABELS, Gliner2Extractor, absolute_positions
 from sie.core.options import Capability, ComputePrecision
 from tests import builders
 
@@ -168,3 +168,28 @@ def test_a_text_longer_than_one_pass_is_refused_not_failed(extractor: Gliner2Ext
         extractor.prepare(["Alice met Bob in Paris. " * 150], forward)
     near = "Alice met Bob in Paris. " * 60  # well inside: read as usual
     assert extractor.run(extractor.prepare([near], forward), forward).extractions is not None
+
+
+def test_only_a_table_of_absolute_positions_limits_what_one_pass_reads() -> None:
+    from transformers import (
+        BertConfig,
+        BertModel,
+        DebertaV2Config,
+        DebertaV2Model,
+        XLMRobertaConfig,
+        XLMRobertaModel,
+    )
+
+    small = {
+        "vocab_size": 64,
+        "hidden_size": 16,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "intermediate_size": 32,
+    }
+    assert absolute_positions(BertModel(BertConfig(**small, max_position_embeddings=512))) == 512
+    assert absolute_positions(XLMRobertaModel(XLMRobertaConfig(**small, max_position_embeddings=514))) == 512
+    deberta = DebertaV2Config(
+        **small, relative_attention=True, position_biased_input=False, max_position_embeddings=512
+    )
+    assert absolute_positions(DebertaV2Model(deberta)) is None

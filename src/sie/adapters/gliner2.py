@@ -14,9 +14,10 @@ that task, the library's ``batch_classify_text`` scores them (``multi_label`` fr
 every class at or above ``threshold`` comes back in ``classifications``, best first.
 
 The library reads the labels' prompt and the whole text in one encoder pass and does not cut a text
-to the encoder's positions (a BERT-like backbone fails past them), so an item whose text and labels
-need more than the model's ``max_sequence_length`` tokens is the client's error (split it), refused
-before it is queued. Schema extraction (``output_schema``), relations and the Decide models are other
+to the encoder's positions, so on a backbone with a table of absolute positions (BERT-like) an item
+whose text and labels need more tokens than that table holds would fail on the device: it is the
+client's error (split it), refused before it is queued. Relative (DeBERTa) and rotary (ModernBERT)
+backbones read any length. Schema extraction (``output_schema``), relations and the Decide models are other
 public adapters over the same library; this release serves entities and classification.
 """
 
@@ -66,6 +67,22 @@ def threshold(task: Task | None) -> float:
     return unit_option(task, "threshold", DEFAULT_THRESHOLD, "GLiNER2")
 
 
+def absolute_positions(encoder: Any) -> int | None:
+    """How many tokens ``encoder`` can place when it holds a table of absolute positions (a RoBERTa's
+    starts after its padding index); None when its positions are relative or rotary."""
+    config = encoder.config
+    embeddings = getattr(encoder, "embeddings", None)
+    if (
+        getattr(embeddings, "position_embeddings", None) is None
+        or getattr(config, "position_biased_input", True) is False
+    ):
+        return None
+    if getattr(config, "position_embedding_type", "absolute") != "absolute":
+        return None
+    offset = int(config.pad_token_id) + 1 if config.model_type in ("roberta", "xlm-roberta") else 0
+    return int(config.max_position_embeddings) - offset
+
+
 def classifications_of(found: dict[str, Any], task: str, cutoff: float) -> list[Classification]:
     """The library's classes for one text (one dict, or a list of them for a multi-label task) at or
     above ``cutoff``, best first."""
@@ -101,7 +118,7 @@ class Gliner2Extractor:
         self._model = model
         self.tokenizer = tokenizer
         self._counter = tokenizer.untruncated()  # a text's whole length, to refuse what cannot be read
-        self._limit = tokenizer.max_length
+        self._limit = absolute_positions(model.encoder)
         task = loadtime.get("classification_task")
         if task is not None and (not isinstance(task, str) or not task.strip()):
             raise ValueError("GLiNER2 classification_task must be a non-empty string")
