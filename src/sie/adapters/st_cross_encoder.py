@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from typing import Any, Self
 
 import numpy as np
-import torch
 from sentence_transformers import CrossEncoder
 
 from sie.adapters.base import (
@@ -29,7 +28,7 @@ from sie.adapters.base import (
 )
 from sie.adapters.clip import TokenizerVocabulary
 from sie.adapters.cross_encoder import instructed_pairs
-from sie.adapters.transformer import DeviceModel, weights_and_autocast
+from sie.adapters.transformer import DeviceModel
 from sie.core.options import Capability, Pooling
 
 
@@ -43,9 +42,7 @@ class SentenceTransformersCrossEncoder(DeviceModel):
     packs_tokens = False
 
     def __init__(self, spec: LoadSpec) -> None:
-        self.device = torch.device(spec.device)
-        weights_dtype, self._autocast = weights_and_autocast(spec.precision, spec.device)
-        self._pixel_dtype = weights_dtype
+        weights_dtype = self._place(spec)
         self._context = spec.max_seq_length
         self.model: Any = CrossEncoder(
             str(spec.weights),
