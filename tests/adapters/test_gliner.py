@@ -173,6 +173,13 @@ def test_usage_tokens_are_the_backbone_tokens_with_specials(span_model: dict[str
         (LABELS, {}, "   ", "GLiNER requires non-blank text for extraction"),
         (LABELS, {"threshold": 1.5}, "Alice", "GLiNER threshold must be a finite number between 0 and 1"),
         (LABELS, {"threshold": "high"}, "Alice", "GLiNER threshold must be a finite number between 0 and 1"),
+        (LABELS, {"threshold": 10**400}, "Alice", "GLiNER threshold must be a finite number between 0 and 1"),
+        (
+            LABELS,
+            {"relation_threshold": 2},
+            "Alice",
+            "GLiNER relation_threshold must be a finite number between 0 and 1",
+        ),
         (LABELS, {"flat_ner": "false"}, "Alice", "GLiNER flat_ner must be true or false"),
         (LABELS, {"relation_labels": ["works at"]}, "Alice", NO_RELATIONS),
     ],

@@ -106,6 +106,7 @@ def test_the_public_entity_and_classification_adapters_load_this_class_and_decid
         ([], {}, NO_LABELS),
         (["person"], {"threshold": 1.5}, "threshold"),
         (["person"], {"threshold": "high"}, "threshold"),
+        (["person"], {"threshold": 10**400}, "threshold"),  # a JSON integer no float holds
     ],
 )
 def test_bad_requests_are_refused(

@@ -14,6 +14,7 @@ the queue.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -104,16 +105,16 @@ class Task:
 
 
 def unit_option(task: Task | None, name: str, default: float, family: str) -> float:
-    """A score threshold from the request: a finite number in [0, 1], not a bool; anything else is
-    the client's error, named with the family's words."""
+    """A score threshold from the request: a finite number in [0, 1], not a bool; anything else (a
+    string, an integer too large for a float) is the client's error, named with the family's words."""
     value: Any = task.option(name, default) if task else default
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not (math.isfinite(value) and 0 <= value <= 1)
-    ):
+    number = math.nan
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        with contextlib.suppress(OverflowError):  # 10**400 arrives as a JSON integer; no float holds it
+            number = float(value)
+    if not (math.isfinite(number) and 0 <= number <= 1):
         raise UnsupportedInput(f"{family} {name} must be a finite number between 0 and 1")
-    return float(value)
+    return number
 
 
 def _hashable(value: Any) -> Any:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from numbers import Real
 from typing import Any, Final, Self
 
 import numpy as np
@@ -38,6 +37,7 @@ from sie.adapters.base import (
     Task,
     UnsupportedInput,
     texts_only,
+    unit_option,
 )
 from sie.adapters.registry import GLINER_OPTIONS
 from sie.adapters.tokenizer import TextTokenizer
@@ -72,23 +72,15 @@ class GlinerOptions:
 
     @classmethod
     def of(cls, task: Task) -> GlinerOptions:
-        threshold = _unit(task.option("threshold", cls.threshold), "threshold")
-        relation_threshold = task.option("relation_threshold", None)
+        asks_relation_threshold = task.option("relation_threshold", None) is not None
         return cls(
-            threshold,
+            unit_option(task, "threshold", cls.threshold, _FAMILY),
             _flag(task, "flat_ner", cls.flat_ner),
             _flag(task, "multi_label", cls.multi_label),
             _flag(task, "merge_adjacent_entities", cls.merge_adjacent_entities),
             _relation_labels(task.option("relation_labels", [])),
-            None if relation_threshold is None else _unit(relation_threshold, "relation_threshold"),
+            unit_option(task, "relation_threshold", 0.0, _FAMILY) if asks_relation_threshold else None,
         )
-
-
-def _unit(value: Any, name: str) -> float:
-    number = _number(value)
-    if not (math.isfinite(number) and 0.0 <= number <= 1.0):
-        raise UnsupportedInput(f"GLiNER {name} must be a finite number between 0 and 1")
-    return number
 
 
 def _relation_labels(value: Any) -> tuple[str, ...]:
@@ -100,16 +92,6 @@ def _relation_labels(value: Any) -> tuple[str, ...]:
     if len(set(labels)) != len(labels):
         raise UnsupportedInput("GLiNER relation_labels must not repeat a relation type")
     return labels
-
-
-def _number(value: Any) -> float:
-    """``value`` as a float, NaN for anything that is not a number (a bool, a string, 10**400)."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        return math.nan
-    try:
-        return float(value)
-    except OverflowError:
-        return math.nan
 
 
 def _flag(task: Task, name: str, default: bool) -> bool:
