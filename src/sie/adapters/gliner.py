@@ -190,8 +190,8 @@ class GlinerExtractor:
                 batch_size=len(batch),  # a forward holds no more rows than the batch has items
                 **self._relation_arguments(options),
             )
-        if self._relex:  # a relex model answers (entities, relations) when asked for relations
-            found, relation_rows = found if options.relation_labels else (found, None)
+        if options.relation_labels:  # asked for relations, a relex model answers (entities, relations)
+            found, relation_rows = found
         extractions = []
         spans = iter(found)
         relations = iter(relation_rows or [])

@@ -17,8 +17,10 @@ The library reads the labels' prompt and the whole text in one encoder pass and 
 to the encoder's positions, so on a backbone with a table of absolute positions (BERT-like) an item
 whose text and labels need more tokens than that table holds would fail on the device: it is the
 client's error (split it), refused before it is queued. Relative (DeBERTa) and rotary (ModernBERT)
-backbones read any length. Schema extraction (``output_schema``), relations and the Decide models are other
-public adapters over the same library; this release serves entities and classification.
+backbones read any length.
+
+Schema extraction (``output_schema``), relations and the Decide models are other public adapters over
+the same library; this release serves entities and classification.
 """
 
 from __future__ import annotations
@@ -123,7 +125,8 @@ class Gliner2Extractor:
         if task is not None and (not isinstance(task, str) or not task.strip()):
             raise ValueError("GLiNER2 classification_task must be a non-empty string")
         self._classification_task: str | None = task
-        self._default_labels = [str(label) for label in loadtime.get("default_labels") or []]
+        # A classifier's classes when the request names none; an entity request must name its types.
+        self._default_labels = [str(label) for label in loadtime.get("default_labels") or []] if task else []
         self._multi_label = bool(loadtime.get("multi_label", False))
 
     @classmethod
@@ -139,7 +142,7 @@ class Gliner2Extractor:
         return cls(model, tokenizer, spec.loadtime)
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
-        labels = labels_of(forward.task, self._default_labels if self._classification_task else ())
+        labels = labels_of(forward.task, self._default_labels)
         threshold(forward.task)
         texts = texts_only(inputs, self.family)
         if self._limit is not None:
@@ -158,7 +161,7 @@ class Gliner2Extractor:
         texts = [item.payload for item in batch]
         if self._classification_task is not None:
             return self._classify(texts, forward.task, self._classification_task)
-        labels = labels_of(forward.task)
+        labels = labels_of(forward.task, self._default_labels)
         with torch.inference_mode():
             found = self._model.batch_extract_entities(
                 texts,

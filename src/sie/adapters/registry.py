@@ -61,11 +61,11 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.jina_flash_cross_encoder:JinaFlashCrossEncoderAdapter": _JINA_RERANKER,
     "sie_server.adapters.native_causal_cross_encoder:NativeCausalCrossEncoderAdapter": _ST_CROSS_ENCODER,
     "sie_server.adapters.gliner:GLiNERAdapter": _GLINER,
-    "sie_server.adapters.gliner_bi:GLiNERBiAdapter": _GLINER,
+    "sie_server.adapters.gliner_bi:GLiNERBiAdapter": _GLINER,  # gliner runs bi-encoders through the same calls
     # GLiNER2's entity and classification adapters; its Decide and schema modes stay refused.
     "sie_server.adapters.gliner2:GLiNER2Adapter": _GLINER2,
     "sie_server.adapters.gliner2.entities:GLiNER2EntitiesAdapter": _GLINER2,
-    "sie_server.adapters.gliner2.classification:GLiNER2ClassificationAdapter": _GLINER2,  # gliner runs bi-encoders through the same calls
+    "sie_server.adapters.gliner2.classification:GLiNER2ClassificationAdapter": _GLINER2,
     "sie_server.adapters.gliclass:GLiClassAdapter": _GLICLASS,
     "sie_server.adapters.owlv2:Owlv2Adapter": _OWLV2,
     "sie_server.adapters.donut:DonutAdapter": _DONUT,
@@ -161,7 +161,9 @@ NOT_SERVED: Final[dict[str, str]] = {
 def not_served(adapter_path: str) -> str | None:
     """The family of ``adapter_path`` when this release does not run it (``NOT_SERVED``), else None."""
     path = canonical(adapter_path)
-    if path in CANONICAL:  # one of ours, or a public name aliased to one (GLiNER2's entity adapters)
+    if (
+        path in CANONICAL
+    ):  # one of ours, or a public name aliased to one (GLiNER2's entity and classification adapters)
         return None
     if path in NOT_SERVED:
         return NOT_SERVED[path]
