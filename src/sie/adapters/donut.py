@@ -58,6 +58,11 @@ def _positive_int(task: Task | None, name: str, default: int) -> int:
     return value
 
 
+def generation(task: Task | None) -> tuple[int, int]:
+    """``max_new_tokens`` (512) and ``num_beams`` (1, greedy) from the request or the profile."""
+    return _positive_int(task, "max_new_tokens", 512), _positive_int(task, "num_beams", 1)
+
+
 def entities_of(parsed: dict[str, Any], task: str) -> list[Entity]:
     """The public server's entities for a Donut reading (see the module docstring)."""
     if task == DOCVQA:
@@ -102,12 +107,11 @@ class DonutExtractor(DeviceModel):
         model: Any = VisionEncoderDecoderModel.from_pretrained(folder, dtype=self._place(spec))
         self.model = model.eval().to(self.device)
         encoder = model.config.encoder
-        size = (
+        height, width = (
             encoder.image_size if isinstance(encoder.image_size, list | tuple) else [encoder.image_size] * 2
         )
-        self._image_cost = (int(size[0]) // int(encoder.patch_size)) * (
-            int(size[1]) // int(encoder.patch_size)
-        )
+        patch = int(encoder.patch_size)
+        self._image_cost = (int(height) // patch) * (int(width) // patch)
         self._positions = int(model.config.decoder.max_position_embeddings)
         self._task = str(spec.loadtime.get("task", CORD))
 
@@ -123,8 +127,7 @@ class DonutExtractor(DeviceModel):
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
         task = self._task_of(forward.task)
-        _positive_int(forward.task, "max_new_tokens", 512)
-        _positive_int(forward.task, "num_beams", 1)
+        generation(forward.task)  # refuse bad options before the item is queued
         text = prompt(task, forward.task.instruction if forward.task else None)
         ids = np.asarray(self._processor.tokenizer(text, add_special_tokens=False).input_ids, dtype=np.int64)
         if len(ids) >= self._positions:
@@ -143,8 +146,7 @@ class DonutExtractor(DeviceModel):
         """One generation per item: greedy decoding of a batch pads finished rows, and the rows of
         a batch must read exactly as each alone."""
         task = self._task_of(forward.task)
-        new_tokens = _positive_int(forward.task, "max_new_tokens", 512)
-        beams = _positive_int(forward.task, "num_beams", 1)
+        new_tokens, beams = generation(forward.task)
         return BatchOutputs(extractions=[self._read(item, task, new_tokens, beams) for item in batch])
 
     def _read(self, item: Prepared, task: str, new_tokens: int, beams: int) -> Extraction:

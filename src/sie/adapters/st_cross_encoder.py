@@ -64,10 +64,11 @@ class SentenceTransformersCrossEncoder(DeviceModel):
         return cls(spec)
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
+        pairs = instructed_pairs(inputs, forward)
+        features = self.model.preprocess(pairs)  # every row rendered and tokenized in one call
         prepared = []
-        for pair in instructed_pairs(inputs, forward):
-            features = self.model.preprocess([pair])
-            ids = features["input_ids"][0][features["attention_mask"][0].bool()].numpy().astype(np.int64)
+        for pair, row, mask in zip(pairs, features["input_ids"], features["attention_mask"], strict=True):
+            ids = row[mask.bool()].numpy().astype(np.int64)
             if self._context is not None and len(ids) > self._context:
                 raise UnsupportedInput(
                     f"A (query, document) pair of {len(ids)} tokens with its template exceeds this "
