@@ -14,9 +14,9 @@ from PIL import Image
 from transformers import AutoTokenizer
 from transformers.models.auto.image_processing_auto import AutoImageProcessor
 
-from sie.adapters.base import ImageData, LoadSpec, ModelInput, UnsupportedInput
+from sie.adapters.base import LoadSpec, ModelInput
 from sie.adapters.clip import TokenizerVocabulary
-from sie.adapters.images import decode_image
+from sie.adapters.images import rgb_images
 from sie.adapters.transformer import DeviceModel
 from sie.core.options import Capability, Modality, Pooling
 
@@ -51,13 +51,7 @@ class ImageDetector(DeviceModel):
         return cls(spec)
 
     def _decoded(self, inputs: Sequence[ModelInput]) -> list[Image.Image]:
-        """Each item's image as RGB; an item without one is the client's error."""
-        images = []
-        for one in inputs:
-            if not isinstance(one, ImageData):
-                raise UnsupportedInput(f"{self.family} {NEEDS_IMAGE}")
-            images.append(decode_image(one).convert("RGB"))
-        return images
+        return rgb_images(inputs, f"{self.family} {NEEDS_IMAGE}")
 
     def _forward(self, **inputs: torch.Tensor) -> Any:
         """The detector on the device (pixels in the weights' dtype), its logits and boxes back in

@@ -22,7 +22,6 @@ from transformers import DonutProcessor, VisionEncoderDecoderModel
 from sie.adapters.base import (
     BatchOutputs,
     Forward,
-    ImageData,
     LoadSpec,
     ModelInput,
     Prepared,
@@ -30,7 +29,7 @@ from sie.adapters.base import (
     UnsupportedInput,
 )
 from sie.adapters.clip import TokenizerVocabulary
-from sie.adapters.images import decode_image
+from sie.adapters.images import rgb_images
 from sie.adapters.registry import DONUT_OPTIONS
 from sie.adapters.transformer import DeviceModel
 from sie.core.extraction import Entity, Extraction
@@ -133,10 +132,7 @@ class DonutExtractor(DeviceModel):
         if len(ids) >= self._positions:
             raise UnsupportedInput(f"Donut prompt of {len(ids)} tokens leaves no room in {self._positions}")
         prepared = []
-        for one in inputs:
-            if not isinstance(one, ImageData):
-                raise UnsupportedInput(NEEDS_IMAGE)
-            image = decode_image(one).convert("RGB")
+        for image in rgb_images(inputs, NEEDS_IMAGE):
             pixels = self._processor(image, return_tensors="np").pixel_values[0]
             payload = np.ascontiguousarray(pixels, np.float32)
             prepared.append(Prepared(ids=ids, payload=payload, weight=self._image_cost))

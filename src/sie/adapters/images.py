@@ -8,11 +8,12 @@ small file that claims a huge canvas (a decompression bomb) costs nothing but it
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from typing import Final
 
 from PIL import Image, UnidentifiedImageError
 
-from sie.adapters.base import ImageData, UnsupportedInput
+from sie.adapters.base import ImageData, ModelInput, UnsupportedInput
 
 # Pillow's own warning threshold (about 89 megapixels): past it the server refuses instead of warning.
 MAX_PIXELS: Final = int(Image.MAX_IMAGE_PIXELS or 89_478_485)
@@ -41,6 +42,17 @@ def decode_image(image: ImageData) -> Image.Image:
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         raise UnsupportedInput(f"Image data ({opened.format}) is truncated or corrupt: {exc}") from None
     return opened
+
+
+def rgb_images(inputs: Sequence[ModelInput], needs_image: str) -> list[Image.Image]:
+    """Each item's image decoded as RGB, for the families that read images alone; an item without
+    one is the client's error, ``needs_image`` saying what the family reads."""
+    images = []
+    for one in inputs:
+        if not isinstance(one, ImageData):
+            raise UnsupportedInput(needs_image)
+        images.append(decode_image(one).convert("RGB"))
+    return images
 
 
 def sample_image() -> ImageData:
