@@ -15,7 +15,6 @@ were served). The tests that need a vector database the integrations venv does n
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import tarfile
@@ -26,11 +25,12 @@ from pathlib import Path
 import pytest
 
 from tests import builders
-from tests.conftest import MODELS_DIR, PUBLIC_SDK_VERSION
+from tests.conftest import PUBLIC_SDK_VERSION
 from tests.e2e.conftest import (
     INTEGRATIONS_INSTALL_TIMEOUT_S,
     Server,
     run_server,
+    shipped_models,
     tiny_bert_dir,
 )
 
@@ -90,22 +90,17 @@ def public_ids_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serv
     weights = tmp_path_factory.mktemp("public-id-weights")
     splade = tiny_bert_dir()
     folders = {
-        BGE_M3: builders.bge_m3(splade, weights / "bge-m3", hidden=1024),
-        JINA: builders.jina_reranker(splade, weights / "jina")[1],
-        GLINER: builders.gliner(splade, weights / "gliner"),
+        "BAAI__bge-m3.yaml": builders.bge_m3(splade, weights / "bge-m3", hidden=1024),
+        "jinaai__jina-reranker-v2-base-multilingual.yaml": builders.jina_reranker(splade, weights / "jina")[
+            1
+        ],
+        "urchade__gliner_multi-v2.1.yaml": builders.gliner(splade, weights / "gliner"),
     }
-    models = tmp_path_factory.mktemp("public-id-models")
-    for path in MODELS_DIR.glob("*.yaml"):
-        text = path.read_text()
-        sie_id = next(
-            line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("sie_id:")
-        )
-        if sie_id in folders:
-            text = text.replace("compute_precision: bfloat16", "compute_precision: float32")
-            text += f"weights_path: {json.dumps(str(folders[sie_id]))}\n"
-        (models / path.name).write_text(text)
+    models = shipped_models(tmp_path_factory.mktemp("public-id-models"), folders)
     env = {"SIE_MODELS_DIR": str(models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
-    with run_server(tmp_path_factory.mktemp("public-ids"), env, "--preload", ",".join(folders)) as server:
+    with run_server(
+        tmp_path_factory.mktemp("public-ids"), env, "--preload", ",".join((BGE_M3, JINA, GLINER))
+    ) as server:
         yield server
 
 
