@@ -122,3 +122,82 @@ def test_a_nomic_checkpoint_in_its_hub_code_layout_loads_without_the_hub_code(
     ours = l2_normalize(dense(encoder, corpus, Pooling.MEAN))
     reference = SentenceTransformer(str(folder), device="cpu").encode(corpus, normalize_embeddings=True)
     assert float((ours * reference).sum(axis=1).min()) >= 0.99999
+
+
+def _tokenizer_without_eos(tiny_bert: Path, folder: Path) -> Path:
+    """The packaged BERT tokenizer made Llama-like: it starts a text with a BOS ([CLS]) and ends it with
+    nothing, while its config names an ``eos_token`` ([SEP]), as e5-mistral's and SFR's tokenizers do."""
+    folder.mkdir()
+    tokenizer = json.loads((tiny_bert / "tokenizer.json").read_text())
+    tokenizer["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [101], "tokens": ["[CLS]"]}},
+    }
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    config = json.loads((tiny_bert / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "eos_token": "[SEP]"}))
+    return folder
+
+
+def test_append_eos_ends_every_text_with_the_eos_the_llm_embedders_were_trained_to_pool(
+    splade_dir: Path, tmp_path: Path
+) -> None:
+    """The public server's ``append_eos`` (e5-mistral, SFR-Embedding, Linq-Embed-Mistral): each text
+    ends with the tokenizer's EOS before last-token pooling. Held to sentence-transformers given each
+    text with the EOS written after it (what the public server sends SGLang), alone and in a batch; a
+    text past the length limit keeps its EOS as its last token."""
+    tokenizer = _tokenizer_without_eos(splade_dir, tmp_path / "tokenizer")
+    folder, _ = build("mistral", tokenizer, tmp_path)
+    spec = LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256, loadtime={"append_eos": True})
+    encoder = TorchDenseEncoder.load(spec)
+    corpus = dense_corpus(16, seed=11)
+    ours = l2_normalize(dense(encoder, corpus, Pooling.LAST))
+    reference = SentenceTransformer(str(folder), device="cpu").encode(
+        [f"{text}[SEP]" for text in corpus], normalize_embeddings=True
+    )
+    assert float((ours * reference).sum(axis=1).min()) >= 0.99999
+    without = l2_normalize(
+        dense(
+            TorchDenseEncoder.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256)),
+            corpus,
+            Pooling.LAST,
+        )
+    )
+    assert float((without * reference).sum(axis=1).max()) < 0.999  # the EOS changes what is pooled
+    alone = l2_normalize(dense(encoder, [corpus[5]], Pooling.LAST))[0]
+    assert float(np.dot(alone, ours[5])) >= 0.99999
+    [long] = encoder.tokenizer.encode(["word " * 600])
+    assert len(long) == 256
+    assert long[0] == 101 and long[-1] == 102
+
+
+def test_append_eos_adds_nothing_where_the_tokenizer_ends_texts_with_its_eos(
+    splade_dir: Path, tmp_path: Path
+) -> None:
+    """A tokenizer that appends its EOS itself (Qwen3-Embedding's ends every text with
+    ``<|endoftext|>``; BERT's with [SEP]) gets no second one, and a long text keeps its full length."""
+    tokenizer = tmp_path / "tokenizer"
+    tokenizer.mkdir()
+    shutil.copy(splade_dir / "tokenizer.json", tokenizer / "tokenizer.json")
+    config = json.loads((splade_dir / "tokenizer_config.json").read_text())
+    (tokenizer / "tokenizer_config.json").write_text(json.dumps({**config, "eos_token": "[SEP]"}))
+    folder, _ = build("qwen3", tokenizer, tmp_path)
+    plain = TorchDenseEncoder.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256))
+    appended = TorchDenseEncoder.load(
+        LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256, loadtime={"append_eos": True})
+    )
+    texts = ["a short text", "word " * 600]
+    for mine, theirs in zip(appended.tokenizer.encode(texts), plain.tokenizer.encode(texts), strict=True):
+        assert mine.tolist() == theirs.tolist()
+        assert mine[-1] == 102
+
+
+def test_append_eos_without_an_eos_token_fails_the_load(splade_dir: Path, tmp_path: Path) -> None:
+    folder, _ = build("mistral", splade_dir, tmp_path)
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizer"}))
+    with pytest.raises(ValueError, match=r"append_eos is set but the tokenizer in .* names no eos_token"):
+        TorchDenseEncoder.load(
+            LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256, loadtime={"append_eos": True})
+        )

@@ -11,7 +11,6 @@ float32 and read float32 hidden states, whatever precision the encoder runs in.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
@@ -28,7 +27,6 @@ from sie.adapters.base import (
     SparseVector,
 )
 from sie.adapters.pooling import pool
-from sie.adapters.tokenizer import TextTokenizer
 from sie.adapters.transformer import TransformerAdapter
 from sie.core.options import Capability, Pooling
 
@@ -41,21 +39,6 @@ def _linear(path: Path, device: torch.device) -> torch.nn.Linear:
     layer = torch.nn.Linear(in_features, out_features)
     layer.load_state_dict(state)
     return layer.eval().to(device)
-
-
-def unused_token_ids(folder: Path, tokenizer: TextTokenizer) -> frozenset[int]:
-    """The ids of the tokenizer's cls, eos, pad and unk tokens, from its ``tokenizer_config.json``
-    (the tokens FlagEmbedding leaves out of sparse vectors)."""
-    config_path = folder / "tokenizer_config.json"
-    config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.exists() else {}
-    ids = set()
-    for role in _UNUSED_ROLES:
-        token = config.get(role)
-        if isinstance(token, dict):
-            token = token.get("content")
-        if isinstance(token, str) and (token_id := tokenizer.token_id(token)) is not None:
-            ids.add(token_id)
-    return frozenset(ids)
 
 
 class BgeM3Encoder(TransformerAdapter):
@@ -74,8 +57,9 @@ class BgeM3Encoder(TransformerAdapter):
             Capability.SPARSE: int(self.backbone.model.config.vocab_size),
             Capability.MULTIVECTOR: int(self._colbert.out_features),
         }
-        unused = unused_token_ids(spec.tokenizer_weights or spec.weights, self.tokenizer)
-        self._unused = np.fromiter(sorted(unused), dtype=np.int64)
+        # FlagEmbedding leaves the tokenizer's cls, eos, pad and unk tokens out of sparse vectors.
+        unused = self.tokenizer.role_ids(spec.tokenizer_weights or spec.weights, _UNUSED_ROLES).values()
+        self._unused = np.fromiter(sorted(set(unused)), dtype=np.int64)
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         out = BatchOutputs()

@@ -1,5 +1,10 @@
 """Dense text embeddings with transformers on torch (any encoder folder ``AutoModel`` loads): the
-backbone's token states, pooled."""
+backbone's token states, pooled.
+
+Loadtime ``append_eos`` (the public server's option for its SGLang-served LLM embedders): every text
+ends with the tokenizer's EOS, which the Mistral-family embedders were trained to pool and whose
+tokenizers do not add.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +24,12 @@ class TorchDenseEncoder(TransformerAdapter):
         super().__init__(spec)
         self.dims = {Capability.DENSE: self.backbone.hidden_size}
         self.default_pooling = read_default_pooling(spec.weights)
+        if spec.loadtime.get("append_eos"):
+            folder = spec.tokenizer_weights or spec.weights
+            eos = self.tokenizer.role_ids(folder, ("eos_token",)).get("eos_token")
+            if eos is None:
+                raise ValueError(f"append_eos is set but the tokenizer in {folder} names no eos_token")
+            self.tokenizer = self.tokenizer.ending_with(eos)
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         with self.backbone.running(forward.lora):

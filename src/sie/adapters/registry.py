@@ -36,8 +36,8 @@ _ST_CROSS_ENCODER = "sie.adapters.st_cross_encoder:SentenceTransformersCrossEnco
 
 # The public server splits a family over flash kernels and their fallbacks; here one class runs each
 # family, so every public name of it maps there. Public adapters for models that need code from the
-# Hub (rope_flash, nomic_flash, gte_sparse_flash, colbert_rotary_flash) or another runtime (sglang)
-# have no alias: they are refused by family (``NOT_SERVED``), any other unknown name fails its load
+# Hub (rope_flash, nomic_flash, gte_sparse_flash, colbert_rotary_flash) or another runtime (sglang's
+# generation) have no alias: they are refused by family (``NOT_SERVED``), any other unknown name fails its load
 # with the known names listed.
 ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.sentence_transformer:SentenceTransformerDenseAdapter": _DENSE,
@@ -46,6 +46,9 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.xlm_roberta_flash:XLMRobertaFlashAdapter": _DENSE,
     "sie_server.adapters.modernbert_flash:ModernBERTFlashAdapter": _DENSE,
     "sie_server.adapters.qwen2_flash:Qwen2FlashAdapter": _DENSE,
+    # The public server hands its LLM embedders (e5-mistral, SFR, Linq, Qwen3-Embedding-4B) to an SGLang
+    # server; they are Mistral and Qwen3 models transformers runs, last-token pooled (``append_eos``).
+    "sie_server.adapters.sglang.embedding:SGLangEmbeddingAdapter": _DENSE,
     "sie_server.adapters.splade_flash:SPLADEFlashAdapter": _SPLADE,
     "sie_server.adapters.sentence_transformer:SentenceTransformerSparseAdapter": _SPLADE,
     "sie_server.adapters.colbert:ColBERTAdapter": _COLBERT,

@@ -6,6 +6,8 @@ tokenizer releases the GIL, which lets the preprocessing pool run beside the for
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +34,7 @@ class TextTokenizer:
         self._tokenizer = tokenizer
         self.max_length = max_length
         self.pad_id = self._pad_id(tokenizer)
+        self._appended: int | None = None  # a token every text ends with (``ending_with``)
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
 
     @classmethod
@@ -56,7 +59,22 @@ class TextTokenizer:
         """Each text's ids; ``special_tokens=False`` leaves out the ones a single text gets (for
         families that lay out a prompt from pieces of their own)."""
         encodings = self._tokenizer.encode_batch(texts, add_special_tokens=special_tokens)
-        return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+        if self._appended is None or not special_tokens:
+            return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+        return [np.asarray([*e.ids, self._appended], dtype=np.int64) for e in encodings]
+
+    def ending_with(self, token_id: int) -> TextTokenizer:
+        """A copy whose every text ends with ``token_id``, appended after truncating to one token less
+        so a long text keeps it: the last-token pooled LLM embedders (e5-mistral, SFR-Embedding) were
+        trained on an EOS their tokenizer does not add. Itself when the tokenizer adds it already."""
+        if self._tokenizer.encode("a").ids[-1:] == [token_id]:
+            return self
+        copy = self.untruncated()
+        copy.max_length = self.max_length
+        if self.max_length:
+            copy._tokenizer.enable_truncation(max_length=self.max_length - 1)
+        copy._appended = token_id
+        return copy
 
     def encode_pairs(self, pairs: list[tuple[str, str]]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Ids and segment ids of each (query, document) pair, joined with the model's separators and
@@ -95,6 +113,21 @@ class TextTokenizer:
     def token_id(self, token: str) -> int | None:
         found: int | None = self._tokenizer.token_to_id(token)
         return found
+
+    def role_ids(self, folder: Path, roles: Iterable[str]) -> dict[str, int]:
+        """The ids of the tokens ``tokenizer_config.json`` in ``folder`` names for ``roles``
+        (``eos_token``, ``cls_token``...): a role it leaves out, or names a token this vocabulary lacks,
+        is absent from the answer."""
+        path = folder / "tokenizer_config.json"
+        config = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        ids = {}
+        for role in roles:
+            token = config.get(role)
+            if isinstance(token, dict):
+                token = token.get("content")
+            if isinstance(token, str) and (token_id := self.token_id(token)) is not None:
+                ids[role] = token_id
+        return ids
 
     def special_ids(self) -> frozenset[int]:
         """Ids of the tokens the tokenizer marks special ([CLS], <s>, padding, ...)."""
