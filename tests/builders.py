@@ -5,6 +5,7 @@ meaningless; tests hold our adapters to the reference libraries on exactly these
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import shutil
@@ -261,6 +262,7 @@ def lora(base: Path, folder: Path, seed: int, targets: list[str], auto_class: An
 
 
 GLINER_HEAD_STD = 0.1  # spreads a random head's span scores over about 0.3-0.7 instead of all near 0.5
+GLIREL_HEAD_STD = 0.065  # the same for a GLiREL: its relation scores spread over about 0.4-0.8
 
 
 def gliner(
@@ -294,6 +296,50 @@ def gliner(
         for name, param in model.model.named_parameters():
             if not name.startswith("token_rep_layer") and param.dim() == 2:
                 param.normal_(0.0, GLINER_HEAD_STD, generator=generator)
+    model.save_pretrained(folder)
+    return folder
+
+
+def glirel(splade_dir: Path, folder: Path, max_len: int = 384) -> Path:
+    """A GLiREL over the packaged tiny BERT, saved as ``GLiREL.save_pretrained`` writes a checkpoint
+    (``glirel_config.json`` naming the backbone, ``pytorch_model.bin``), with the settings of the
+    library's published training configs (marker relation representations, dot scorer, labels
+    embedded as both tokens and text); its head drawn wider than the library's initialisation so that
+    relation scores spread across a threshold. ``max_len``: the words it reads."""
+    from glirel import GLiREL  # imported here: only GLiREL tests pay for it
+
+    config = argparse.Namespace(
+        model_name=str(splade_dir),
+        max_width=12,
+        fine_tune=True,
+        subtoken_pooling="first",
+        hidden_size=128,
+        scorer="dot",
+        rel_mode="marker",
+        span_marker_mode="markerv1",
+        refine_prompt=False,
+        refine_relation=False,
+        ffn_mul=4,
+        dropout=0.4,
+        loss_func="binary_cross_entropy_loss",
+        alpha=0.3,
+        gamma=3,
+        label_embed_strategy="both",
+        coref_classifier=False,
+        max_len=max_len,
+        max_entity_pair_distance=None,
+        fixed_relation_types=True,
+        top_k=1,
+        entity_start_token="<e>",
+        entity_end_token="</e>",
+    )
+    torch.manual_seed(0)
+    model = GLiREL(config)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if not name.startswith("token_rep_layer") and param.dim() == 2:
+                param.normal_(0.0, GLIREL_HEAD_STD, generator=generator)
     model.save_pretrained(folder)
     return folder
 

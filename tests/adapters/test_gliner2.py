@@ -13,7 +13,8 @@ from gliner2 import AutoExtractor
 
 from sie.adapters import registry
 from sie.adapters.base import Forward, LoadSpec, Task, UnsupportedInput
-from sie.adapters.gliner2 import NO_LABELS, Gliner2Extractor, absolute_positions
+from sie.adapters.gliner2 import NO_LABELS, Gliner2Extractor
+from sie.adapters.transformer import absolute_positions
 from sie.core.options import Capability, ComputePrecision
 from tests import builders
 

@@ -302,6 +302,7 @@ GROUNDING_DINO = "test/grounding-dino"
 JINA_RERANKER = "jinaai/jina-reranker-v2-base-multilingual"
 DONUT = "naver-clova-ix/donut-base-finetuned-cord-v2"
 ZERANK = "zeroentropy/zerank-2-reranker"
+GLIREL = "jackboyla/glirel-large-v0"
 QUERY = "what causes high blood pressure"
 DOCS = [
     "The film ran for three hours and the popcorn was stale.",
@@ -508,6 +509,7 @@ PUBLIC_WEIGHTS = {
     "jinaai__jina-reranker-v2-base-multilingual.yaml": "jina",
     "naver-clova-ix__donut-base-finetuned-cord-v2.yaml": "donut",
     "zeroentropy__zerank-2-reranker.yaml": "zerank",
+    "jackboyla__glirel-large-v0.yaml": "glirel",
 }
 
 
@@ -541,6 +543,7 @@ def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         **dict(zip(("jina_reference", "jina"), builders.jina_reranker(splade, root / "jina"), strict=True)),
         "donut": builders.donut(splade, root / "donut"),
         "zerank": builders.st_causal_reranker(splade, root / "zerank"),
+        "glirel": builders.glirel(splade, root / "glirel"),
     }
 
 
@@ -578,8 +581,8 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
     the public adapter name) with a ``merged`` profile, a BIO token tagger, an NLI zero-shot classifier,
     a CLIP and a SigLIP, a Qwen3-Reranker-shaped causal LM, a GLiClass (under the public adapter
     name, with a ``multi-label`` profile), an OWLv2 and a Grounding DINO detector, a ColPali and a
-    GLiNER2, and jina-reranker-v2, zerank-2 and the CORD Donut under their public ids; all preloaded,
-    float32."""
+    GLiNER2, and jina-reranker-v2, zerank-2, the CORD Donut and GLiREL under their public ids; all
+    preloaded, float32."""
     root = tmp_path_factory.mktemp("families")
     env = {"SIE_MODELS_DIR": str(families_models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
     preload = [
@@ -607,6 +610,7 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
         JINA_RERANKER,
         DONUT,
         ZERANK,
+        GLIREL,
     ]
     with run_server(root, env, "--preload", ",".join(preload)) as server:
         yield server

@@ -15,10 +15,11 @@ import msgpack
 import numpy as np
 import pytest
 
-from sie.adapters.base import Forward, ImageData, LoadSpec, Task
+from sie.adapters.base import AnnotatedText, Forward, ImageData, LoadSpec, Task
 from sie.adapters.donut import CORD, DonutExtractor
 from sie.adapters.gliclass import GliclassClassifier
 from sie.adapters.gliner2 import Gliner2Extractor
+from sie.adapters.glirel import NO_ENTITIES, GlirelExtractor
 from sie.adapters.grounding_dino import GroundingDinoDetector
 from sie.adapters.nli_zero_shot import NEEDS_LABELS, NliZeroShotClassifier
 from sie.adapters.owlv2 import Owlv2Detector
@@ -30,6 +31,7 @@ from tests.e2e.conftest import (
     DONUT,
     GLICLASS,
     GLINER2,
+    GLIREL,
     GROUNDING_DINO,
     MSGPACK_HEADERS,
     NER,
@@ -326,3 +328,49 @@ def test_donut_under_its_public_id_reads_receipts_into_data_as_the_adapter(
         ]
     refused = families.client.post(f"/v1/extract/{DONUT}", json={"items": [{"text": "a receipt"}]})
     assert refused.status_code == 400 and refused.json()["detail"]["code"] == "INVALID_INPUT"
+
+
+RELATING = "Apple Inc. was founded by Steve Jobs in Cupertino, California."
+
+
+def _named(*names: str) -> dict[str, Any]:
+    spans = [(name, RELATING.index(name)) for name in names]
+    return {"entities": [{"text": n, "label": "X", "start": s, "end": s + len(n)} for n, s in spans]}
+
+
+def test_glirel_under_its_public_id_relates_the_entities_of_item_metadata_as_the_adapter(
+    families: Server, unpack: Any, family_folders: dict[str, Path]
+) -> None:
+    """The shipped GLiREL YAML (its profile's threshold 0.1) on built weights: each item's
+    ``metadata.entities`` reach the model, its relations are the adapter's (JSON and msgpack alike)
+    and its entities are echoed; an item without entities is the client's 400, and the server keeps
+    serving."""
+    metadata = [_named("Apple Inc.", "Steve Jobs", "Cupertino"), _named("Steve Jobs", "California")]
+    labels = ["founded by", "located in"]
+    body = {
+        "items": [{"text": RELATING, "metadata": m} for m in metadata],
+        "params": {"labels": labels},
+    }
+    items = extract_json(families, GLIREL, body)["items"]
+    assert extract_msgpack(families, GLIREL, body, unpack)["items"] == items
+    extractor = GlirelExtractor.load(
+        LoadSpec(family_folders["glirel"], "cpu", ComputePrecision.FLOAT32, None)
+    )
+    forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of(labels, {"threshold": 0.1}))
+    inputs = [AnnotatedText(RELATING, m) for m in metadata]
+    expected = extractor.run(extractor.prepare(inputs, forward), forward).extractions or []
+    assert all(item["relations"] for item in items)
+    for item, want, named in zip(items, expected, metadata, strict=True):
+        assert set(item) == KEYS
+        got = [(r["head"], r["tail"], r["relation"]) for r in item["relations"]]
+        assert got == [(r.head, r.tail, r.relation) for r in want.relations]
+        np.testing.assert_allclose(
+            [r["score"] for r in item["relations"]], [r.score for r in want.relations], atol=1e-5
+        )
+        assert [e["text"] for e in item["entities"]] == [e["text"] for e in named["entities"]]
+    response = families.client.post(
+        f"/v1/extract/{GLIREL}", json={"items": [{"text": RELATING}], "params": {"labels": labels}}
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["detail"] == {"code": "INVALID_INPUT", "message": NO_ENTITIES}
+    families.assert_serving()

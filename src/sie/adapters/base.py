@@ -38,8 +38,18 @@ class ImageData:
     format: str | None = None
 
 
-# What ``prepare`` takes: a text, a (query, document) pair for models that score pairs, or an image.
-ModelInput = str | tuple[str, str] | ImageData
+@dataclass(frozen=True, slots=True)
+class AnnotatedText:
+    """A text with its item's ``metadata``, for the families that read what a client says about the
+    text (``reads_item_metadata``): GLiREL scores relations between the entities named there."""
+
+    text: str
+    metadata: Mapping[str, Any]
+
+
+# What ``prepare`` takes: a text, a (query, document) pair for models that score pairs, an image, or a
+# text with its item's metadata.
+ModelInput = str | tuple[str, str] | ImageData | AnnotatedText
 
 _NO_IDS = np.zeros(0, dtype=np.int64)
 
@@ -292,6 +302,13 @@ def runs_onnx(adapter_class: type) -> bool:
     Weight copies and downloads keep ``*.onnx`` files only for such adapters (``engine.weight_files``);
     an optional attribute rather than a protocol member, so the other families need not declare it."""
     return bool(getattr(adapter_class, "runs_onnx", False))
+
+
+def reads_item_metadata(adapter: object) -> bool:
+    """Whether the family reads an item's ``metadata``: it says so with a class attribute
+    ``reads_item_metadata = True`` and then gets its texts as ``AnnotatedText``; optional, like
+    ``runs_onnx``, so the other families need not declare it."""
+    return bool(getattr(adapter, "reads_item_metadata", False))
 
 
 class UnsupportedInput(ValueError):

@@ -46,6 +46,7 @@ from sie.adapters.base import (
 )
 from sie.adapters.registry import GLINER2_OPTIONS
 from sie.adapters.tokenizer import TextTokenizer
+from sie.adapters.transformer import absolute_positions
 from sie.core.extraction import Classification, Entity, Extraction
 from sie.core.heap import collect_unloaded
 from sie.core.options import Capability, Pooling
@@ -67,22 +68,6 @@ def labels_of(task: Task | None, default: Sequence[str] = ()) -> list[str]:
 
 def threshold(task: Task | None) -> float:
     return unit_option(task, "threshold", DEFAULT_THRESHOLD, "GLiNER2")
-
-
-def absolute_positions(encoder: Any) -> int | None:
-    """How many tokens ``encoder`` can place when it holds a table of absolute positions (a RoBERTa's
-    starts after its padding index); None when its positions are relative or rotary."""
-    config = encoder.config
-    embeddings = getattr(encoder, "embeddings", None)
-    if (
-        getattr(embeddings, "position_embeddings", None) is None
-        or getattr(config, "position_biased_input", True) is False
-    ):
-        return None
-    if getattr(config, "position_embedding_type", "absolute") != "absolute":
-        return None
-    offset = int(config.pad_token_id) + 1 if config.model_type in ("roberta", "xlm-roberta") else 0
-    return int(config.max_position_embeddings) - offset
 
 
 def classifications_of(found: dict[str, Any], task: str, cutoff: float) -> list[Classification]:

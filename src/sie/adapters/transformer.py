@@ -51,12 +51,30 @@ def weights_and_autocast(precision: ComputePrecision, device: str) -> tuple[torc
 
 
 def place_for_thresholds(model: Any, spec: LoadSpec) -> None:
-    """A library's model (GLiNER, GLiClass) on the spec's device in eval mode, float32 on a CPU
-    whatever the precision, as the public server runs them: their outputs are kept by comparing
-    scores to a threshold, and bfloat16 moves scores across it."""
+    """A library's model (GLiNER, GLiClass, GLiREL) on the spec's device in eval mode, float32 on a
+    CPU whatever the precision, as the public server runs them: their outputs are kept by comparing
+    scores to a threshold, and bfloat16 moves scores across it. The device goes to the model's own
+    ``to`` alone (GLiREL's takes only a device, and records it for its batches)."""
     precision = ComputePrecision.FLOAT32 if spec.device.startswith("cpu") else spec.precision
-    model.to(device=torch.device(spec.device), dtype=_TORCH_DTYPES[precision])
+    model.to(torch.device(spec.device))
+    torch.nn.Module.to(model, dtype=_TORCH_DTYPES[precision])
     model.eval()
+
+
+def absolute_positions(encoder: Any) -> int | None:
+    """How many tokens ``encoder`` can place when it holds a table of absolute positions (a RoBERTa's
+    starts after its padding index); None when its positions are relative or rotary."""
+    config = encoder.config
+    embeddings = getattr(encoder, "embeddings", None)
+    if (
+        getattr(embeddings, "position_embeddings", None) is None
+        or getattr(config, "position_biased_input", True) is False
+    ):
+        return None
+    if getattr(config, "position_embedding_type", "absolute") != "absolute":
+        return None
+    offset = int(config.pad_token_id) + 1 if config.model_type in ("roberta", "xlm-roberta") else 0
+    return int(config.max_position_embeddings) - offset
 
 
 class DeviceModel:

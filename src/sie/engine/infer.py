@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
 
-from sie.adapters.base import ImageData, ModelInput, UnsupportedInput
+from sie.adapters.base import AnnotatedText, ImageData, ModelInput, UnsupportedInput
 from sie.engine.errors import InvalidInput
 from sie.engine.registry import Held
 from sie.engine.runner import BatchGroup
@@ -59,6 +59,8 @@ def _input_chars(inputs: Sequence[ModelInput]) -> int:
         if isinstance(one, str)
         else len(one.data)
         if isinstance(one, ImageData)
+        else len(one.text)
+        if isinstance(one, AnnotatedText)
         else len(one[0]) + len(one[1])
         for one in inputs
     )

@@ -7,7 +7,7 @@ with 400 before any work.
 
 from __future__ import annotations
 
-from sie.adapters.base import Adapter, ImageData
+from sie.adapters.base import Adapter, AnnotatedText, ImageData, ModelInput, reads_item_metadata
 from sie.core.options import Modality
 from sie.engine.errors import InvalidInput
 from sie.wire.requests import Item
@@ -32,3 +32,13 @@ def text_of(item: Item, adapter: Adapter) -> str:
     if item.text is None:
         raise InvalidInput(f"{adapter.family} adapters requires text input")
     return item.text
+
+
+def extract_input(item: Item, model: str, adapter: Adapter) -> ModelInput:
+    """What an extractor reads of an item: its image, else its text, with the item's metadata for a
+    family that reads it (GLiREL's entities)."""
+    image = image_of(item, model, adapter)
+    if image is not None:
+        return image
+    text = text_of(item, adapter)
+    return AnnotatedText(text, item.metadata or {}) if reads_item_metadata(adapter) else text

@@ -17,7 +17,16 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sie.adapters.base import Adapter, Forward, LoadSpec, ModelInput, Task, runs_onnx
+from sie.adapters.base import (
+    Adapter,
+    AnnotatedText,
+    Forward,
+    LoadSpec,
+    ModelInput,
+    Task,
+    reads_item_metadata,
+    runs_onnx,
+)
 from sie.adapters.device import effective_precision
 from sie.adapters.images import sample_image
 from sie.adapters.registry import adapter_class
@@ -118,7 +127,8 @@ def load_model(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel:
 def warm_up(adapter: Adapter) -> None:
     """One tiny forward of the adapter's main output, so lazy initialisation is not paid by a user:
     its embeddings when it has any (of a text, and of an image too for a model that takes images),
-    else its pair scores, else an extraction with one label (of an image for an image-only model)."""
+    else its pair scores, else an extraction with one label (of an image for an image-only model, of
+    a text naming two entities for a family that reads item metadata)."""
     embeddings = adapter.capabilities - {Capability.SCORE, Capability.EXTRACT}
     inputs: list[ModelInput] = ["warm up"] if Modality.TEXT in adapter.inputs else [sample_image()]
     if embeddings:
@@ -129,6 +139,9 @@ def warm_up(adapter: Adapter) -> None:
         forward, inputs = Forward(frozenset({Capability.SCORE})), [("warm", "up")]
     else:
         forward = Forward(frozenset({Capability.EXTRACT}), task=Task(labels=("thing",)))
+        if reads_item_metadata(adapter):  # GLiREL relates the entities an item names
+            named = [{"text": "Ann", "start": 0, "end": 3}, {"text": "Bob", "start": 8, "end": 11}]
+            inputs = [AnnotatedText("Ann met Bob", {"entities": named})]
     adapter.run(adapter.prepare(inputs, forward), forward)
 
 

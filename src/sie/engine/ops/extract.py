@@ -10,7 +10,7 @@ from typing import Final
 from sie.adapters.base import Forward, ModelInput
 from sie.core.extraction import Extraction
 from sie.core.options import Capability
-from sie.engine.inputs import image_of, text_of
+from sie.engine.inputs import extract_input
 from sie.engine.ops.admit import admit_extract
 from sie.engine.ops.parts import Answer, Parts, check_outputs, item_id
 from sie.engine.runner import BatchGroup
@@ -32,7 +32,7 @@ async def extract(
     with parts.registry.hold(name) as held:
         check_outputs(held, EXTRACT)
         adapter = held.model.adapter
-        inputs: list[ModelInput] = [image_of(item, name, adapter) or text_of(item, adapter) for item in items]
+        inputs: list[ModelInput] = [extract_input(item, name, adapter) for item in items]
         with parts.registry.lora(held, lora_id) as lora:
             group = BatchGroup(Forward(EXTRACT, task=task, lora=lora), Postprocess(EXTRACT))
             inference = await parts.infer(held, inputs, group)
