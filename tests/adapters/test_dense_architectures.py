@@ -201,3 +201,56 @@ def test_append_eos_without_an_eos_token_fails_the_load(splade_dir: Path, tmp_pa
         TorchDenseEncoder.load(
             LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256, loadtime={"append_eos": True})
         )
+
+
+def _whole_text_reference(folder: Path, texts: list[np.ndarray], mode: str) -> np.ndarray:
+    """Each text's ids alone through transformers' own decoder with an explicit all-zero additive
+    mask on eager attention (every token sees every token): the embedding of a decoder read
+    bidirectionally, computed without our mask builder, padding or SDPA; normalised, pooled as
+    ``mode`` says."""
+    model = AutoModel.from_pretrained(str(folder), attn_implementation="eager").eval()
+    out = []
+    with torch.inference_mode():
+        for ids in texts:
+            full = torch.zeros((1, 1, len(ids), len(ids)))
+            hidden = model(input_ids=torch.from_numpy(ids)[None], attention_mask=full).last_hidden_state[0]
+            vector = hidden[-1] if mode == "lasttoken" else hidden.mean(dim=0)
+            out.append((vector / vector.norm()).numpy())
+    return np.stack(out)
+
+
+@pytest.mark.parametrize(
+    ("name", "how"),
+    [("qwen2", "config"), ("mistral", "forward_kwargs")],
+    ids=["gte-qwen2-config-is-causal-false", "gritlm-forward-kwargs"],
+)
+def test_a_decoder_trained_bidirectional_embeds_with_full_attention(
+    name: str, how: str, splade_dir: Path, tmp_path: Path
+) -> None:
+    """gte-Qwen2 (its config says ``is_causal: false``) and GritLM (the public YAML passes
+    ``forward_kwargs: {is_causal: false}``) embed with every token attending to every other; a
+    transformers decoder loaded as is masks causally. Ours equal transformers' decoder under an
+    explicit full mask, each text alone and inside a padded batch, and differ from the causal reading
+    (what sentence-transformers on transformers' class gives)."""
+    folder, mode = build(name, splade_dir, tmp_path)
+    corpus = dense_corpus(12, seed=7)
+    if how == "forward_kwargs":
+        mode = "mean"  # GritLM pools the mean
+    pooling = OURS[mode]
+    as_loaded = TorchDenseEncoder.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256))
+    causal = l2_normalize(dense(as_loaded, corpus, pooling))  # the folder as transformers reads it
+    loadtime: dict[str, Any] = {}
+    if how == "config":
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "is_causal": False}))
+    else:
+        loadtime = {"forward_kwargs": {"is_causal": False}}
+    encoder = TorchDenseEncoder.load(
+        LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256, loadtime=loadtime)
+    )
+    ours = l2_normalize(dense(encoder, corpus, pooling))
+    reference = _whole_text_reference(folder, encoder.tokenizer.encode(corpus), mode)
+    assert float((ours * reference).sum(axis=1).min()) >= 0.99999
+    alone = l2_normalize(dense(encoder, [corpus[4]], pooling))[0]
+    assert float(np.dot(alone, ours[4])) >= 0.99999
+    assert float((causal * reference).sum(axis=1).min()) < 0.999

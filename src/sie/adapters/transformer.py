@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Self
 import torch
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModel
+from transformers.masking_utils import create_bidirectional_mask
 from transformers.utils import logging as hf_logging
 
 from sie.adapters.attention import AttentionPlan, plan_attention
@@ -181,6 +182,27 @@ def _placed(auto_class: Any, spec: LoadSpec, dtype: torch.dtype, attention: str)
     return model
 
 
+def reads_whole_text(config: Any, loadtime: Mapping[str, Any]) -> bool:
+    """Whether a decoder embeds with every token attending to every other (no causal mask): gte-Qwen2
+    says so in its config (``is_causal: false``, read by its Hub code), GritLM in the public YAML's
+    ``forward_kwargs: {is_causal: false}``. transformers' decoders always mask causally, so run
+    alone they would embed a different function than the one trained."""
+    forward_kwargs = loadtime.get("forward_kwargs") or {}
+    return getattr(config, "is_causal", None) is False or forward_kwargs.get("is_causal") is False
+
+
+def full_attention_mask(config: Any, mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The 4D mask of a decoder read bidirectionally: every real token sees every real token, in the
+    form the model's attention implementation takes. Always materialised: given a 4D mask the model
+    builds no causal one, and SDPA is never told ``is_causal``."""
+    shape = torch.empty((*mask.shape, 1), dtype=dtype, device=mask.device)
+    full = create_bidirectional_mask(
+        config=config, inputs_embeds=shape, attention_mask=mask, allow_is_bidirectional_skip=False
+    )
+    assert isinstance(full, torch.Tensor)
+    return full
+
+
 class Transformer:
     """``model`` is what ``auto_class`` loaded (e.g. a masked-LM or a classifier); ``base`` its encoder."""
 
@@ -192,6 +214,7 @@ class Transformer:
         pad_id: int,
         autocast: torch.dtype | None = None,
         packed: PackedBert | None = None,
+        whole_text: bool = False,
     ) -> None:
         self.model = model
         self.base = model.base_model
@@ -203,6 +226,7 @@ class Transformer:
         self._loras: set[str] = set()
         self._lora: str | None = None  # what the model's PEFT layers run now
         self._takes_types = "token_type_ids" in inspect.signature(self.base.forward).parameters
+        self._whole_text = whole_text  # ``reads_whole_text``: the padded forward gets a full mask
 
     @classmethod
     def load(
@@ -217,6 +241,7 @@ class Transformer:
         weights_dtype, autocast = weights_and_autocast(spec.precision, spec.device)
         config = config or AutoConfig.from_pretrained(str(spec.weights))
         packable = spec.loadtime.get("packed", True) and PackedBert.supports_config(config)
+        whole_text = reads_whole_text(config, spec.loadtime)
         attention = plan_attention(
             spec.attention,
             device,
@@ -228,7 +253,10 @@ class Transformer:
             spec,
             weights_dtype,
             spec.loadtime.get("attn_implementation"),
-            attention.transformers_impl,
+            # flash-attn kernels take no mask of ours: a decoder read whole runs SDPA
+            "sdpa"
+            if whole_text and attention.transformers_impl == "flash_attention_2"
+            else attention.transformers_impl,
         )
         model.eval().to(device)
         if autocast is not None:
@@ -242,7 +270,12 @@ class Transformer:
             "" if packed else f" ({model.config._attn_implementation})",
             ", ".join(b.name for b in attention.sdpa),
         )
-        return cls(model, device, attention, pad_id, autocast, packed)
+        if whole_text and model.config._attn_implementation not in ("sdpa", "eager"):
+            raise ValueError(
+                f"{spec.weights} embeds with full attention, which needs SDPA or eager attention, "
+                f"not {model.config._attn_implementation}"
+            )
+        return cls(model, device, attention, pad_id, autocast, packed, whole_text)
 
     @property
     def hidden_size(self) -> int:
@@ -320,8 +353,12 @@ class Transformer:
         if self.packed is not None:
             return self.packed.hidden_states(tokens, self._lora), tokens
         padded = self.pad(batch)
+        mask = padded["attention_mask"]
+        if self._whole_text:
+            dtype = self._autocast or next(self.base.parameters()).dtype
+            padded["attention_mask"] = full_attention_mask(self.base.config, mask, dtype)
         hidden = self.base(**padded).last_hidden_state
-        return unpad(hidden, padded["attention_mask"]), tokens
+        return unpad(hidden, mask), tokens
 
     def pad(self, batch: Sequence[Prepared]) -> dict[str, torch.Tensor]:
         """The padded inputs of a transformers forward, on the device."""
