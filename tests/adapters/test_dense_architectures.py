@@ -20,7 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from sentence_transformers import SentenceTransformer
-from sentence_transformers.models import Normalize, Transformer
+from sentence_transformers.models import Dense, Normalize, Transformer
 from sentence_transformers.models import Pooling as StPooling
 from transformers import (
     AutoModel,
@@ -37,7 +37,7 @@ from transformers import (
 
 from sie.adapters.base import LoadSpec
 from sie.adapters.dense_torch import TorchDenseEncoder
-from sie.core.options import ComputePrecision, Pooling
+from sie.core.options import Capability, ComputePrecision, Pooling
 from sie.postprocess.quantize import l2_normalize
 from tests.adapters.test_dense_equivalence import corpus as dense_corpus
 from tests.conftest import dense
@@ -254,3 +254,76 @@ def test_a_decoder_trained_bidirectional_embeds_with_full_attention(
     alone = l2_normalize(dense(encoder, [corpus[4]], pooling))[0]
     assert float(np.dot(alone, ours[4])) >= 0.99999
     assert float((causal * reference).sum(axis=1).min()) < 0.999
+
+
+def _with_dense_layers(name: str, tiny_bert: Path, root: Path, *layers: Dense) -> Path:
+    """``build``'s folder with ``layers`` saved as sentence-transformers modules after pooling."""
+    folder, _ = build(name, tiny_bert, root / "plain")
+    model = SentenceTransformer(str(folder), device="cpu")
+    transformer, pooling = model[0], model[1]
+    target = root / f"{name}-dense"
+    SentenceTransformer(modules=[transformer, pooling, *layers, Normalize()], device="cpu").save(str(target))
+    return target
+
+
+def test_the_dense_layers_after_pooling_run_as_sentence_transformers_runs_them(
+    splade_dir: Path, tmp_path: Path
+) -> None:
+    """EmbeddingGemma's pipeline: mean pooling, then Dense 64 -> 192 and 192 -> 64 (identity, no bias),
+    then Normalize. Our vectors equal sentence-transformers' on the folder, alone and in a batch, and
+    the encoder reports the last layer's width."""
+    torch.manual_seed(1)
+    identity = torch.nn.Identity()
+    folder = _with_dense_layers(
+        "gemma3",
+        splade_dir,
+        tmp_path,
+        Dense(64, 192, bias=False, activation_function=identity),
+        Dense(192, 48, bias=False, activation_function=identity),
+    )
+    encoder = TorchDenseEncoder.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256))
+    assert encoder.dims[Capability.DENSE] == 48
+    corpus = dense_corpus(12, seed=9)
+    ours = l2_normalize(dense(encoder, corpus, Pooling.MEAN))
+    reference = SentenceTransformer(str(folder), device="cpu").encode(corpus, normalize_embeddings=True)
+    assert ours.shape == reference.shape == (len(corpus), 48)
+    assert float((ours * reference).sum(axis=1).min()) >= 0.99999
+    alone = l2_normalize(dense(encoder, [corpus[3]], Pooling.MEAN))[0]
+    assert float(np.dot(alone, ours[3])) >= 0.99999
+
+
+def test_dense_projection_path_chooses_the_dense_layer_to_run(splade_dir: Path, tmp_path: Path) -> None:
+    """stella_en_1.5B_v5 ships a Dense layer per output size; the public YAML's ``dense_projection_path``
+    names the one to run (here a Tanh layer with a bias, sentence-transformers' default kind)."""
+    torch.manual_seed(2)
+    folder = _with_dense_layers("qwen2", splade_dir, tmp_path, Dense(64, 32))
+    listed = json.loads((folder / "modules.json").read_text())
+    dense_path = next(m["path"] for m in listed if m["type"].endswith("Dense"))
+    shutil.copytree(folder / dense_path, folder / "2_Dense_32")
+    (folder / "modules.json").write_text(json.dumps([m for m in listed if not m["type"].endswith("Dense")]))
+    spec = LoadSpec(
+        folder, "cpu", ComputePrecision.FLOAT32, 256, loadtime={"dense_projection_path": "2_Dense_32"}
+    )
+    encoder = TorchDenseEncoder.load(spec)
+    assert encoder.dims[Capability.DENSE] == 32
+    corpus = dense_corpus(8, seed=4)
+    ours = l2_normalize(dense(encoder, corpus, Pooling.LAST))
+    (folder / "modules.json").write_text(json.dumps(listed))
+    reference = SentenceTransformer(str(folder), device="cpu").encode(corpus, normalize_embeddings=True)
+    assert float((ours * reference).sum(axis=1).min()) >= 0.99999
+    plain = TorchDenseEncoder.load(
+        LoadSpec(folder.parent / "plain" / "qwen2", "cpu", ComputePrecision.FLOAT32, 256)
+    )
+    assert plain.dims[Capability.DENSE] == 64  # a folder listing no Dense layer runs none
+
+
+def test_a_dense_layer_with_an_activation_we_cannot_run_fails_the_load(
+    splade_dir: Path, tmp_path: Path
+) -> None:
+    folder = _with_dense_layers(
+        "bert", splade_dir, tmp_path, Dense(64, 32, activation_function=torch.nn.ReLU())
+    )
+    with pytest.raises(
+        ValueError, match=r"a Dense layer with activation torch\.nn\.modules\.activation\.ReLU"
+    ):
+        TorchDenseEncoder.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256))

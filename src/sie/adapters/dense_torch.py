@@ -3,7 +3,8 @@ backbone's token states, pooled.
 
 Loadtime ``append_eos`` (the public server's option for its SGLang-served LLM embedders): every text
 ends with the tokenizer's EOS, which the Mistral-family embedders were trained to pool and whose
-tokenizers do not add.
+tokenizers do not add. The Dense layers a sentence-transformers folder lists after pooling run on the
+pooled vector (``dense_head``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sie.adapters.base import BatchOutputs, Forward, LoadSpec, Prepared
+from sie.adapters.dense_head import DenseHead
 from sie.adapters.pooling import pool, read_default_pooling
 from sie.adapters.transformer import TransformerAdapter
 from sie.core.options import Capability
@@ -22,7 +24,11 @@ class TorchDenseEncoder(TransformerAdapter):
 
     def __init__(self, spec: LoadSpec) -> None:
         super().__init__(spec)
-        self.dims = {Capability.DENSE: self.backbone.hidden_size}
+        self._head = DenseHead.of_folder(
+            spec.weights, self.backbone.device, spec.loadtime.get("dense_projection_path")
+        )
+        width = self._head.out_features if self._head else self.backbone.hidden_size
+        self.dims = {Capability.DENSE: width}
         self.default_pooling = read_default_pooling(spec.weights)
         if spec.loadtime.get("append_eos"):
             folder = spec.tokenizer_weights or spec.weights
@@ -35,4 +41,6 @@ class TorchDenseEncoder(TransformerAdapter):
         with self.backbone.running(forward.lora):
             hidden, tokens = self.backbone.token_states(batch)
             pooled = pool(hidden, tokens, forward.pooling or self.default_pooling)
+            if self._head is not None:
+                pooled = self._head(pooled)
             return BatchOutputs(dense=pooled.cpu().numpy())

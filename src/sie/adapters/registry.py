@@ -157,7 +157,6 @@ NOT_SERVED: Final[dict[str, str]] = {
     # (scripts/import-public-models names them so): exact paths.
     "sie.adapters.not_built:HubCode": "a model whose architecture is code on the Hugging Face Hub",
     "sie.adapters.not_built:OpenClip": "an open_clip model",
-    "sie.adapters.not_built:DenseProjection": "an embedder with a dense projection head after pooling",
     "sie.adapters.not_built:SparseMultivector": "a sparse multi-vector encoding (SMVE) of a ColBERT",
 }
 
