@@ -303,6 +303,7 @@ JINA_RERANKER = "jinaai/jina-reranker-v2-base-multilingual"
 DONUT = "naver-clova-ix/donut-base-finetuned-cord-v2"
 ZERANK = "zeroentropy/zerank-2-reranker"
 GLIREL = "jackboyla/glirel-large-v0"
+PII_REDACT = "superlinked/pii-redact"  # a GLiNER union: the built GLiNER and a token-level one
 QUERY = "what causes high blood pressure"
 DOCS = [
     "The film ran for three hours and the popcorn was stale.",
@@ -510,6 +511,7 @@ PUBLIC_WEIGHTS = {
     "naver-clova-ix__donut-base-finetuned-cord-v2.yaml": "donut",
     "zeroentropy__zerank-2-reranker.yaml": "zerank",
     "jackboyla__glirel-large-v0.yaml": "glirel",
+    "superlinked__pii-redact.yaml": "gliner",
 }
 
 
@@ -544,6 +546,7 @@ def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "donut": builders.donut(splade, root / "donut"),
         "zerank": builders.st_causal_reranker(splade, root / "zerank"),
         "glirel": builders.glirel(splade, root / "glirel"),
+        "nuner": builders.gliner(splade, root / "nuner", span_mode="token_level"),
     }
 
 
@@ -553,6 +556,14 @@ def families_models(tmp_path_factory: pytest.TempPathFactory, family_folders: di
     models = shipped_models(
         tmp_path_factory.mktemp("families-models"),
         {name: family_folders[key] for name, key in PUBLIC_WEIGHTS.items()},
+    )
+    # The union's second member (numind/NuNER_Zero) is the built token-level GLiNER.
+    union = models / "superlinked__pii-redact.yaml"
+    member = "        - model: numind/NuNER_Zero\n"
+    union.write_text(
+        union.read_text().replace(
+            member, f"{member}          weights_path: {json.dumps(str(family_folders['nuner']))}\n"
+        )
     )
     for name, text in YAMLS.items():
         for key, folder in family_folders.items():
@@ -581,8 +592,8 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
     the public adapter name) with a ``merged`` profile, a BIO token tagger, an NLI zero-shot classifier,
     a CLIP and a SigLIP, a Qwen3-Reranker-shaped causal LM, a GLiClass (under the public adapter
     name, with a ``multi-label`` profile), an OWLv2 and a Grounding DINO detector, a ColPali and a
-    GLiNER2, and jina-reranker-v2, zerank-2, the CORD Donut and GLiREL under their public ids; all
-    preloaded, float32."""
+    GLiNER2, and jina-reranker-v2, zerank-2, the CORD Donut, GLiREL and the pii-redact GLiNER union
+    under their public ids; all preloaded, float32."""
     root = tmp_path_factory.mktemp("families")
     env = {"SIE_MODELS_DIR": str(families_models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
     preload = [
@@ -611,6 +622,7 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
         DONUT,
         ZERANK,
         GLIREL,
+        PII_REDACT,
     ]
     with run_server(root, env, "--preload", ",".join(preload)) as server:
         yield server

@@ -19,6 +19,7 @@ from sie.adapters.base import AnnotatedText, Forward, ImageData, LoadSpec, Task
 from sie.adapters.donut import CORD, DonutExtractor
 from sie.adapters.gliclass import GliclassClassifier
 from sie.adapters.gliner2 import Gliner2Extractor
+from sie.adapters.gliner_union import GlinerUnionExtractor
 from sie.adapters.glirel import NO_ENTITIES, GlirelExtractor
 from sie.adapters.grounding_dino import GroundingDinoDetector
 from sie.adapters.nli_zero_shot import NEEDS_LABELS, NliZeroShotClassifier
@@ -37,6 +38,7 @@ from tests.e2e.conftest import (
     NER,
     NLI,
     OWLV2,
+    PII_REDACT,
     RAMPART,
     Server,
 )
@@ -373,4 +375,47 @@ def test_glirel_under_its_public_id_relates_the_entities_of_item_metadata_as_the
     )
     assert response.status_code == 400, response.text
     assert response.json()["detail"] == {"code": "INVALID_INPUT", "message": NO_ENTITIES}
+    families.assert_serving()
+
+
+def test_pii_redact_under_its_public_id_is_the_union_of_its_members_as_the_adapter(
+    families: Server, unpack: Any, families_models: Path, family_folders: dict[str, Path]
+) -> None:
+    """The shipped pii-redact YAML (its 36 default labels, score floor 0.6, 300-word windows, person
+    names propagated) on built members: a request without labels answers the adapter's union, JSON
+    and msgpack alike; a bad composition option is the client's 400 and the server keeps serving."""
+    from sie.engine.model_config import load_model_config
+
+    text = "Alice Martin emailed Bob at Google in Paris; Martin then called Bob from Berlin."
+    body: dict[str, Any] = {"items": [{"text": text}, {"text": "ok"}]}
+    items = extract_json(families, PII_REDACT, body)["items"]
+    assert extract_msgpack(families, PII_REDACT, body, unpack)["items"] == items
+    config = load_model_config(families_models / "superlinked__pii-redact.yaml")
+    profile = config.resolve_profile("default")
+    spec = LoadSpec(
+        family_folders["gliner"],
+        "cpu",
+        ComputePrecision.FLOAT32,
+        config.max_sequence_length,
+        loadtime=dict(profile.loadtime),
+        fetch=lambda hf_id, revision, path: Path(str(path)),
+    )
+    adapter = GlinerUnionExtractor.load(spec)
+    forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of([], dict(profile.runtime)))
+    expected = adapter.run(adapter.prepare([text, "ok"], forward), forward).extractions or []
+    assert items[0]["entities"], "the built members find spans above the floor"
+    for item, want in zip(items, expected, strict=True):
+        assert set(item) == KEYS
+        got = [(e["text"], e["label"], e["start"], e["end"]) for e in item["entities"]]
+        assert got == [(e.text, e.label, e.start, e.end) for e in want.entities]
+        np.testing.assert_allclose(
+            [e["score"] for e in item["entities"]], [e.score for e in want.entities], atol=1e-5
+        )
+    bad = {"items": [{"text": text}], "params": {"options": {"score_floor": 2}}}
+    response = families.client.post(f"/v1/extract/{PII_REDACT}", json=bad)
+    assert response.status_code == 400, response.text
+    assert response.json()["detail"] == {
+        "code": "INVALID_INPUT",
+        "message": "score_floor must be a number between 0 and 1",
+    }
     families.assert_serving()

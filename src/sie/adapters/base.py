@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -230,6 +230,9 @@ class LoadSpec:
     threads: int | None = None
     tokenizer_weights: Path | None = None
     attention: AttentionBackend = AttentionBackend.AUTO
+    # Another repository's weights a composite model loads (GLiNER union's members), resolved through
+    # the same tiers as the model's own: ``fetch(hf_id, revision, weights_path) -> folder``.
+    fetch: Callable[[str, str | None, str | None], Path] | None = None
 
     def tokenizer(self) -> TextTokenizer:
         from sie.adapters.tokenizer import TextTokenizer

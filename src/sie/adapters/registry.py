@@ -34,6 +34,7 @@ _JINA_RERANKER = "sie.adapters.jina_reranker:JinaRerankerScorer"
 _DONUT = "sie.adapters.donut:DonutExtractor"
 _ST_CROSS_ENCODER = "sie.adapters.st_cross_encoder:SentenceTransformersCrossEncoder"
 _GLIREL = "sie.adapters.glirel:GlirelExtractor"
+_GLINER_UNION = "sie.adapters.gliner_union:GlinerUnionExtractor"
 
 # The public server splits a family over flash kernels and their fallbacks; here one class runs each
 # family, so every public name of it maps there. Public adapters for models that need code from the
@@ -72,6 +73,7 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.gliner2.classification:GLiNER2ClassificationAdapter": _GLINER2,
     "sie_server.adapters.gliclass:GLiClassAdapter": _GLICLASS,
     "sie_server.adapters.glirel:GLiRELAdapter": _GLIREL,
+    "sie_server.adapters.gliner_union:GLiNERUnionAdapter": _GLINER_UNION,
     "sie_server.adapters.owlv2:Owlv2Adapter": _OWLV2,
     "sie_server.adapters.donut:DonutAdapter": _DONUT,
     "sie_server.adapters.grounding_dino:GroundingDINOAdapter": _GROUNDING_DINO,
@@ -98,6 +100,7 @@ CANONICAL: Final = frozenset(
         _GLINER2,
         _GLICLASS,
         _GLIREL,
+        _GLINER_UNION,
         _OWLV2,
         _GROUNDING_DINO,
         _DONUT,
@@ -139,7 +142,6 @@ NOT_SERVED: Final[dict[str, str]] = {
     f"{_P}qwen3_vl_reranker": "a multimodal reranker (Qwen3-VL)",
     f"{_P}st_sparse_vision": "a visual sparse encoder (v-SPLADE)",
     f"{_P}gliner2": "a GLiNER2 decision model (GLiNER2 Decide)",
-    f"{_P}gliner_union": "a PII extractor (GLiNER union)",
     f"{_P}gliformer": "an extractor (GLiFormer)",
     f"{_P}laya": "an extractor (Laya)",
     f"{_P}privacy_filter": "a PII filter (privacy-filter)",
@@ -196,6 +198,9 @@ GLINER_OPTIONS: Final = frozenset(
 NLI_OPTIONS: Final = frozenset({"hypothesis_template", "multi_label"})
 GLICLASS_OPTIONS: Final = frozenset({"threshold", "classification_type"})
 GLIREL_OPTIONS: Final = frozenset({"threshold", "top_k"})
+GLINER_UNION_OPTIONS: Final = frozenset(
+    {"score_floor", "window_words", "window_overlap", "propagate_label", "name_min_letters", "default_labels"}
+)
 GLINER2_OPTIONS: Final = frozenset({"threshold"})
 DETECTION_OPTIONS: Final = frozenset({"score_threshold", "threshold"})
 GROUNDING_OPTIONS: Final = frozenset({"box_threshold", "text_threshold"})
@@ -206,6 +211,7 @@ _REQUEST_OPTIONS: Final[dict[str, frozenset[str]]] = {
     _GLICLASS: GLICLASS_OPTIONS,
     _GLINER2: GLINER2_OPTIONS,
     _GLIREL: GLIREL_OPTIONS,
+    _GLINER_UNION: GLINER_UNION_OPTIONS,
     _OWLV2: DETECTION_OPTIONS,
     _GROUNDING_DINO: GROUNDING_OPTIONS,
     _DONUT: DONUT_OPTIONS,

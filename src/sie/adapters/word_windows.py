@@ -43,13 +43,16 @@ def overlap_for(max_words: int) -> int:
     return min(WINDOW_OVERLAP_WORDS, max_words // 2)
 
 
-def plan_windows(words: Sequence[tuple[int, int]], max_words: int, text_length: int) -> list[Window]:
+def plan_windows(
+    words: Sequence[tuple[int, int]], max_words: int, text_length: int, overlap: int | None = None
+) -> list[Window]:
     """Windows over a document's words (``(start, end)`` character offsets, in order); one window of
-    the whole text when its words fit in one."""
+    the whole text when its words fit in one. ``overlap``: the words each shares with the one before
+    (``overlap_for`` when None; below ``max_words``)."""
     count = len(words)
     if count <= max_words:
         return [Window(0, text_length, 0, text_length + 1)]
-    overlap = overlap_for(max_words)
+    overlap = overlap_for(max_words) if overlap is None else overlap
     stride = max_words - overlap
     firsts = list(range(0, count - overlap, stride))
     # Ownership passes to the next window in the middle of the overlap the two share.

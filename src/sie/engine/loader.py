@@ -105,6 +105,7 @@ def load_model(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel:
         threads=settings.threads,
         tokenizer_weights=tokenizer_folder,
         attention=settings.attention,
+        fetch=lambda hf_id, revision, path: settings.weights.resolve(hf_id, path, entry.config_dir, revision),
     )
     adapter: Adapter = cls.load(spec)
     held = model_bytes(adapter, folder)
