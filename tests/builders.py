@@ -14,7 +14,7 @@ from typing import Any
 
 import sentencepiece as spm
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 from tokenizers.processors import TemplateProcessing
 from transformers import (
@@ -223,6 +223,55 @@ def colbert(splade_dir: Path, folder: Path) -> Path:
     generator = torch.Generator().manual_seed(0)
     weight = torch.randn(COLBERT_TOKEN_DIM, 128, generator=generator)
     save_file({"linear.weight": weight}, folder / "1_Dense/model.safetensors")
+    return folder
+
+
+def jina_colbert(
+    splade_dir: Path, folder: Path, prefixed: bool = False, token_dim: int = COLBERT_TOKEN_DIM
+) -> Path:
+    """A tiny jina-colbert-v2 as Jina's Hub holds it: transformers' ``JinaEmbeddingsV3Model`` saved (in
+    Jina's flash layout: ``emb_ln``, ``encoder.layers.N.mixer.Wqkv``, ``norm1``/``norm2``) with a seeded
+    16-dim ``linear.weight`` beside the encoder, a Hub config naming Jina's code (``xlm-roberta``,
+    rotary positions, ``rotary_emb_base``), and the packaged BERT tokenizer with Jina's
+    ``[QueryMarker]``/``[DocumentMarker]`` tokens. ``prefixed``: the encoder's weights under
+    ``roberta.``, as a checkpoint saved from a wrapper holds them; ``token_dim`` 128 is the real one."""
+    from transformers import JinaEmbeddingsV3Config, JinaEmbeddingsV3Model
+
+    tokenizer = _bert_tokenizer_with(splade_dir, ["[QueryMarker]", "[DocumentMarker]"])
+    tokenizer.save_pretrained(folder)
+    shared = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 128,
+        "hidden_act": "gelu",
+        "max_position_embeddings": 512,
+        "type_vocab_size": 1,
+        "layer_norm_eps": 1e-5,
+        "pad_token_id": 0,
+    }
+    torch.manual_seed(3)
+    config = JinaEmbeddingsV3Config(**shared, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    JinaEmbeddingsV3Model(config, add_pooling_layer=False).save_pretrained(folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    if prefixed:
+        weights = {f"roberta.{name}": tensor for name, tensor in weights.items()}
+    generator = torch.Generator().manual_seed(4)
+    weights["linear.weight"] = torch.randn(token_dim, 64, generator=generator)
+    save_file(weights, folder / "model.safetensors")
+    hub = {
+        **shared,
+        "model_type": "xlm-roberta",
+        "architectures": ["XLMRobertaModel"],
+        "auto_map": {
+            "AutoModel": "jinaai/xlm-roberta-flash-implementation--modeling_xlm_roberta.XLMRobertaModel"
+        },
+        "position_embedding_type": "rotary",
+        "rotary_emb_base": 10000.0,
+        "use_flash_attn": True,
+    }
+    (folder / "config.json").write_text(json.dumps(hub))
     return folder
 
 

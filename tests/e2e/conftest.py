@@ -303,6 +303,7 @@ JINA_RERANKER = "jinaai/jina-reranker-v2-base-multilingual"
 DONUT = "naver-clova-ix/donut-base-finetuned-cord-v2"
 ZERANK = "zeroentropy/zerank-2-reranker"
 GLIREL = "jackboyla/glirel-large-v0"
+JINA_COLBERT = "jinaai/jina-colbert-v2"
 PII_REDACT = "superlinked/pii-redact"  # a GLiNER union: the built GLiNER and a token-level one
 QUERY = "what causes high blood pressure"
 DOCS = [
@@ -512,6 +513,7 @@ PUBLIC_WEIGHTS = {
     "zeroentropy__zerank-2-reranker.yaml": "zerank",
     "jackboyla__glirel-large-v0.yaml": "glirel",
     "superlinked__pii-redact.yaml": "gliner",
+    "jinaai__jina-colbert-v2.yaml": "jina_colbert",
 }
 
 
@@ -547,6 +549,7 @@ def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "zerank": builders.st_causal_reranker(splade, root / "zerank"),
         "glirel": builders.glirel(splade, root / "glirel"),
         "nuner": builders.gliner(splade, root / "nuner", span_mode="token_level"),
+        "jina_colbert": builders.jina_colbert(splade, root / "jina-colbert", token_dim=128),
     }
 
 
@@ -592,8 +595,8 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
     the public adapter name) with a ``merged`` profile, a BIO token tagger, an NLI zero-shot classifier,
     a CLIP and a SigLIP, a Qwen3-Reranker-shaped causal LM, a GLiClass (under the public adapter
     name, with a ``multi-label`` profile), an OWLv2 and a Grounding DINO detector, a ColPali and a
-    GLiNER2, and jina-reranker-v2, zerank-2, the CORD Donut, GLiREL and the pii-redact GLiNER union
-    under their public ids; all preloaded, float32."""
+    GLiNER2, and jina-reranker-v2, zerank-2, the CORD Donut, GLiREL, the pii-redact GLiNER union and
+    jina-colbert-v2 under their public ids; all preloaded, float32."""
     root = tmp_path_factory.mktemp("families")
     env = {"SIE_MODELS_DIR": str(families_models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
     preload = [
@@ -623,6 +626,7 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
         ZERANK,
         GLIREL,
         PII_REDACT,
+        JINA_COLBERT,
     ]
     with run_server(root, env, "--preload", ",".join(preload)) as server:
         yield server

@@ -18,6 +18,7 @@ from sentence_transformers import CrossEncoder
 
 from sie.adapters.base import Forward, LoadSpec
 from sie.adapters.causal_reranker import CausalLmReranker
+from sie.adapters.jina_colbert import JinaColbertEncoder
 from sie.core.options import Capability, ComputePrecision
 from sie.postprocess.muvera import Muvera, MuveraConfig
 from tests import builders
@@ -26,6 +27,7 @@ from tests.e2e.conftest import (
     CAUSAL_RERANKER,
     COLBERT,
     DOCS,
+    JINA_COLBERT,
     M3,
     MINILM,
     MSGPACK_HEADERS,
@@ -376,3 +378,38 @@ def test_an_item_without_text_names_the_models_family(families: Server, model: s
         families, f"/v1/encode/{model}", {"items": [{"id": "x"}], "params": {"output_types": [OUTPUT[model]]}}
     )
     assert status == 400 and payload["detail"]["message"] == f"{family} adapters requires text input"
+
+
+def test_jina_colbert_under_its_public_id_encodes_and_scores_as_the_adapter(
+    families: Server, unpack: Any, families_models: Path, family_folders: dict[str, Path]
+) -> None:
+    """The shipped jina-colbert-v2 YAML (markers, 32-token expanded queries, 300-token documents, 128
+    dims) on built weights: queries and documents equal the adapter's, and ``/v1/score`` ranks the
+    documents by MaxSim over them (averaged over the query tokens)."""
+    from sie.engine.model_config import load_model_config
+
+    config = load_model_config(families_models / "jinaai__jina-colbert-v2.yaml")
+    loadtime = dict(config.resolve_profile("default").loadtime)
+    spec = LoadSpec(
+        family_folders["jina_colbert"], "cpu", ComputePrecision.FLOAT32, config.max_sequence_length, loadtime
+    )
+    adapter = JinaColbertEncoder.load(spec)
+    vectors = {}
+    for is_query, texts in ((True, [QUERY]), (False, DOCS)):
+        body = {
+            "items": [{"text": t} for t in texts],
+            "params": {"output_types": ["multivector"], "options": {"is_query": is_query}},
+        }
+        items = post(families, f"/v1/encode/{JINA_COLBERT}", body, unpack)["items"]
+        forward = Forward(frozenset({Capability.MULTIVECTOR}), is_query=is_query)
+        expected = adapter.run(adapter.prepare(texts, forward), forward).multivector or []
+        for item, want in zip(items, expected, strict=True):
+            assert item["multivector"]["token_dims"] == 128
+            np.testing.assert_allclose(item["multivector"]["values"], want, atol=1e-5)
+        vectors[is_query] = expected
+    assert vectors[True][0].shape[0] == 32  # [CLS], [QueryMarker], the query, [SEP], then [MASK]s
+    body = {"query": {"text": QUERY}, "items": [{"text": d} for d in DOCS]}
+    scores = post(families, f"/v1/score/{JINA_COLBERT}", body, unpack)["scores"]
+    maxsim = [float((vectors[True][0] @ doc.T).max(axis=1).mean()) for doc in vectors[False]]
+    assert [s["item_id"] for s in scores] == [f"item-{i}" for i in np.argsort(maxsim)[::-1]]
+    np.testing.assert_allclose([s["score"] for s in scores], sorted(maxsim, reverse=True), rtol=1e-4)

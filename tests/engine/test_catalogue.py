@@ -28,6 +28,7 @@ DENSE = "sie.adapters.dense_torch:TorchDenseEncoder"
 ONNX = "sie.adapters.dense_onnx:OnnxDenseEncoder"
 SPLADE = "sie.adapters.splade:SpladeEncoder"
 COLBERT = "sie.adapters.colbert:ColbertEncoder"
+JINA_COLBERT = "sie.adapters.jina_colbert:JinaColbertEncoder"
 COLPALI = "sie.adapters.colpali:ColPaliEncoder"
 BGE_M3 = "sie.adapters.bge_m3:BgeM3Encoder"
 CROSS_ENCODER = "sie.adapters.cross_encoder:CrossEncoderScorer"
@@ -164,6 +165,7 @@ EXPECTED = {
     GROUNDING_DINO: {"IDEA-Research/grounding-dino-base", "IDEA-Research/grounding-dino-tiny"},
     OWLV2: {"google/owlv2-base-patch16-ensemble", "google/owlv2-large-patch14-ensemble"},
     GLIREL: {"jackboyla/glirel-large-v0"},
+    JINA_COLBERT: {"jinaai/jina-colbert-v2"},
     GLINER_UNION: {"superlinked/pii-redact"},
     GLINER2: {
         "fastino/gliguard-LLMGuardrails-300M",
@@ -220,7 +222,7 @@ EXPECTED = {
     },
 }
 # The public ids of families this release does not run: listed, refused with MODEL_NOT_SERVED.
-NOT_SERVED_COUNT = 70
+NOT_SERVED_COUNT = 69
 
 CONFIGS = [config for _, config in load_model_dir(MODELS_DIR)]
 BY_ID = {config.sie_id: config for config in CONFIGS}
@@ -313,7 +315,7 @@ def test_sparse_models_declare_their_vocabulary():
 
 
 def test_colbert_models_declare_token_dim_and_a_muvera_profile():
-    for config in of_family(COLBERT):
+    for config in of_family(COLBERT) + of_family(JINA_COLBERT):
         default = config.resolve_profile("default")
         token_dim = default.loadtime["token_dim"]
         assert config.tasks.encode is not None
@@ -325,13 +327,19 @@ def test_colbert_models_declare_token_dim_and_a_muvera_profile():
             MuveraConfig.from_options(default.loadtime["muvera_config"])
         muvera = config.resolve_profile("muvera")
         assert muvera.runtime["muvera"] == {} and muvera.runtime["output_types"] == ["dense"]
-        assert muvera.loadtime == default.loadtime and muvera.adapter_path == COLBERT
+        assert muvera.loadtime == default.loadtime and muvera.adapter_path == adapter_of(config)
     small = BY_ID["answerdotai/answerai-colbert-small-v1"].resolve_profile("default").loadtime
     assert small["token_dim"] == 96
     edge = BY_ID["mixedbread-ai/mxbai-edge-colbert-v0-32m"].resolve_profile("default").loadtime
     assert edge["token_dim"] == 64
     large = BY_ID["mixedbread-ai/mxbai-colbert-large-v1"].resolve_profile("default").loadtime
     assert (large["query_max_length"], large["doc_max_length"]) == (128, 256)
+    jina = BY_ID["jinaai/jina-colbert-v2"].resolve_profile("default").loadtime
+    assert (jina["query_prefix"], jina["doc_prefix"], jina["doc_max_length"]) == (
+        "[QueryMarker]",
+        "[DocumentMarker]",
+        300,
+    )
 
 
 def test_colbertv2_facts():

@@ -107,7 +107,7 @@ class ColbertEncoder(TransformerAdapter):
         prefix, limit = (
             (self._query_prefix, self._query_length) if is_query else (self._doc_prefix, self._doc_length)
         )
-        encoded = self.tokenizer.encode([prefix + text for text in texts_only(inputs, self.family)])
+        encoded = self._marked(texts_only(inputs, self.family), prefix)
         prepared = []
         for ids in encoded:
             if len(ids) > limit:  # keep the closing separator, as the tokenizer's truncation does
@@ -116,6 +116,10 @@ class ColbertEncoder(TransformerAdapter):
                 ids = np.concatenate((ids, np.full(limit - len(ids), self._mask_id, dtype=ids.dtype)))
             prepared.append(Prepared(ids))
         return prepared
+
+    def _marked(self, texts: list[str], prefix: str) -> list[np.ndarray]:
+        """Each text's ids with its query or document marker: the prefix read as text before it."""
+        return self.tokenizer.encode([prefix + text for text in texts])
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         with self.backbone.running(forward.lora):

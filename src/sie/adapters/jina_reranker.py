@@ -34,9 +34,10 @@ _RENAMES = (
     (re.compile(_LAYER + r"norm2\."), _TO_LAYER + "output.LayerNorm."),
 )
 _FUSED_QKV = re.compile(_LAYER + r"mixer\.Wqkv\.(weight|bias)$")
-# What the Hub config shares with transformers' XLM-RoBERTa; the rest (auto_map, use_flash_attn, the
-# LoRA and pooling settings of Jina's embedders) concerns the Hub code alone.
-_CONFIG_KEYS = (
+# What Jina's Hub configs share with transformers' encoder configs (the reranker's and jina-colbert-v2's);
+# the rest (auto_map, use_flash_attn, the LoRA and pooling settings of Jina's embedders) concerns the
+# Hub code alone.
+ENCODER_CONFIG_KEYS = (
     "vocab_size",
     "hidden_size",
     "num_hidden_layers",
@@ -49,11 +50,8 @@ _CONFIG_KEYS = (
     "pad_token_id",
     "bos_token_id",
     "eos_token_id",
-    "classifier_dropout",
-    "id2label",
-    "label2id",
-    "num_labels",
 )
+_CONFIG_KEYS = (*ENCODER_CONFIG_KEYS, "classifier_dropout", "id2label", "label2id", "num_labels")
 
 
 def read_config(folder: Path) -> XLMRobertaConfig:

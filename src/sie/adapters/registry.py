@@ -35,10 +35,11 @@ _DONUT = "sie.adapters.donut:DonutExtractor"
 _ST_CROSS_ENCODER = "sie.adapters.st_cross_encoder:SentenceTransformersCrossEncoder"
 _GLIREL = "sie.adapters.glirel:GlirelExtractor"
 _GLINER_UNION = "sie.adapters.gliner_union:GlinerUnionExtractor"
+_JINA_COLBERT = "sie.adapters.jina_colbert:JinaColbertEncoder"
 
 # The public server splits a family over flash kernels and their fallbacks; here one class runs each
 # family, so every public name of it maps there. Public adapters for models that need code from the
-# Hub (rope_flash, nomic_flash, gte_sparse_flash, colbert_rotary_flash) or another runtime (sglang's
+# Hub (rope_flash, nomic_flash, gte_sparse_flash) or another runtime (sglang's
 # generation) have no alias: they are refused by family (``NOT_SERVED``), any other unknown name fails its load
 # with the known names listed.
 ALIASES: Final[dict[str, str]] = {
@@ -56,6 +57,7 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.colbert:ColBERTAdapter": _COLBERT,
     "sie_server.adapters.colpali:ColPaliAdapter": _COLPALI,
     "sie_server.adapters.colbert_modernbert_flash:ColBERTModernBERTFlashAdapter": _COLBERT,
+    "sie_server.adapters.colbert_rotary_flash:ColBERTRotaryFlashAdapter": _JINA_COLBERT,
     "sie_server.adapters.bge_m3_flash:BGEM3FlashAdapter": _BGE_M3,
     "sie_server.adapters.bge_m3:BGEM3Adapter": _BGE_M3,
     "sie_server.adapters.bge_m3_flag:BGEM3FlagAdapter": _BGE_M3,  # FlagEmbedding's heads, the same three outputs
@@ -90,6 +92,7 @@ CANONICAL: Final = frozenset(
         "sie.adapters.dense_onnx:OnnxDenseEncoder",
         _SPLADE,
         _COLBERT,
+        _JINA_COLBERT,
         _COLPALI,
         _BGE_M3,
         _CROSS_ENCODER,
@@ -148,7 +151,6 @@ NOT_SERVED: Final[dict[str, str]] = {
     f"{_P}stablebridge_pruner": "a context pruner (Stablebridge)",
     f"{_P}florence2": "a document understanding model (Florence-2)",
     f"{_P}docling": "a document parser (Docling)",
-    f"{_P}colbert_rotary_flash": "a ColBERT on Jina's rotary XLM-RoBERTa Hub code (jina-colbert-v2)",
     f"{_P}rope_flash": "an embedder on Alibaba's GTE 'NewModel' Hub code",
     f"{_P}nomic_flash": "an embedder on Nomic's nomic-bert Hub code",
     f"{_P}gte_sparse_flash": "a sparse encoder on Alibaba's GTE Hub code",
