@@ -275,6 +275,35 @@ def jina_colbert(
     return folder
 
 
+def bidirectional_decoder_embedder(splade_dir: Path, folder: Path) -> Path:
+    """A gte-Qwen2 / stella-like sentence-transformers folder: a tiny Qwen2 whose config says
+    ``is_causal: false`` (read with full attention), mean pooled, then a Dense layer 64 -> 32, as
+    stella's ``2_Dense_1024``; the packaged BERT tokenizer."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.models import Dense, Normalize, Pooling, Transformer
+    from transformers import AutoModel, Qwen2Config
+
+    torch.manual_seed(5)
+    backbone = folder.parent / f"{folder.name}-backbone"
+    config = Qwen2Config(
+        vocab_size=30522,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=512,
+        pad_token_id=0,
+        is_causal=False,
+    )
+    AutoModel.from_config(config).save_pretrained(backbone)
+    _copy_tokenizer(splade_dir, backbone)
+    transformer = Transformer(str(backbone), max_seq_length=256)
+    modules = [transformer, Pooling(64, pooling_mode="mean"), Dense(64, 32), Normalize()]
+    SentenceTransformer(modules=modules, device="cpu").save(str(folder))
+    return folder
+
+
 def bge_m3(splade_dir: Path, folder: Path, hidden: int = 64) -> Path:
     """A tiny XLM-RoBERTa with seeded ``sparse_linear.pt`` / ``colbert_linear.pt``; the packaged BERT
     tokenizer declares [SEP] as eos, so FlagEmbedding and we drop the same special tokens. ``hidden``

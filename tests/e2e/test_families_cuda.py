@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ import pytest
 import torch
 from PIL import Image
 
+from tests import builders
 from tests.e2e.conftest import (
     CAUSAL_RERANKER,
     CLIP,
@@ -34,13 +36,16 @@ from tests.e2e.conftest import (
     GLICLASS,
     GLINER,
     GLINER2,
+    GLIREL,
     GROUNDING_DINO,
+    JINA_COLBERT,
     JINA_RERANKER,
     M3,
     MSGPACK_HEADERS,
     NER,
     NLI,
     OWLV2,
+    PII_REDACT,
     QUERY,
     RERANKER,
     SIGLIP,
@@ -58,7 +63,18 @@ pytestmark = pytest.mark.skipif(
 
 DENSE = "test/dense"
 SPLADE = "test/splade"
+WHOLE = "test/bidirectional-decoder"  # gte-Qwen2-like: full attention, mean, a Dense layer
 EXTRA_YAMLS = {
+    "whole.yaml": f"""
+sie_id: {WHOLE}
+weights_path: "@whole@"
+tasks:
+  encode:
+    dense: {{dim: 32}}
+max_sequence_length: 256
+profiles:
+  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.dense_torch:TorchDenseEncoder"}}
+""",
     "dense.yaml": f"""
 sie_id: {DENSE}
 weights_path: "@colbert@"
@@ -82,6 +98,7 @@ profiles:
 }
 MODELS = [
     DENSE,
+    WHOLE,
     SPLADE,
     RERANKER,
     CAUSAL_RERANKER,
@@ -101,6 +118,9 @@ MODELS = [
     JINA_RERANKER,
     ZERANK,
     DONUT,
+    GLIREL,
+    PII_REDACT,
+    JINA_COLBERT,
 ]
 SCORERS = (RERANKER, CAUSAL_RERANKER, JINA_RERANKER, ZERANK)
 
@@ -131,6 +151,7 @@ def texts(model: str, items: list[str]) -> dict[str, Any]:
         SPLADE: ["sparse"],
         COLBERT: ["multivector"],
         COLPALI: ["multivector"],
+        JINA_COLBERT: ["multivector"],
     }
     if model in outputs:
         body["params"] = {"output_types": outputs[model]}
@@ -138,7 +159,7 @@ def texts(model: str, items: list[str]) -> dict[str, Any]:
 
 
 def route(model: str) -> str:
-    if model in (GLINER, NER, NLI, GLICLASS, GLINER2, OWLV2, GROUNDING_DINO, DONUT):
+    if model in (GLINER, NER, NLI, GLICLASS, GLINER2, OWLV2, GROUNDING_DINO, DONUT, GLIREL, PII_REDACT):
         return "extract"
     return "score" if model in SCORERS else "encode"
 
@@ -153,6 +174,21 @@ def requests(model: str) -> list[dict[str, Any]]:
         return [{"items": images, "params": {"labels": ["cat", "dog"], "options": options}}]
     if model == DONUT:
         return [{"items": images}]
+    if model == GLIREL:  # the entities each item names, as a GLiNER would have found them
+        named = [(t, [m.span() for m in re.finditer(r"[A-Z][a-z]+", t)]) for t in TEXTS]
+        items = [
+            {
+                "text": t,
+                "metadata": {
+                    "entities": [{"text": t[a:b], "label": "X", "start": a, "end": b} for a, b in spans]
+                },
+            }
+            for t, spans in named
+            if len(spans) >= 2
+        ]
+        return [
+            {"items": items, "params": {"labels": ["works at", "located in"], "options": {"threshold": 0.0}}}
+        ]
     if model in SCORERS:
         return [
             {"query": {"text": QUERY}, "items": [{"text": t, "id": f"d{i}"} for i, t in enumerate(TEXTS)]}
@@ -304,10 +340,13 @@ def models_dir(
     tmp_path_factory: pytest.TempPathFactory, families_models: Path, family_folders: dict[str, Path]
 ) -> Path:
     """The families' models dir plus a dense BERT and a SPLADE over the tiny BERT (the packaged ones
-    are not on the GPU machine)."""
+    are not on the GPU machine) and a bidirectional decoder embedder with a Dense layer (gte-Qwen2's
+    full-attention mask and stella's projection on the device)."""
     models = tmp_path_factory.mktemp("device-models")
     shutil.copytree(families_models, models, dirs_exist_ok=True)
     folders = {**family_folders, "tiny_bert": tiny_bert_dir()}
+    whole = tmp_path_factory.mktemp("bidirectional-decoder") / "weights"
+    folders["whole"] = builders.bidirectional_decoder_embedder(tiny_bert_dir(), whole)
     for name, text in EXTRA_YAMLS.items():
         for key, folder in folders.items():
             text = text.replace(f"@{key}@", str(folder))

@@ -206,11 +206,7 @@ class GlinerUnionExtractor:
         return cls(members)
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
-        task = forward.task
-        options = UnionOptions.of(task) if task is not None else UnionOptions()
-        labels = (task.labels if task is not None else ()) or options.default_labels
-        if not labels:
-            raise UnsupportedInput(NO_LABELS)
+        options, labels = _asked(forward)
         prepared = []
         for text in texts_only(inputs, self.family):
             windows = word_windows(text, options.window_words, options.window_overlap)
@@ -222,9 +218,7 @@ class GlinerUnionExtractor:
         return prepared
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
-        task = forward.task
-        options = UnionOptions.of(task) if task is not None else UnionOptions()
-        labels = (task.labels if task is not None else ()) or options.default_labels
+        options, labels = _asked(forward)
         documents: list[_Document] = [item.payload for item in batch]
         found: list[list[list[Span]]] = [[[] for _ in self._members] for _ in documents]
         for position, member in enumerate(self._members):
@@ -247,6 +241,16 @@ class GlinerUnionExtractor:
     def close(self) -> None:
         for member in self._members:
             member.extractor.close()
+
+
+def _asked(forward: Forward) -> tuple[UnionOptions, tuple[str, ...]]:
+    """A request's composition options and its labels (else the profile's defaults; none is a 400)."""
+    task = forward.task or Task()
+    options = UnionOptions.of(task)
+    labels = task.labels or options.default_labels
+    if not labels:
+        raise UnsupportedInput(NO_LABELS)
+    return options, labels
 
 
 def _member_place(spec: LoadSpec, member: Any) -> tuple[Path, dict[str, Any]]:
