@@ -1,6 +1,7 @@
-"""The PUBLIC ``sie-sdk==0.10.1`` decodes our extract answers: Rampart's PII entities and the NLI model's
-classifications, the values our server sends on the wire (tests/e2e/test_extract_families.py holds
-those to the adapters). Runs in the public SDK's Python 3.12 venv, skipped where none exists.
+"""The PUBLIC ``sie-sdk==0.10.1`` decodes our extract answers: Rampart's PII entities, the NLI model's
+classifications and GLiREL's relations (the SDK sends each item's ``metadata.entities`` as it is),
+the values our server sends on the wire (tests/e2e/test_extract_families.py holds those to the
+adapters). Runs in the public SDK's Python 3.12 venv, skipped where none exists.
 """
 
 from __future__ import annotations
@@ -12,22 +13,33 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import NLI, RAMPART, Server
+from tests.e2e.conftest import GLIREL, NLI, RAMPART, Server
 
 PII = "My name is John Smith, email john.smith@example.com, I live in London."
 TOPICS = "The central bank raised interest rates again."
 LABELS = ["economy", "sports", "weather"]
+RELATING = "Apple Inc. was founded by Steve Jobs in Cupertino."
+NAMED = {
+    "entities": [
+        {"text": name, "label": "X", "start": RELATING.index(name), "end": RELATING.index(name) + len(name)}
+        for name in ("Apple Inc.", "Steve Jobs", "Cupertino")
+    ]
+}
+RELATIONS = ["founded by", "located in"]
 
 SCRIPT = textwrap.dedent(
     """
     import json, sys
     from sie_sdk import SIEClient
 
-    url, rampart, nli, pii, topics, labels = sys.argv[1:7]
+    url, rampart, nli, pii, topics, labels, glirel, relating, named, relations = sys.argv[1:11]
     with SIEClient(url, timeout_s=120) as client:
         found = client.extract(rampart, [{"text": pii, "id": "p"}])
         ranked = client.extract(nli, {"text": topics}, labels=json.loads(labels), options={"multi_label": True})
-    print(json.dumps({"rampart": [dict(r) for r in found], "nli": dict(ranked)}))
+        related = client.extract(
+            glirel, {"text": relating, "metadata": json.loads(named)}, labels=json.loads(relations)
+        )
+    print(json.dumps({"rampart": [dict(r) for r in found], "nli": dict(ranked), "glirel": dict(related)}))
     """
 )
 
@@ -35,7 +47,17 @@ SCRIPT = textwrap.dedent(
 @pytest.fixture(scope="module")
 def public(families: Server, run_public_sdk: Any) -> dict[str, Any]:
     result: dict[str, Any] = run_public_sdk(
-        SCRIPT, families.url, RAMPART, NLI, PII, TOPICS, json.dumps(LABELS)
+        SCRIPT,
+        families.url,
+        RAMPART,
+        NLI,
+        PII,
+        TOPICS,
+        json.dumps(LABELS),
+        GLIREL,
+        RELATING,
+        json.dumps(NAMED),
+        json.dumps(RELATIONS),
     )
     return result
 
@@ -63,3 +85,13 @@ def test_public_sdk_decodes_classifications(families: Server, public: dict[str, 
     (expected,) = wire(families, NLI, body)
     assert public["nli"]["classifications"] == expected["classifications"]
     assert sorted(c["label"] for c in public["nli"]["classifications"]) == sorted(LABELS)
+
+
+def test_public_sdk_sends_item_metadata_and_decodes_relations(
+    families: Server, public: dict[str, Any]
+) -> None:
+    body = {"items": [{"text": RELATING, "metadata": NAMED}], "params": {"labels": RELATIONS}}
+    (expected,) = wire(families, GLIREL, body)
+    assert expected["relations"], "the profile's threshold (0.1) keeps some of the built model's relations"
+    assert public["glirel"]["relations"] == expected["relations"]
+    assert [e["text"] for e in public["glirel"]["entities"]] == ["Apple Inc.", "Steve Jobs", "Cupertino"]
