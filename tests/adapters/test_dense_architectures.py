@@ -327,3 +327,20 @@ def test_a_dense_layer_with_an_activation_we_cannot_run_fails_the_load(
         ValueError, match=r"a Dense layer with activation torch\.nn\.modules\.activation\.ReLU"
     ):
         TorchDenseEncoder.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256))
+
+
+def test_full_attention_on_eager_attention_equals_sdpa(splade_dir: Path, tmp_path: Path) -> None:
+    """The full mask in both of its forms (SDPA's booleans, eager attention's additive floats) gives
+    the same vectors, and a batch whose texts share one length (no padding) is read whole too."""
+    folder, _ = build("qwen2", splade_dir, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "is_causal": False}))
+    corpus = ["the same length one", "the same length two"]
+    sdpa = TorchDenseEncoder.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256))
+    eager = TorchDenseEncoder.load(
+        LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256, loadtime={"attn_implementation": "eager"})
+    )
+    reference = _whole_text_reference(folder, sdpa.tokenizer.encode(corpus), "lasttoken")
+    for encoder in (sdpa, eager):
+        ours = l2_normalize(dense(encoder, corpus, Pooling.LAST))
+        assert float((ours * reference).sum(axis=1).min()) >= 0.99999

@@ -177,11 +177,13 @@ def test_default_labels_serve_a_request_without_labels(members: dict[str, Path])
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"score_floor": 1.5}, "score_floor must be a number between 0 and 1"),
-        ({"score_floor": "high"}, "score_floor must be a number between 0 and 1"),
+        ({"score_floor": 1.5}, "GLiNER union score_floor must be a finite number between 0 and 1"),
+        ({"score_floor": "high"}, "GLiNER union score_floor must be a finite number between 0 and 1"),
+        ({"score_floor": 10**400}, "GLiNER union score_floor must be a finite number between 0 and 1"),
+        ({"name_min_letters": 2**32 - 1}, "name_min_letters must be an integer from 1 to 64"),
         ({"window_words": 1}, "window_words must be an integer of at least 2"),
         ({"window_words": 10, "window_overlap": 10}, "window_overlap must be less than window_words"),
-        ({"name_min_letters": True}, "name_min_letters must be an integer of at least 1"),
+        ({"name_min_letters": True}, "name_min_letters must be an integer from 1 to 64"),
         ({"propagate_label": 3}, "propagate_label must be a label or null"),
         ({"default_labels": []}, "default_labels must be a non-empty list of labels"),
     ],
@@ -236,3 +238,11 @@ def test_members_resolve_through_the_engines_tiers(members: dict[str, Path]) -> 
         GlinerUnionExtractor.load(
             LoadSpec(members["span"], "cpu", ComputePrecision.FLOAT32, 384, fetch=fetch)
         )
+
+
+def test_a_text_of_too_many_windows_is_refused_before_any_work(members: dict[str, Path]) -> None:
+    """Every member reads every window, so one item's windows are bounded as GLiNER's are."""
+    adapter = GlinerUnionExtractor.load(union_spec(members))
+    forward = Forward(EXTRACT, task=Task.of(LABELS, {"window_words": 2, "window_overlap": 1}))
+    with pytest.raises(UnsupportedInput, match="reads at most 128 windows of 2 words; this text needs 299"):
+        adapter.prepare([" ".join(["word"] * 300)], forward)

@@ -171,6 +171,10 @@ def test_an_entity_past_the_words_read_takes_no_part_but_is_echoed(splade_dir: P
         ({"entities": [{"text": " ", "start": 3, "end": 4}]}, "does not cover any text token"),
         ({"entities": [{"text": "Bob", "start": 0, "end": 3, "label": 5}]}, "label and text must be strings"),
         (
+            {"entities": [{"text": "Bob", "start": 0, "end": 3, "score": 10**400}]},
+            "score must be a finite number",
+        ),
+        (
             {"entities": [{"text": "Bob", "start": 0, "end": 3}] * (MAX_ENTITIES + 1)},
             f"at most {MAX_ENTITIES} entities",
         ),
@@ -249,6 +253,10 @@ def test_a_text_longer_than_one_pass_is_read_as_far_as_it_fits(model: dict[str, 
     assert [r.score for r in found.relations] == pytest.approx(
         [float(r["score"]) for r in expected], abs=1e-5
     )
+    # ``usage`` counts the words read, not the whole text.
+    [prepared] = model["adapter"].prepare([AnnotatedText(text, entities)], forward({"threshold": 0.0}))
+    [whole] = tokenizer.encode([text])
+    assert prepared.cost < 512 < len(whole)
 
 
 def test_relation_types_that_fill_the_pass_are_refused(model: dict[str, Any]) -> None:
@@ -257,3 +265,19 @@ def test_relation_types_that_fill_the_pass_are_refused(model: dict[str, Any]) ->
         UnsupportedInput, match="one pass of at most 512 tokens; these relation types fill it"
     ):
         model["adapter"].prepare(ITEMS[:1], forward(labels=labels))
+
+
+def test_an_entity_named_twice_is_one_span(model: dict[str, Any]) -> None:
+    """Two entries for the same words would be paired with each other; the first name is kept, and
+    both are echoed."""
+    text = ITEMS[0].text
+    twice = {
+        "entities": [*ITEMS[0].metadata["entities"], {**ITEMS[0].metadata["entities"][0], "text": "APPLE"}]
+    }
+    [once] = extract(model["adapter"], [ITEMS[0]], {"threshold": 0.0})
+    [doubled] = extract(model["adapter"], [AnnotatedText(text, twice)], {"threshold": 0.0})
+    assert [(r.head, r.tail, r.relation) for r in doubled.relations] == [
+        (r.head, r.tail, r.relation) for r in once.relations
+    ]
+    assert all(r.head != r.tail for r in doubled.relations)
+    assert [e.text for e in doubled.entities][-1] == "APPLE"

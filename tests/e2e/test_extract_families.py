@@ -416,6 +416,6 @@ def test_pii_redact_under_its_public_id_is_the_union_of_its_members_as_the_adapt
     assert response.status_code == 400, response.text
     assert response.json()["detail"] == {
         "code": "INVALID_INPUT",
-        "message": "score_floor must be a number between 0 and 1",
+        "message": "GLiNER union score_floor must be a finite number between 0 and 1",
     }
     families.assert_serving()

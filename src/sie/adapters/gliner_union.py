@@ -22,7 +22,6 @@ folder instead). Members are our GLiNER extractor, so each one's spans are the `
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -41,10 +40,11 @@ from sie.adapters.base import (
     Task,
     UnsupportedInput,
     texts_only,
+    unit_option,
 )
 from sie.adapters.gliner import GlinerExtractor
 from sie.adapters.registry import GLINER_UNION_OPTIONS
-from sie.adapters.word_windows import plan_windows
+from sie.adapters.word_windows import MAX_WINDOWS, plan_windows
 from sie.core.extraction import Entity, Extraction
 from sie.core.options import Capability, Pooling
 
@@ -58,6 +58,9 @@ _MEMBER_OPTIONS: Final = frozenset(
     {"threshold", "flat_ner", "multi_label", "merge_adjacent_entities", "max_prompt_tokens", "batch_size"}
 )
 _MEMBER_TASK_OPTIONS: Final = frozenset({"threshold", "flat_ner", "multi_label", "merge_adjacent_entities"})
+# A name token is a run of letters: no longer bound is useful, and the regular expression that finds
+# them takes none past 2**32.
+MAX_NAME_LETTERS: Final = 64
 
 
 @dataclass(frozen=True)
@@ -71,14 +74,10 @@ class UnionOptions:
 
     @classmethod
     def of(cls, task: Task) -> UnionOptions:
-        floor = task.option("score_floor", cls.score_floor)
-        if isinstance(floor, bool) or not isinstance(floor, int | float) or not math.isfinite(floor):
-            raise UnsupportedInput("score_floor must be a number between 0 and 1")
-        if not 0 <= floor <= 1:
-            raise UnsupportedInput("score_floor must be a number between 0 and 1")
+        floor = unit_option(task, "score_floor", cls.score_floor, _FAMILY)
         size = _integer(task, "window_words", cls.window_words, 2)
         overlap = _integer(task, "window_overlap", cls.window_overlap, 0)
-        letters = _integer(task, "name_min_letters", cls.name_min_letters, 1)
+        letters = _integer(task, "name_min_letters", cls.name_min_letters, 1, MAX_NAME_LETTERS)
         if overlap >= size:
             raise UnsupportedInput("window_overlap must be less than window_words")
         label = task.option("propagate_label", None)
@@ -89,13 +88,14 @@ class UnionOptions:
             not isinstance(labels, tuple) or not labels or not all(isinstance(x, str) and x for x in labels)
         ):
             raise UnsupportedInput("default_labels must be a non-empty list of labels")
-        return cls(float(floor), size, overlap, label or None, letters, tuple(labels or ()))
+        return cls(floor, size, overlap, label or None, letters, tuple(labels or ()))
 
 
-def _integer(task: Task, name: str, default: int, low: int) -> int:
+def _integer(task: Task, name: str, default: int, low: int, high: int | None = None) -> int:
     value = task.option(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise UnsupportedInput(f"{name} must be an integer of at least {low}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high and value > high):
+        bounds = f"of at least {low}" if high is None else f"from {low} to {high}"
+        raise UnsupportedInput(f"{name} must be an integer {bounds}")
     return value
 
 
@@ -210,6 +210,11 @@ class GlinerUnionExtractor:
         prepared = []
         for text in texts_only(inputs, self.family):
             windows = word_windows(text, options.window_words, options.window_overlap)
+            if len(windows) > MAX_WINDOWS:  # every member reads every window: bound one item's work
+                raise UnsupportedInput(
+                    f"{_FAMILY} reads at most {MAX_WINDOWS} windows of {options.window_words} words; this "
+                    f"text needs {len(windows)}: split it or widen window_words"
+                )
             rows = [text[start:end] for start, end in windows]
             per_member = [m.extractor.prepare(rows, m.forward(labels)) for m in self._members]
             ids = np.concatenate([row.ids for rows_of in per_member for row in rows_of])

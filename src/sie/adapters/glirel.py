@@ -18,6 +18,7 @@ checkpoint leaves unplaced fails the load.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import re
 import threading
@@ -89,6 +90,7 @@ class _Relating:
     spans: list[list[Any]]  # [first word, last word, label, text], one per entity read
     read: list[Entity]  # the entities of ``spans``, in order
     named: list[Entity]
+    read_text: str  # the part of the text the words cover: what ``usage`` counts
 
 
 class GlirelExtractor:
@@ -145,16 +147,13 @@ class GlirelExtractor:
                 f"GLiREL reads the relation types and a text in one pass of at most {self._limit} tokens; "
                 "these relation types fill it: send fewer or shorter ones"
             )
-        texts, relating = [], []
+        relating = []
         for one in inputs:
             if not isinstance(one, AnnotatedText):
                 raise UnsupportedInput(f"{_FAMILY} models take a text with entities, not images or pairs")
-            texts.append(one.text)
             relating.append(self._relating(one.text, one.metadata, room))
-        return [
-            Prepared(ids, payload=item)
-            for ids, item in zip(self.tokenizer.encode(texts), relating, strict=True)
-        ]
+        read = self.tokenizer.encode([item.read_text for item in relating])
+        return [Prepared(ids, payload=item) for ids, item in zip(read, relating, strict=True)]
 
     def _prompt_tokens(self, labels: Sequence[str]) -> int:
         """Tokens of the library's prompt: ``[REL] type`` for each relation type, then ``[SEP]``."""
@@ -175,15 +174,18 @@ class GlirelExtractor:
                 words = words[:count]
                 break
         read_end = len(text) if len(every) == len(words) else words[-1][2] if words else 0
-        spans, read = [], []
+        spans, read, taken = [], [], set()
         for entity in named:
             start, end = entity.start or 0, entity.end or 0
             if end > read_end and text[read_end:end].strip():
                 continue  # reaches past the words the library reads
             covered = [i for i, (_, first, last) in enumerate(words) if last > start and first < end]
+            if (covered[0], covered[-1]) in taken:
+                continue  # the same words named twice: one span, or the library relates it to itself
+            taken.add((covered[0], covered[-1]))
             spans.append([covered[0], covered[-1], entity.label or "ENTITY", entity.text])
             read.append(entity)
-        return _Relating([word for word, _, _ in words], spans, read, named)
+        return _Relating([word for word, _, _ in words], spans, read, named, text[:read_end])
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         assert forward.task is not None
@@ -238,13 +240,16 @@ def _entity(raw: Any, text: str) -> Entity:
         )
     if not text[start:end].strip():
         raise UnsupportedInput(f"GLiREL entity span [{start}, {end}) does not cover any text token")
-    score = raw.get("score", 1.0)
-    if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score):
-        raise UnsupportedInput("GLiREL entity score must be a number")
+    raw_score, score = raw.get("score", 1.0), math.nan
+    if isinstance(raw_score, int | float) and not isinstance(raw_score, bool):
+        with contextlib.suppress(OverflowError):  # 10**400 arrives as a JSON integer; no float holds it
+            score = float(raw_score)
+    if not math.isfinite(score):
+        raise UnsupportedInput("GLiREL entity score must be a finite number")
     label, name = raw.get("label", ""), raw.get("text", text[start:end])
     if not isinstance(label, str) or not isinstance(name, str):
         raise UnsupportedInput("GLiREL entity label and text must be strings")
-    return Entity(name, label, float(score), start, end)
+    return Entity(name, label, score, start, end)
 
 
 def _offset(value: Any) -> TypeGuard[int]:

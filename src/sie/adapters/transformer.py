@@ -20,7 +20,6 @@ from typing import Any, ClassVar, Self
 import torch
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModel
-from transformers.masking_utils import create_bidirectional_mask
 from transformers.utils import logging as hf_logging
 
 from sie.adapters.attention import AttentionPlan, plan_attention
@@ -191,16 +190,15 @@ def reads_whole_text(config: Any, loadtime: Mapping[str, Any]) -> bool:
     return getattr(config, "is_causal", None) is False or forward_kwargs.get("is_causal") is False
 
 
-def full_attention_mask(config: Any, mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The 4D mask of a decoder read bidirectionally: every real token sees every real token, in the
-    form the model's attention implementation takes. Always materialised: given a 4D mask the model
-    builds no causal one, and SDPA is never told ``is_causal``."""
-    shape = torch.empty((*mask.shape, 1), dtype=dtype, device=mask.device)
-    full = create_bidirectional_mask(
-        config=config, inputs_embeds=shape, attention_mask=mask, allow_is_bidirectional_skip=False
-    )
-    assert isinstance(full, torch.Tensor)
-    return full
+def full_attention_mask(mask: torch.Tensor, dtype: torch.dtype, implementation: str) -> torch.Tensor:
+    """The 4D mask of a decoder read bidirectionally: every real token sees every real token. SDPA takes
+    it as booleans (True: attend), eager attention as an additive mask. Always materialised: given a
+    4D mask the model builds no causal one, and SDPA is never told ``is_causal``."""
+    keep = mask.bool()[:, None, None, :].expand(-1, 1, mask.shape[1], -1)
+    if implementation == "sdpa":
+        return keep
+    blocked = torch.zeros(keep.shape, dtype=dtype, device=mask.device)
+    return blocked.masked_fill(~keep, torch.finfo(dtype).min)
 
 
 class Transformer:
@@ -356,7 +354,7 @@ class Transformer:
         mask = padded["attention_mask"]
         if self._whole_text:
             dtype = self._autocast or next(self.base.parameters()).dtype
-            padded["attention_mask"] = full_attention_mask(self.base.config, mask, dtype)
+            padded["attention_mask"] = full_attention_mask(mask, dtype, self.base.config._attn_implementation)
         hidden = self.base(**padded).last_hidden_state
         return unpad(hidden, mask), tokens
 

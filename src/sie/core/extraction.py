@@ -14,8 +14,8 @@ import msgspec
 
 
 class Entity(msgspec.Struct):
-    """A span of the text (``start``/``end`` are character offsets, ``text[start:end]`` is ``text``) or
-    a region of an image (``bbox``)."""
+    """A span of the text (``start``/``end`` are character offsets, ``text[start:end]`` is ``text``, but
+    for the entities a client named, which GLiREL echoes as named) or a region of an image (``bbox``)."""
 
     text: str
     label: str
