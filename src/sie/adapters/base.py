@@ -117,14 +117,19 @@ class Task:
 def unit_option(task: Task | None, name: str, default: float, family: str) -> float:
     """A score threshold from the request: a finite number in [0, 1], not a bool; anything else (a
     string, an integer too large for a float) is the client's error, named with the family's words."""
-    value: Any = task.option(name, default) if task else default
-    number = math.nan
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        with contextlib.suppress(OverflowError):  # 10**400 arrives as a JSON integer; no float holds it
-            number = float(value)
+    number = finite_number(task.option(name, default) if task else default)
     if not (math.isfinite(number) and 0 <= number <= 1):
         raise UnsupportedInput(f"{family} {name} must be a finite number between 0 and 1")
     return number
+
+
+def finite_number(value: Any) -> float:
+    """A client's number as a float; NaN for anything else (a bool, a string, an integer too large for
+    a float: 10**400 arrives as a JSON integer), which the caller refuses by ``math.isfinite``."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        with contextlib.suppress(OverflowError):
+            return float(value)
+    return math.nan
 
 
 def _hashable(value: Any) -> Any:

@@ -37,8 +37,7 @@ class DenseHead:
         if not paths:
             return None
         layers = [_layer(folder / path, device) for path in paths]
-        last = json.loads((folder / paths[-1] / "config.json").read_text())
-        return cls(layers, int(last["out_features"]))
+        return cls([layer for layer, _ in layers], layers[-1][1])
 
     def __call__(self, pooled: torch.Tensor) -> torch.Tensor:
         with torch.autocast(pooled.device.type, enabled=False):
@@ -57,7 +56,8 @@ def _listed(folder: Path) -> list[str]:
     return [str(e["path"]) for e in entries if str(e.get("type", "")).rsplit(".", 1)[-1] == "Dense"]
 
 
-def _layer(path: Path, device: torch.device) -> torch.nn.Sequential:
+def _layer(path: Path, device: torch.device) -> tuple[torch.nn.Sequential, int]:
+    """The layer and its output width."""
     config = json.loads((path / "config.json").read_text())
     activation = config.get("activation_function", "torch.nn.modules.activation.Tanh")
     if activation not in _ACTIVATIONS:
@@ -67,7 +67,7 @@ def _layer(path: Path, device: torch.device) -> torch.nn.Sequential:
     )
     state = _weights(path)
     linear.load_state_dict({name.removeprefix("linear."): tensor for name, tensor in state.items()})
-    return torch.nn.Sequential(linear, _ACTIVATIONS[activation]()).eval().to(device)
+    return torch.nn.Sequential(linear, _ACTIVATIONS[activation]()).eval().to(device), linear.out_features
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:

@@ -44,13 +44,12 @@ from sie.adapters.base import (
 )
 from sie.adapters.gliner import GlinerExtractor
 from sie.adapters.registry import GLINER_UNION_OPTIONS
-from sie.adapters.word_windows import MAX_WINDOWS, plan_windows
+from sie.adapters.word_windows import MAX_WINDOWS, WORD, plan_windows
 from sie.core.extraction import Entity, Extraction
 from sie.core.options import Capability, Pooling
 
 _FAMILY: Final = "GLiNER union"
 NO_LABELS: Final = "This model needs labels: pass labels, or set the default_labels option"
-_WORD: Final = re.compile(r"\w+(?:[-_]\w+)*|\S")  # gliner's whitespace word splitter
 _LETTER: Final = r"[^\W\d_]"  # a word character that is neither a digit nor an underscore
 # What a member's ``options`` may set: gliner's own options (the public member options
 # ``max_prompt_tokens`` and ``batch_size`` tune the public server's batching and are accepted unread).
@@ -102,7 +101,7 @@ def _integer(task: Task, name: str, default: int, low: int, high: int | None = N
 def word_windows(text: str, size: int, overlap: int) -> list[tuple[int, int]]:
     """``size``-word windows sharing ``overlap`` words, as ``[start, end)`` character ranges; a text of
     at most ``size`` words is one range covering all of it."""
-    words = [match.span() for match in _WORD.finditer(text)]
+    words = [match.span() for match in WORD.finditer(text)]
     return [(w.start, w.end) for w in plan_windows(words, size, len(text), overlap)]
 
 

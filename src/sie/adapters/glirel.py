@@ -18,9 +18,7 @@ checkpoint leaves unplaced fails the load.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
-import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -45,11 +43,13 @@ from sie.adapters.base import (
     Prepared,
     Task,
     UnsupportedInput,
+    finite_number,
     unit_option,
 )
 from sie.adapters.registry import GLIREL_OPTIONS
 from sie.adapters.tokenizer import TextTokenizer
 from sie.adapters.transformer import absolute_positions, place_for_thresholds
+from sie.adapters.word_windows import WORD
 from sie.core.extraction import Entity, Extraction, Relation
 from sie.core.heap import collect_unloaded
 from sie.core.options import Capability, Pooling
@@ -64,7 +64,6 @@ DEFAULT_TOP_K: Final = 10  # relations kept per entity pair, the public default
 # Subword tokens a word may take when the backbone places any number (DeBERTa's relative positions):
 # the public server's bound on one pass, which keeps its attention memory in check.
 SUBWORDS_PER_WORD: Final = 4
-_WORDS: Final = re.compile(r"\w+(?:[-_]\w+)*|\S")  # glirel's own word pattern
 _BACKBONE_LOCK = threading.Lock()
 
 
@@ -164,7 +163,7 @@ class GlirelExtractor:
         """The item as the library reads it: its first ``max_len`` words, fewer when their subwords
         would overflow the ``room`` the prompt leaves in one pass."""
         named = [_entity(one, text) for one in _entity_list(metadata)]
-        every = [(match.group(), match.start(), match.end()) for match in _WORDS.finditer(text)]
+        every = [(match.group(), match.start(), match.end()) for match in WORD.finditer(text)]
         words = every[: self._max_words]
         pieces = self._counter.encode([word for word, _, _ in words], special_tokens=False)
         used = 0
@@ -240,10 +239,7 @@ def _entity(raw: Any, text: str) -> Entity:
         )
     if not text[start:end].strip():
         raise UnsupportedInput(f"GLiREL entity span [{start}, {end}) does not cover any text token")
-    raw_score, score = raw.get("score", 1.0), math.nan
-    if isinstance(raw_score, int | float) and not isinstance(raw_score, bool):
-        with contextlib.suppress(OverflowError):  # 10**400 arrives as a JSON integer; no float holds it
-            score = float(raw_score)
+    score = finite_number(raw.get("score", 1.0))
     if not math.isfinite(score):
         raise UnsupportedInput("GLiREL entity score must be a finite number")
     label, name = raw.get("label", ""), raw.get("text", text[start:end])

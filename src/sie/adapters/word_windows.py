@@ -14,12 +14,16 @@ greedy decoding would (highest score first).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from sie.core.extraction import Entity
 
+# gliner's whitespace word splitter (a run of word characters, or one other character), which glirel
+# splits its words with too: the words windows are counted in.
+WORD: Final = re.compile(r"\w+(?:[-_]\w+)*|\S")
 # Words a window shares with the one before: GLiNER's spans are at most 12 words (``max_width``), so
 # a span owned by a window (starting at least 32 words from its edge) is whole inside it.
 WINDOW_OVERLAP_WORDS: Final = 64
