@@ -853,3 +853,180 @@ def siglip(folder: Path) -> Path:
     tokenizer.save_pretrained(folder)
     SiglipImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(folder)
     return folder
+
+
+# The Hub code's module names for the native model's (transformers' conversion script lists them),
+# written from the native side: the builder saves the native weights as microsoft/Florence-2-* do.
+_FLORENCE_HUB_NAMES = (
+    ("model.multi_modal_projector.image_position_embed.", "image_pos_embed."),
+    ("model.multi_modal_projector.", ""),
+    ("model.language_model.", "language_model.model."),
+    ("lm_head.", "language_model.lm_head."),
+    ("model.vision_tower.", "vision_tower."),
+    (".spatial_block.norm1.", ".spatial_block.window_attn.norm."),
+    (".channel_block.norm1.", ".channel_block.channel_attn.norm."),
+    (".window_attn.qkv.", ".window_attn.fn.qkv."),
+    (".window_attn.proj.", ".window_attn.fn.proj."),
+    (".channel_attn.qkv.", ".channel_attn.fn.qkv."),
+    (".channel_attn.proj.", ".channel_attn.fn.proj."),
+    ("_block.norm2.", "_block.ffn.norm."),
+    ("_block.ffn.fc", "_block.ffn.fn.net.fc"),
+    ("_block.conv1.", "_block.conv1.fn.dw."),
+    ("_block.conv2.", "_block.conv2.fn.dw."),
+)
+_FLORENCE_TEXT = [
+    "What is the text in the image? What does the image describe?",
+    "Locate the objects with category name in the image, with their descriptions.",
+    "a receipt total price cash change item a dog a cat the red car",
+]
+
+
+def _florence_hub_key(key: str) -> str:
+    if key.startswith("model.vision_tower.convs."):
+        return key.removeprefix("model.").replace(".conv.", ".proj.")
+    if key == "model.multi_modal_projector.image_projection.weight":
+        return "image_projection"
+    for native, hub in _FLORENCE_HUB_NAMES:
+        key = key.replace(native, hub)
+    return key
+
+
+def florence2(folder: Path) -> tuple[Path, Path]:
+    """One seeded Florence-2 saved twice: ``hub/`` as microsoft/Florence-2-* publish it (a DaViT
+    ``vision_config`` with ``dim_embed``, a ``florence2_language`` text config with BART's generation
+    keys and ``no_repeat_ngram_size``, the weights under the Hub code's names with its zero
+    ``final_logits_bias``, a byte-level BPE tokenizer without the task and location tokens, a CLIP
+    image-processor config at 64 pixels) and ``native/`` as transformers saves the same model and
+    processor, the pad token marking the image's places. The decoder is drawn wide so readings vary."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import (
+        Florence2Config,
+        Florence2ForConditionalGeneration,
+        Florence2Processor,
+        PreTrainedTokenizerFast,
+    )
+
+    from sie.adapters.florence2_layout import POST_PROCESSOR_CONFIG, TASK_TOKENS
+
+    hub, native = folder / "hub", folder / "native"
+    hub.mkdir()
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(
+        _FLORENCE_TEXT * 4, vocab_size=400, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    )
+    bpe.save(str(hub / "tokenizer.json"))
+    roles = {
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "pad_token": "<pad>",
+        "unk_token": "<unk>",
+        "mask_token": "<mask>",
+    }
+    PreTrainedTokenizerFast(tokenizer_file=str(hub / "tokenizer.json"), **roles).save_pretrained(hub)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_file=str(hub / "tokenizer.json"), image_token="<pad>", **roles
+    )
+    tokenizer.add_special_tokens({"additional_special_tokens": list(TASK_TOKENS)})
+    vision = {
+        "dim_embed": [16, 32, 32, 32],
+        "depths": [1, 1, 1, 1],
+        "num_heads": [2, 2, 2, 2],
+        "num_groups": [2, 2, 2, 2],
+        "patch_size": [7, 3, 3, 3],
+        "patch_stride": [4, 2, 2, 2],
+        "patch_padding": [3, 1, 1, 1],
+        "patch_prenorm": [False, True, True, True],
+        "window_size": 2,
+        "projection_dim": 32,
+    }
+    text = {
+        "vocab_size": len(tokenizer),
+        "d_model": 32,
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+        "encoder_attention_heads": 2,
+        "decoder_attention_heads": 2,
+        "encoder_ffn_dim": 64,
+        "decoder_ffn_dim": 64,
+        "max_position_embeddings": 128,
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "decoder_start_token_id": tokenizer.eos_token_id,
+        "forced_eos_token_id": tokenizer.eos_token_id,
+    }
+    generation = {"no_repeat_ngram_size": 3}
+    torch.manual_seed(0)
+    config = Florence2Config(
+        vision_config={
+            **{key: value for key, value in vision.items() if key != "dim_embed"},
+            "embed_dim": vision["dim_embed"],
+            "drop_path_rate": 0.0,
+        },
+        text_config=text,
+        image_token_id=tokenizer.pad_token_id,
+    )
+    model = Florence2ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "language_model.decoder" in name and param.dim() == 2:
+                param.normal_(0.0, 0.5)
+    model.generation_config.update(**generation)
+    images = CLIPImageProcessorPil(
+        size={"height": 64, "width": 64},
+        crop_size={"height": 64, "width": 64},
+        do_center_crop=False,
+        resample=3,
+        image_mean=[0.485, 0.456, 0.406],
+        image_std=[0.229, 0.224, 0.225],
+    )
+    images.image_seq_length = (64 // 32) ** 2 + 1
+    model.save_pretrained(native)
+    processor = Florence2Processor(
+        image_processor=images, tokenizer=tokenizer, post_processor_config=POST_PROCESSOR_CONFIG
+    )
+    processor.save_pretrained(native)
+
+    state = {_florence_hub_key(key): tensor for key, tensor in model.state_dict().items()}
+    state["image_projection"] = state["image_projection"].T.contiguous()
+    state["language_model.final_logits_bias"] = torch.zeros(1, len(tokenizer))
+    torch.save(state, hub / "pytorch_model.bin")
+    hub_config = {
+        "model_type": "florence2",
+        "architectures": ["Florence2ForConditionalGeneration"],
+        "auto_map": {"AutoConfig": "configuration_florence2.Florence2Config"},
+        "projection_dim": 32,
+        "vocab_size": len(tokenizer),
+        "vision_config": {
+            "model_type": "davit",
+            **vision,
+            "drop_path_rate": 0.1,
+            "image_pos_embed": {"type": "learned_abs_2d", "max_pos_embeddings": 50},
+            "visual_temporal_embedding": {"type": "COSINE", "max_temporal_embeddings": 100},
+            "image_feature_source": ["spatial_avg_pool", "temporal_avg_pool"],
+            "enable_checkpoint": False,
+        },
+        "text_config": {"model_type": "florence2_language", **text, **generation, "num_beams": 3},
+    }
+    (hub / "config.json").write_text(json.dumps(hub_config))
+    (hub / "preprocessor_config.json").write_text(
+        json.dumps(
+            {
+                "image_processor_type": "CLIPImageProcessor",
+                "processor_class": "Florence2Processor",
+                "auto_map": {"AutoProcessor": "processing_florence2.Florence2Processor"},
+                "do_resize": True,
+                "size": {"height": 64, "width": 64},
+                "resample": 3,
+                "do_center_crop": False,
+                "crop_size": {"height": 64, "width": 64},
+                "do_rescale": True,
+                "rescale_factor": 1 / 255,
+                "do_normalize": True,
+                "image_mean": [0.485, 0.456, 0.406],
+                "image_std": [0.229, 0.224, 0.225],
+                "image_seq_length": (64 // 32) ** 2 + 1,
+            }
+        )
+    )
+    return hub, native

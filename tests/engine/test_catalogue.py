@@ -44,6 +44,7 @@ GLINER_UNION = "sie.adapters.gliner_union:GlinerUnionExtractor"
 OWLV2 = "sie.adapters.owlv2:Owlv2Detector"
 GROUNDING_DINO = "sie.adapters.grounding_dino:GroundingDinoDetector"
 DONUT = "sie.adapters.donut:DonutExtractor"
+FLORENCE2 = "sie.adapters.florence2:Florence2Extractor"
 ONNX_NER = "sie.adapters.token_ner_onnx:OnnxTokenNer"
 CLIP = "sie.adapters.clip:ClipEncoder"
 SIGLIP = "sie.adapters.clip:SiglipEncoder"
@@ -206,6 +207,12 @@ EXPECTED = {
     },
     ONNX_NER: {"nationaldesignstudio/rampart"},
     DONUT: {"naver-clova-ix/donut-base-finetuned-cord-v2", "naver-clova-ix/donut-base-finetuned-docvqa"},
+    FLORENCE2: {
+        "microsoft/Florence-2-base",
+        "microsoft/Florence-2-base-ft",
+        "microsoft/Florence-2-large",
+        "mynkchaudhry/Florence-2-FT-DocVQA",
+    },
     # The public vision ids that transformers' CLIPModel / SiglipModel run; Marqo's (open_clip) and
     # Qwen3-VL-Embedding are listed and refused (see docs/vision.md).
     CLIP: {
@@ -222,7 +229,7 @@ EXPECTED = {
     },
 }
 # The public ids of families this release does not run: listed, refused with MODEL_NOT_SERVED.
-NOT_SERVED_COUNT = 69
+NOT_SERVED_COUNT = 65
 
 CONFIGS = [config for _, config in load_model_dir(MODELS_DIR)]
 BY_ID = {config.sie_id: config for config in CONFIGS}

@@ -27,6 +27,7 @@ from sie.adapters.base import (
     SparseVector,
 )
 from sie.adapters.pooling import pool
+from sie.adapters.state_dicts import read_state_dict
 from sie.adapters.transformer import TransformerAdapter
 from sie.core.options import Capability, Pooling
 
@@ -34,7 +35,7 @@ _UNUSED_ROLES: Final = ("cls_token", "eos_token", "pad_token", "unk_token")
 
 
 def _linear(path: Path, device: torch.device) -> torch.nn.Linear:
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = read_state_dict(path)
     out_features, in_features = state["weight"].shape
     layer = torch.nn.Linear(in_features, out_features)
     layer.load_state_dict(state)

@@ -21,9 +21,9 @@ from typing import Final
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
 
 from sie.adapters.base import BatchOutputs, Forward, LoadSpec, ModelInput, Prepared, texts_only
+from sie.adapters.state_dicts import read_state_dict
 from sie.adapters.transformer import TransformerAdapter
 from sie.core.options import Capability, Pooling
 
@@ -41,12 +41,7 @@ def _load_projection(folder: Path) -> torch.Tensor:
         path = folder / name
         if not path.exists():
             continue
-        state: dict[str, torch.Tensor] = (
-            load_file(str(path))
-            if path.suffix == ".safetensors"
-            else torch.load(path, map_location="cpu", weights_only=True)
-        )
-        weight = state.get("linear.weight")
+        weight = read_state_dict(path).get("linear.weight")
         if weight is not None:
             return weight.float()
     raise FileNotFoundError(

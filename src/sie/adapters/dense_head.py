@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Final
 
 import torch
-from safetensors.torch import load_file
+
+from sie.adapters.state_dicts import folder_state_dict
 
 # sentence-transformers' ``activation_function`` names of the activations its Dense layers are saved
 # with; another would be a layer we cannot run as trained, which fails the load.
@@ -65,17 +66,6 @@ def _layer(path: Path, device: torch.device) -> tuple[torch.nn.Sequential, int]:
     linear = torch.nn.Linear(
         int(config["in_features"]), int(config["out_features"]), bool(config.get("bias", True))
     )
-    state = _weights(path)
+    state = folder_state_dict(path)
     linear.load_state_dict({name.removeprefix("linear."): tensor for name, tensor in state.items()})
     return torch.nn.Sequential(linear, _ACTIVATIONS[activation]()).eval().to(device), linear.out_features
-
-
-def _weights(path: Path) -> dict[str, torch.Tensor]:
-    if (path / "model.safetensors").exists():
-        return load_file(str(path / "model.safetensors"))
-    if (path / "pytorch_model.bin").exists():
-        state: dict[str, torch.Tensor] = torch.load(
-            path / "pytorch_model.bin", map_location="cpu", weights_only=True
-        )
-        return state
-    raise FileNotFoundError(f"{path} holds no Dense weights (model.safetensors or pytorch_model.bin)")

@@ -29,6 +29,7 @@ from sie.adapters.base import (
     UnsupportedInput,
 )
 from sie.adapters.clip import TokenizerVocabulary
+from sie.adapters.decoding import decoding
 from sie.adapters.images import rgb_images
 from sie.adapters.registry import DONUT_OPTIONS
 from sie.adapters.transformer import DeviceModel
@@ -50,16 +51,9 @@ def prompt(task: str, question: str | None) -> str:
     return task
 
 
-def _positive_int(task: Task | None, name: str, default: int) -> int:
-    value: Any = task.option(name, default) if task else default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UnsupportedInput(f"Donut option '{name}' must be a positive integer, got {value!r}")
-    return value
-
-
 def generation(task: Task | None) -> tuple[int, int]:
     """``max_new_tokens`` (512) and ``num_beams`` (1, greedy) from the request or the profile."""
-    return _positive_int(task, "max_new_tokens", 512), _positive_int(task, "num_beams", 1)
+    return decoding(task, "Donut", 512)
 
 
 def entities_of(parsed: dict[str, Any], task: str) -> list[Entity]:

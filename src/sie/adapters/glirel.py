@@ -47,6 +47,7 @@ from sie.adapters.base import (
     unit_option,
 )
 from sie.adapters.registry import GLIREL_OPTIONS
+from sie.adapters.state_dicts import folder_state_dict
 from sie.adapters.tokenizer import TextTokenizer
 from sie.adapters.transformer import absolute_positions, place_for_thresholds
 from sie.adapters.word_windows import WORD
@@ -126,7 +127,7 @@ class GlirelExtractor:
             config.model_name = str(spec.tokenizer_weights)
         with _backbone_from_config():
             model = GLiREL(config)
-        state = torch.load(spec.weights / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        state = folder_state_dict(spec.weights)
         missing, _ = model.load_state_dict(state, strict=False)
         if missing:
             shown = ", ".join(sorted(missing)[:5])

@@ -32,6 +32,7 @@ _COLPALI = "sie.adapters.colpali:ColPaliEncoder"
 _GLINER2 = "sie.adapters.gliner2:Gliner2Extractor"
 _JINA_RERANKER = "sie.adapters.jina_reranker:JinaRerankerScorer"
 _DONUT = "sie.adapters.donut:DonutExtractor"
+_FLORENCE2 = "sie.adapters.florence2:Florence2Extractor"
 _ST_CROSS_ENCODER = "sie.adapters.st_cross_encoder:SentenceTransformersCrossEncoder"
 _GLIREL = "sie.adapters.glirel:GlirelExtractor"
 _GLINER_UNION = "sie.adapters.gliner_union:GlinerUnionExtractor"
@@ -78,6 +79,7 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.gliner_union:GLiNERUnionAdapter": _GLINER_UNION,
     "sie_server.adapters.owlv2:Owlv2Adapter": _OWLV2,
     "sie_server.adapters.donut:DonutAdapter": _DONUT,
+    "sie_server.adapters.florence2:Florence2Adapter": _FLORENCE2,
     "sie_server.adapters.grounding_dino:GroundingDINOAdapter": _GROUNDING_DINO,
     "sie_server.adapters.nli_classification:NLIClassificationAdapter": _NLI,
     "sie_server.adapters.nli_classification_flash:NLIClassificationFlashAdapter": _NLI,
@@ -107,6 +109,7 @@ CANONICAL: Final = frozenset(
         _OWLV2,
         _GROUNDING_DINO,
         _DONUT,
+        _FLORENCE2,
         _NLI,
         # Token-classification NER has no public adapter (the public server runs NER through GLiNER).
         "sie.adapters.token_ner:TorchTokenNer",
@@ -149,7 +152,6 @@ NOT_SERVED: Final[dict[str, str]] = {
     f"{_P}laya": "an extractor (Laya)",
     f"{_P}privacy_filter": "a PII filter (privacy-filter)",
     f"{_P}stablebridge_pruner": "a context pruner (Stablebridge)",
-    f"{_P}florence2": "a document understanding model (Florence-2)",
     f"{_P}docling": "a document parser (Docling)",
     f"{_P}rope_flash": "an embedder on Alibaba's GTE 'NewModel' Hub code",
     f"{_P}nomic_flash": "an embedder on Nomic's nomic-bert Hub code",
@@ -207,6 +209,7 @@ GLINER2_OPTIONS: Final = frozenset({"threshold"})
 DETECTION_OPTIONS: Final = frozenset({"score_threshold", "threshold"})
 GROUNDING_OPTIONS: Final = frozenset({"box_threshold", "text_threshold"})
 DONUT_OPTIONS: Final = frozenset({"task", "max_new_tokens", "num_beams"})
+FLORENCE2_OPTIONS: Final = DONUT_OPTIONS
 _REQUEST_OPTIONS: Final[dict[str, frozenset[str]]] = {
     _GLINER: GLINER_OPTIONS,
     _NLI: NLI_OPTIONS,
@@ -217,6 +220,7 @@ _REQUEST_OPTIONS: Final[dict[str, frozenset[str]]] = {
     _OWLV2: DETECTION_OPTIONS,
     _GROUNDING_DINO: GROUNDING_OPTIONS,
     _DONUT: DONUT_OPTIONS,
+    _FLORENCE2: FLORENCE2_OPTIONS,
     "sie.adapters.token_ner:TorchTokenNer": TOKEN_ENTITY_OPTIONS,
     "sie.adapters.token_ner_onnx:OnnxTokenNer": TOKEN_ENTITY_OPTIONS,
 }
