@@ -909,7 +909,7 @@ def florence2(folder: Path) -> tuple[Path, Path]:
     from sie.adapters.florence2_layout import POST_PROCESSOR_CONFIG, TASK_TOKENS
 
     hub, native = folder / "hub", folder / "native"
-    hub.mkdir()
+    hub.mkdir(parents=True)
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator(
         _FLORENCE_TEXT * 4, vocab_size=400, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"]

@@ -301,6 +301,7 @@ GROUNDING_DINO = "test/grounding-dino"
 # Served under their public ids: the shipped YAMLs, given the built weights (``PUBLIC_WEIGHTS``).
 JINA_RERANKER = "jinaai/jina-reranker-v2-base-multilingual"
 DONUT = "naver-clova-ix/donut-base-finetuned-cord-v2"
+FLORENCE2 = "microsoft/Florence-2-base"  # the built Florence-2 in the Hub code's layout
 ZERANK = "zeroentropy/zerank-2-reranker"
 GLIREL = "jackboyla/glirel-large-v0"
 JINA_COLBERT = "jinaai/jina-colbert-v2"
@@ -510,6 +511,7 @@ profiles:
 PUBLIC_WEIGHTS = {
     "jinaai__jina-reranker-v2-base-multilingual.yaml": "jina",
     "naver-clova-ix__donut-base-finetuned-cord-v2.yaml": "donut",
+    "microsoft__Florence-2-base.yaml": "florence2",
     "zeroentropy__zerank-2-reranker.yaml": "zerank",
     "jackboyla__glirel-large-v0.yaml": "glirel",
     "superlinked__pii-redact.yaml": "gliner",
@@ -546,6 +548,7 @@ def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "grounding_dino": builders.grounding_dino(splade, root / "grounding-dino"),
         **dict(zip(("jina_reference", "jina"), builders.jina_reranker(splade, root / "jina"), strict=True)),
         "donut": builders.donut(splade, root / "donut"),
+        "florence2": builders.florence2(root / "florence2")[0],
         "zerank": builders.st_causal_reranker(splade, root / "zerank"),
         "glirel": builders.glirel(splade, root / "glirel"),
         "nuner": builders.gliner(splade, root / "nuner", span_mode="token_level"),
@@ -595,7 +598,7 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
     the public adapter name) with a ``merged`` profile, a BIO token tagger, an NLI zero-shot classifier,
     a CLIP and a SigLIP, a Qwen3-Reranker-shaped causal LM, a GLiClass (under the public adapter
     name, with a ``multi-label`` profile), an OWLv2 and a Grounding DINO detector, a ColPali and a
-    GLiNER2, and jina-reranker-v2, zerank-2, the CORD Donut, GLiREL, the pii-redact GLiNER union and
+    GLiNER2, and jina-reranker-v2, zerank-2, the CORD Donut, Florence-2-base, GLiREL, the pii-redact GLiNER union and
     jina-colbert-v2 under their public ids; all preloaded, float32."""
     root = tmp_path_factory.mktemp("families")
     env = {"SIE_MODELS_DIR": str(families_models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
@@ -623,6 +626,7 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
         GROUNDING_DINO,
         JINA_RERANKER,
         DONUT,
+        FLORENCE2,
         ZERANK,
         GLIREL,
         PII_REDACT,

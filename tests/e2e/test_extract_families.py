@@ -17,6 +17,7 @@ import pytest
 
 from sie.adapters.base import AnnotatedText, Forward, ImageData, LoadSpec, Task
 from sie.adapters.donut import CORD, DonutExtractor
+from sie.adapters.florence2 import DOCVQA, Florence2Extractor
 from sie.adapters.gliclass import GliclassClassifier
 from sie.adapters.gliner2 import Gliner2Extractor
 from sie.adapters.gliner_union import GlinerUnionExtractor
@@ -30,6 +31,7 @@ from tests import builders
 from tests.conftest import package_folder, random_png
 from tests.e2e.conftest import (
     DONUT,
+    FLORENCE2,
     GLICLASS,
     GLINER2,
     GLIREL,
@@ -330,6 +332,40 @@ def test_donut_under_its_public_id_reads_receipts_into_data_as_the_adapter(
         ]
     refused = families.client.post(f"/v1/extract/{DONUT}", json={"items": [{"text": "a receipt"}]})
     assert refused.status_code == 400 and refused.json()["detail"]["code"] == "INVALID_INPUT"
+
+
+def test_florence2_under_its_public_id_reads_as_the_adapter(
+    families: Server, unpack: Any, family_folders: dict[str, Path]
+) -> None:
+    """The shipped microsoft/Florence-2-base YAML (``<OD>``, 1024 new tokens) on a built checkpoint in
+    the Hub code's layout: objects and the parse in ``data`` as the adapter answers; an instruction is
+    a DocVQA question; a text item or an unknown task is the client's error."""
+    images = [random_png(50, 70, 5), random_png(120, 60, 6)]
+    items = [{"images": [{"data": i, "format": "png"}]} for i in images]
+    extractor = Florence2Extractor.load(
+        LoadSpec(family_folders["florence2"], "cpu", ComputePrecision.FLOAT32, 64)
+    )
+    for params, task in (({}, "<OD>"), ({"instruction": "what is the total"}, DOCVQA)):
+        got = extract_msgpack(families, FLORENCE2, {"items": items, "params": params}, unpack)["items"]
+        options = {"task": "<OD>", "max_new_tokens": 1024, "num_beams": 1}
+        forward = Forward(
+            frozenset({Capability.EXTRACT}), task=Task.of([], options, params.get("instruction"))
+        )
+        expected = extractor.run(extractor.prepare([ImageData(i, "png") for i in images], forward), forward)
+        assert expected.extractions is not None
+        for item, want in zip(got, expected.extractions, strict=True):
+            assert set(item) == KEYS and set(item["data"]) == {task} and item["data"] == want.data
+            assert [(o["label"], o["bbox"]) for o in item["objects"]] == [
+                (o.label, o.bbox) for o in want.objects
+            ]
+            assert [e["text"] for e in item["entities"]] == [e.text for e in want.entities]
+    refused = families.client.post(f"/v1/extract/{FLORENCE2}", json={"items": [{"text": "a page"}]})
+    assert refused.status_code == 400 and refused.json()["detail"]["code"] == "INVALID_INPUT"
+    unknown = {"items": items[:1], "params": {"options": {"task": "<DETECT>"}}}
+    response = families.client.post(
+        f"/v1/extract/{FLORENCE2}", content=msgpack.packb(unknown), headers=MSGPACK_HEADERS
+    )
+    assert response.status_code == 400 and "'task' must be one of" in response.text
 
 
 RELATING = "Apple Inc. was founded by Steve Jobs in Cupertino, California."

@@ -33,6 +33,7 @@ from tests.e2e.conftest import (
     COLPALI,
     DOCS,
     DONUT,
+    FLORENCE2,
     GLICLASS,
     GLINER,
     GLINER2,
@@ -118,6 +119,7 @@ MODELS = [
     JINA_RERANKER,
     ZERANK,
     DONUT,
+    FLORENCE2,
     GLIREL,
     PII_REDACT,
     JINA_COLBERT,
@@ -159,7 +161,19 @@ def texts(model: str, items: list[str]) -> dict[str, Any]:
 
 
 def route(model: str) -> str:
-    if model in (GLINER, NER, NLI, GLICLASS, GLINER2, OWLV2, GROUNDING_DINO, DONUT, GLIREL, PII_REDACT):
+    if model in (
+        GLINER,
+        NER,
+        NLI,
+        GLICLASS,
+        GLINER2,
+        OWLV2,
+        GROUNDING_DINO,
+        DONUT,
+        FLORENCE2,
+        GLIREL,
+        PII_REDACT,
+    ):
         return "extract"
     return "score" if model in SCORERS else "encode"
 
@@ -174,6 +188,8 @@ def requests(model: str) -> list[dict[str, Any]]:
         return [{"items": images, "params": {"labels": ["cat", "dog"], "options": options}}]
     if model == DONUT:
         return [{"items": images}]
+    if model == FLORENCE2:  # objects, then a DocVQA answer
+        return [{"items": images}, {"items": images, "params": {"instruction": "what is the total"}}]
     if model == GLIREL:  # the entities each item names, as a GLiNER would have found them
         named = [(t, [m.span() for m in re.finditer(r"[A-Z][a-z]+", t)]) for t in TEXTS]
         items = [
@@ -401,7 +417,7 @@ def test_the_device_answers_as_the_cpu(
     model: str, device_server: tuple[str, Server], cpu_answers: dict[str, list[dict[str, Any]]]
 ) -> None:
     precision, server = device_server
-    if model == DONUT and precision != "float32":
+    if model in (DONUT, FLORENCE2) and precision != "float32":
         pytest.skip("greedy generation in half precision may pick other tokens than float32's")
     tol = tolerance(precision, model)
     for body, expected in zip(requests(model), cpu_answers[model], strict=True):

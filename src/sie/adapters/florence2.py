@@ -167,7 +167,7 @@ class Florence2Extractor(DeviceModel):
             sequences = self.model.generate(
                 **inputs,
                 generation_config=self._defaults,
-                max_new_tokens=min(new_tokens, self._positions),
+                max_new_tokens=min(new_tokens, self._positions - 1),  # after the start token
                 num_beams=beams,
                 do_sample=False,
             )
