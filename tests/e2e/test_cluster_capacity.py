@@ -75,7 +75,9 @@ def test_the_sdk_waits_through_provisioning_until_a_worker_answers(nats: NatsSer
 
         def call() -> None:
             with SIEClient(gateway.url, timeout_s=30) as client:
-                client._jitter = lambda s: min(s, 0.5)  # poll every half second, not every 120 s
+                # Poll every half second, not after the gateway's Retry-After of 120 s (which the SDK
+                # honours unjittered): the test waits for the worker, not for the header.
+                client._sleep = lambda s: time.sleep(min(s, 0.5))
                 results.append(client.encode(MINILM, {"text": "cold start"}, provision_timeout_s=120))
 
         caller = threading.Thread(target=call)
