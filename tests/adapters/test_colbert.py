@@ -158,3 +158,41 @@ def test_a_checkpoint_that_says_so_does_not_expand_queries(colbert_dir: Path, tm
     )
     (expanded,) = default.prepare(["tiny query"], Forward(MULTI, is_query=True))
     assert len(expanded.ids) == QUERY_LENGTH  # a checkpoint that says nothing expands
+
+
+@pytest.mark.parametrize("is_query", [True, False])
+def test_a_requests_length_cuts_below_the_models_and_never_past_it(colbert_dir: Path, is_query: bool) -> None:
+    """The public per-request ``query_max_length`` / ``max_seq_length`` (``Forward.max_length``): a
+    shorter one cuts (and query expansion pads to it), a longer one keeps the model's own; the
+    vectors are the reference's at that length."""
+    loadtime = {"token_dim": TOKEN_DIM, "query_max_length": QUERY_LENGTH, "doc_max_length": 64}
+    encoder = ColbertEncoder.load(
+        LoadSpec(colbert_dir, "cpu", ComputePrecision.FLOAT32, 512, loadtime=loadtime)
+    )
+    texts = QUERIES if is_query else DOCS
+
+    def lengths(max_length: int | None) -> list[int]:
+        forward = Forward(MULTI, is_query=is_query, max_length=max_length)
+        return [len(p.ids) for p in encoder.prepare(texts, forward)]
+
+    own, short = lengths(None), lengths(6)
+    assert all(n <= 6 for n in short) and short != own
+    if is_query:
+        assert short == [6] * len(texts) and own == [QUERY_LENGTH] * len(texts)
+    assert lengths(10_000) == own
+    forward = Forward(MULTI, is_query=is_query, max_length=6)
+    ours = encoder.run(encoder.prepare(texts, forward), forward).multivector
+    reduced = ColbertEncoder.load(
+        LoadSpec(
+            colbert_dir,
+            "cpu",
+            ComputePrecision.FLOAT32,
+            512,
+            loadtime={**loadtime, "query_max_length": 6, "doc_max_length": 6},
+        )
+    )
+    plain = Forward(MULTI, is_query=is_query)
+    expected = reduced.run(reduced.prepare(texts, plain), plain).multivector
+    assert ours is not None and expected is not None
+    for got, want in zip(ours, expected, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-6)

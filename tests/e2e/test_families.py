@@ -212,6 +212,35 @@ def test_colbert_multivector_shape_dtypes_and_query_expansion(families: Server, 
     )
 
 
+def test_colbert_reads_the_requests_sequence_lengths_as_the_public_server(
+    families: Server, unpack: Any
+) -> None:
+    """``query_max_length`` cuts an expanded query below the model's 16, ``max_seq_length`` a
+    document; a length past the model's keeps its own; a score (jina-colbert-v2's) keeps each side to
+    its length."""
+    document = " ".join(["blood pressure rises with salt"] * 8)
+
+    def tokens(text: str, options: dict[str, Any]) -> int:
+        body = {"items": [{"text": text}], "params": {"output_types": ["multivector"], "options": options}}
+        (item,) = post(families, f"/v1/encode/{COLBERT}", body, unpack)["items"]
+        return int(item["multivector"]["num_tokens"])
+
+    assert tokens(QUERY, {"is_query": True, "query_max_length": 6}) == 6
+    assert tokens(QUERY, {"is_query": True, "query_max_length": 500}) == 16
+    assert tokens(QUERY, {"is_query": True, "query_max_length": "not a length"}) == 16
+    whole = tokens(document, {})
+    assert tokens(document, {"max_seq_length": 10}) <= 10 < whole
+    score = {"query": {"text": QUERY}, "items": [{"text": document}]}
+    full = post(families, f"/v1/score/{JINA_COLBERT}", score, unpack)["scores"][0]["score"]
+    short = post(
+        families,
+        f"/v1/score/{JINA_COLBERT}",
+        {**score, "options": {"query_max_length": 4, "max_seq_length": 6}},
+        unpack,
+    )["scores"][0]["score"]
+    assert short != full
+
+
 @pytest.mark.parametrize("is_query", [True, False])
 def test_muvera_profile_equals_muvera_of_the_multivector(
     families: Server, unpack: Any, is_query: bool

@@ -105,3 +105,14 @@ def test_an_image_to_a_text_only_model_or_several_images_are_invalid():
         plan.input_for(Item(images=[image]), "m", NAMED_ST)
     with pytest.raises(InvalidInput, match="one image per item, got 2"):
         plan.input_for(Item(images=[image, image]), "m", VISION)
+
+
+def test_a_requests_sequence_length_is_read_as_the_public_server_reads_it():
+    """``query_max_length`` for queries, ``max_seq_length`` for documents; a positive integer or a
+    string of one, anything else leaving the model's own (the public server never refuses it)."""
+    assert planned({"query_max_length": 48, "max_seq_length": 300}).max_length == 300
+    query = EncodeParams(options={"is_query": True, "query_max_length": "16"})
+    assert planned({"max_seq_length": 300}, query).max_length == 16
+    for raw in (0, -3, True, "many", None, 2.5e400, [4]):
+        assert planned({}, EncodeParams(options={"max_seq_length": raw})).max_length is None
+    assert planned({}, EncodeParams(options={"max_seq_length": 7.9})).max_length == 7

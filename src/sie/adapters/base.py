@@ -150,6 +150,9 @@ class Forward:
     is_query: bool = False
     task: Task | None = None  # extraction only
     lora: str | None = None  # a LoRA the adapter has loaded (``TakesLora``); None is the base model
+    # The request's cap on a text's tokens (a ColBERT's ``query_max_length`` / ``max_seq_length``): an
+    # adapter that reads it keeps to the smaller of it and its own length; None leaves its own.
+    max_length: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from sie.adapters.base import BatchOutputs, Forward, LoadSpec, ModelInput, Prepared, texts_only
+from sie.adapters.registry import COLBERT_OPTIONS
 from sie.adapters.state_dicts import read_state_dict
 from sie.adapters.transformer import TransformerAdapter
 from sie.core.options import Capability, Pooling
@@ -64,6 +65,7 @@ class ColbertEncoder(TransformerAdapter):
     family = "ColBERT"
     capabilities = frozenset({Capability.MULTIVECTOR})
     default_pooling = Pooling.MEAN  # unused: every token is an output
+    request_options = COLBERT_OPTIONS
 
     def __init__(self, spec: LoadSpec) -> None:
         super().__init__(spec)
@@ -102,6 +104,8 @@ class ColbertEncoder(TransformerAdapter):
         prefix, limit = (
             (self._query_prefix, self._query_length) if is_query else (self._doc_prefix, self._doc_length)
         )
+        if forward.max_length is not None:  # the request's length, never past the model's
+            limit = min(limit, forward.max_length)
         encoded = self._marked(texts_only(inputs, self.family), prefix)
         prepared = []
         for ids in encoded:

@@ -209,6 +209,8 @@ GLINER2_OPTIONS: Final = frozenset({"threshold"})
 DETECTION_OPTIONS: Final = frozenset({"score_threshold", "threshold"})
 GROUNDING_OPTIONS: Final = frozenset({"box_threshold", "text_threshold"})
 DONUT_OPTIONS: Final = frozenset({"task", "max_new_tokens", "num_beams"})
+# A ColBERT's query and document lengths per request (``Forward.max_length``), as the public server's.
+COLBERT_OPTIONS: Final = frozenset({"query_max_length", "max_seq_length"})
 FLORENCE2_OPTIONS: Final = DONUT_OPTIONS
 _REQUEST_OPTIONS: Final[dict[str, frozenset[str]]] = {
     _GLINER: GLINER_OPTIONS,
@@ -220,6 +222,8 @@ _REQUEST_OPTIONS: Final[dict[str, frozenset[str]]] = {
     _OWLV2: DETECTION_OPTIONS,
     _GROUNDING_DINO: GROUNDING_OPTIONS,
     _DONUT: DONUT_OPTIONS,
+    _COLBERT: COLBERT_OPTIONS,
+    _JINA_COLBERT: COLBERT_OPTIONS,
     _FLORENCE2: FLORENCE2_OPTIONS,
     "sie.adapters.token_ner:TorchTokenNer": TOKEN_ENTITY_OPTIONS,
     "sie.adapters.token_ner_onnx:OnnxTokenNer": TOKEN_ENTITY_OPTIONS,

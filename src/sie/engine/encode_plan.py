@@ -34,6 +34,7 @@ class EncodePlan:
     doc_template: str | None
     muvera: bool = False  # dense from the multivector (a profile's ``muvera`` option)
     lora: str | None = None  # ``lora_id``: the LoRA adapter to run with
+    max_length: int | None = None  # ``query_max_length`` for queries, ``max_seq_length`` else
 
     def input_for(self, item: Item, model: str, adapter: Adapter) -> ModelInput:
         """The item's image for a model that takes images, else ``text_for`` its text."""
@@ -59,6 +60,18 @@ def _typed(options: dict[str, Any], key: str, kind: type, default: Any) -> Any:
     if value is not None and not isinstance(value, kind):
         raise InvalidInput(f"Option '{key}' must be {kind.__name__}, got {type(value).__name__}")
     return value
+
+
+def _length(raw: Any) -> int | None:
+    """A runtime sequence length as the public server reads it: a positive integer (or a string of
+    one); anything else leaves the model's own, never an error."""
+    if isinstance(raw, bool):
+        return None
+    try:
+        length = int(raw)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return length if length > 0 else None
 
 
 def _output_types(model: str, raw: Sequence[Any], supported: frozenset[Capability]) -> tuple[Capability, ...]:
@@ -104,6 +117,7 @@ def plan_encode(
         raise InvalidInput(str(exc)) from None
     instruction = instruction or _typed(options, "instruction", str, None)
     muvera = options.get("muvera") is not None
+    is_query = bool(_typed(options, "is_query", bool, False))
     if muvera:  # the model's MuveraStage produces the dense output
         supported = supported | {MuveraStage.PRODUCES}
     return EncodePlan(
@@ -111,10 +125,11 @@ def plan_encode(
         output_dtype=output_dtype,
         pooling=pooling,
         normalize=_typed(options, "normalize", bool, True),
-        is_query=bool(_typed(options, "is_query", bool, False)),
+        is_query=is_query,
         instruction=instruction or _typed(options, "default_instruction", str, None),
         query_template=_typed(options, "query_template", str, None),
         doc_template=_typed(options, "doc_template", str, None),
         muvera=muvera,
         lora=lora_option(options),
+        max_length=_length(options.get("query_max_length" if is_query else "max_seq_length")),
     )

@@ -63,9 +63,9 @@ async def score(
             adapter = held.model.adapter
             # A model that takes images scores page images too (ColPali): each item's image, else its text.
             documents = [doc_plan.input_for(item, name, adapter) for item in items]
-            scores, inference = await _similarity(
-                parts, held, plan, query_plan.input_for(query, name, adapter), documents, lora
-            )
+            query_input = query_plan.input_for(query, name, adapter)
+            lengths = (query_plan.max_length, doc_plan.max_length)
+            scores, inference = await _similarity(parts, held, plan, query_input, documents, lora, lengths)
     timing = inference.timing(started, postprocessed=False)
     parts.observe(model, "score", timing)
     ids = [item_id(item.id, i) for i, item in enumerate(items)]
@@ -80,14 +80,19 @@ async def _similarity(
     query: ModelInput,
     documents: list[ModelInput],
     lora: str | None,
+    lengths: tuple[int | None, int | None],
 ) -> tuple[np.ndarray, Inference]:
-    """The weighted sum of each similarity the plan names, one score per document (in order)."""
+    """The weighted sum of each similarity the plan names, one score per document (in order); the
+    query and the documents each keep to their own requested length (``lengths``)."""
     assert plan.weights is not None
     outputs = frozenset(plan.weights)
     check_outputs(held, outputs)
 
     def group(is_query: bool) -> BatchGroup:
-        return BatchGroup(Forward(outputs, is_query=is_query, lora=lora), Postprocess(outputs))
+        length = lengths[0] if is_query else lengths[1]
+        return BatchGroup(
+            Forward(outputs, is_query=is_query, lora=lora, max_length=length), Postprocess(outputs)
+        )
 
     asked, answered = await asyncio.gather(
         parts.infer(held, [query], group(True)),
