@@ -46,6 +46,17 @@ async def test_a_failing_forward_fails_its_batch_only(executor):
     await w.close()
 
 
+async def test_a_stop_iteration_from_the_forward_fails_its_batch_instead_of_hanging(executor):
+    """asyncio cannot set StopIteration on a future: a library's bare ``next`` escaping an adapter
+    would leave the request waiting forever. It fails the batch like any other error."""
+    w = worker(FakeRunner(StopIteration()), executor)
+    results = await asyncio.wait_for(asyncio.gather(*w.submit(items(3), GROUP), return_exceptions=True), 5)
+    assert len(results) == 1 and isinstance(results[0], InferenceFailed)
+    assert isinstance(results[0].__cause__, RuntimeError)
+    assert [r.outputs.score for r in await asyncio.gather(*w.submit(items(4), GROUP))] == [4.0]
+    await w.close()
+
+
 async def test_out_of_memory_evicts_then_retries_then_splits(executor):
     evictions: list[bool] = []
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sized
+from collections.abc import Callable, Sized
+from functools import wraps
+from typing import ParamSpec, TypeVar
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 class EngineError(Exception):
@@ -17,6 +22,21 @@ def require_items(items: Sized) -> None:
     """Every operation needs at least one item; the message is the public server's."""
     if not len(items):
         raise InvalidInput("Field 'items' must not be empty")
+
+
+def future_safe(call: Callable[_P, _T]) -> Callable[_P, _T]:
+    """``call`` with a StopIteration it raises turned into a RuntimeError. asyncio cannot set
+    StopIteration on a future, so one escaping an adapter run on a thread (a library's bare ``next``)
+    would leave its request waiting forever instead of failing it."""
+
+    @wraps(call)
+    def guarded(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return call(*args, **kwargs)
+        except StopIteration as exc:
+            raise RuntimeError(f"{getattr(call, '__qualname__', call)!s} raised StopIteration") from exc
+
+    return guarded
 
 
 class ModelNotFound(EngineError):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from sie.adapters.base import AnnotatedText, ImageData, ModelInput, UnsupportedInput
-from sie.engine.errors import InvalidInput
+from sie.engine.errors import InvalidInput, future_safe
 from sie.engine.registry import Held
 from sie.engine.runner import BatchGroup
 from sie.engine.worker import ItemResult
@@ -75,11 +75,12 @@ class Infer:
         adapter = held.model.adapter
         started = time.perf_counter()
         try:
+            prepare = future_safe(adapter.prepare)
             if _input_chars(inputs) <= INLINE_TOKENIZE_CHARS:
-                prepared = adapter.prepare(inputs, group.forward)
+                prepared = prepare(inputs, group.forward)
             else:
                 loop = asyncio.get_running_loop()
-                prepared = await loop.run_in_executor(self._pool, adapter.prepare, inputs, group.forward)
+                prepared = await loop.run_in_executor(self._pool, prepare, inputs, group.forward)
         except UnsupportedInput as exc:
             raise InvalidInput(str(exc)) from exc
         tokenization_ms = (time.perf_counter() - started) * 1000

@@ -29,6 +29,7 @@ from sie.engine.errors import (
     OutOfMemory,
     Overloaded,
     ResourceExhausted,
+    future_safe,
 )
 
 log = logging.getLogger(__name__)
@@ -244,11 +245,13 @@ class ModelWorker:
         failure is ``ResourceExhausted``."""
         prepared, groups = [e.payload.prepared for e in batch], [e.group for e in batch]
         try:
-            return await loop.run_in_executor(self._executor, self._run_batch, prepared, groups)
+            return await loop.run_in_executor(self._executor, future_safe(self._run_batch), prepared, groups)
         except OutOfMemory:
             if self._on_oom is not None and await self._on_oom():
                 try:
-                    return await loop.run_in_executor(self._executor, self._run_batch, prepared, groups)
+                    return await loop.run_in_executor(
+                        self._executor, future_safe(self._run_batch), prepared, groups
+                    )
                 except OutOfMemory:
                     pass
             if self._run_split is None:
@@ -256,7 +259,7 @@ class ModelWorker:
             log.warning(
                 "model %s: out of memory for %d items; running the batch split", self.name, len(batch)
             )
-            return await loop.run_in_executor(self._executor, self._run_split, prepared, groups)
+            return await loop.run_in_executor(self._executor, future_safe(self._run_split), prepared, groups)
 
     def _shutting_down(self) -> EngineClosed:
         return EngineClosed(f"Model '{self.name}' is shutting down")
