@@ -14,7 +14,7 @@ from PIL import Image
 from transformers import AutoProcessor, Florence2ForConditionalGeneration
 
 from sie.adapters.base import Forward, ImageData, LoadSpec, Task, UnsupportedInput
-from sie.adapters.florence2 import DOCVQA, GROUNDING, Florence2Extractor, extraction_of
+from sie.adapters.florence2 import DOCVQA, GROUNDING, Florence2Extractor, extraction_of, reading
 from sie.adapters.florence2_layout import native_state_dict
 from sie.core.extraction import DetectedObject, Entity
 from sie.core.options import Capability, ComputePrecision
@@ -148,6 +148,39 @@ def test_bad_requests_are_refused_by_name(hub: Florence2Extractor) -> None:
         hub.prepare(image, forward("<OD>", instruction="<OD> and more"))
     with pytest.raises(UnsupportedInput, match="positions"):
         hub.prepare(image, forward("<OD>", instruction="total " * 200))
+    with pytest.raises(UnsupportedInput, match="placeholder"):
+        hub.prepare(image, forward("<OD>", instruction="what is <pad> here"))
+    with pytest.raises(UnsupportedInput, match="placeholder"):
+        hub.prepare(image, forward(GROUNDING, labels=["a dog", "<pad>"]))
+    with pytest.raises(UnsupportedInput, match="'num_beams' must be at most 16"):
+        wide = Task.of([], {"task": "<OD>", "num_beams": 2**40})
+        hub.prepare(image, Forward(frozenset({Capability.EXTRACT}), task=wide))
+
+
+def test_a_reading_the_parse_cannot_take_is_answered_as_its_text(reference: tuple[Any, Any]) -> None:
+    processor = reference[1]
+    text = "</s><s>a car<loc_99999999999999999999><loc_2><loc_3><loc_4></s>"
+    got = reading(processor, text, "<OD>", (100, 80))
+    assert got.objects == [] and got.data == {"<OD>": "a car<loc_99999999999999999999><loc_2><loc_3><loc_4>"}
+    boxes = reading(processor, "</s><s>a car<loc_100><loc_200><loc_300><loc_400></s>", "<OD>", (1000, 1000))
+    assert boxes.objects == [DetectedObject("a car", 1.0, [100, 200, 200, 200])]
+
+
+def test_a_checkpoint_that_keeps_one_tied_embedding_loads(
+    folders: tuple[Path, Path], reference: tuple[Any, Any], tmp_path: Path
+) -> None:
+    """The shared embedding, the encoder's, the decoder's and the output layer are one tensor; a
+    checkpoint that stores only the output layer's copy is whole."""
+    import shutil
+
+    shutil.copytree(folders[0], tmp_path / "hub")
+    state = torch.load(tmp_path / "hub" / "pytorch_model.bin", weights_only=True)
+    for key in ("shared", "encoder.embed_tokens", "decoder.embed_tokens"):
+        del state[f"language_model.model.{key}.weight"]
+    torch.save(state, tmp_path / "hub" / "pytorch_model.bin")
+    ours = extractor_of(tmp_path / "hub").model.state_dict()
+    for key, tensor in reference[0].state_dict().items():
+        assert torch.equal(ours[key], tensor), key
 
 
 def test_a_checkpoint_that_does_not_fit_is_refused() -> None:

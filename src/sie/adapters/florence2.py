@@ -17,6 +17,7 @@ region's the rectangle around its quadrilateral.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Sequence
 from typing import Any, Final, Self
@@ -89,6 +90,17 @@ def extraction_of(task: str, answer: Any) -> Extraction:
     return Extraction(objects=objects, data=data)
 
 
+def reading(processor: Any, text: str, task: str, size: tuple[int, int]) -> Extraction:
+    """The processor's parse of a generated text for ``task``; a text that parse cannot take (a
+    location token past the 1000 bins) is answered as its plain text in ``data``, not a failure."""
+    try:
+        parsed = processor.post_process_generation(text, task=task, image_size=size)
+    except ValueError:
+        plain = processor.post_process_generation(text, task="<OCR>", image_size=size)["<OCR>"]
+        return Extraction(data={task: plain})
+    return extraction_of(task, parsed[task])
+
+
 class Florence2Extractor(DeviceModel):
     family = "Florence-2"
     capabilities = frozenset({Capability.EXTRACT})
@@ -135,6 +147,9 @@ class Florence2Extractor(DeviceModel):
             request.instruction if request else None,
             self._tasks,
         )
+        placeholder = str(self._processor.image_token)
+        if placeholder in prompt:  # it marks where the image goes; in a prompt it would misplace it
+            raise UnsupportedInput(f"Florence-2 prompts cannot hold {placeholder!r}, the image's placeholder")
         prepared = []
         for image in rgb_images(inputs, NEEDS_IMAGE):
             try:
@@ -163,14 +178,13 @@ class Florence2Extractor(DeviceModel):
                 "pixel_values": torch.from_numpy(pixels).unsqueeze(0),
             }
         )
+        settings: Any = copy.deepcopy(self._defaults)
+        settings.update(
+            max_new_tokens=min(new_tokens, self._positions - 1),  # after the start token
+            num_beams=beams,
+            do_sample=False,
+        )
         with self._running():
-            sequences = self.model.generate(
-                **inputs,
-                generation_config=self._defaults,
-                max_new_tokens=min(new_tokens, self._positions - 1),  # after the start token
-                num_beams=beams,
-                do_sample=False,
-            )
+            sequences = self.model.generate(**inputs, generation_config=settings)
         text = self._processor.batch_decode(sequences, skip_special_tokens=False)[0]
-        parsed = self._processor.post_process_generation(text, task=task, image_size=size)
-        return extraction_of(task, parsed[task])
+        return reading(self._processor, text, task, size)

@@ -299,10 +299,13 @@ def load_hub_layout(folder: Path, dtype: torch.dtype) -> tuple[Any, Any, Generat
     if len(tokenizer) > vocabulary:
         raise ValueError(f"the Florence-2 tokenizer has {len(tokenizer)} tokens, the model {vocabulary}")
     state = native_state_dict(folder_state_dict(folder))
+    stored = next((key for key in (_SHARED, *sorted(_TIED)) if key in state), None)
+    if stored is not None:  # a checkpoint may keep any one of the tied copies
+        state.setdefault(_SHARED, state[stored])
     with torch.device("meta"):
         model: Any = Florence2ForConditionalGeneration(config)
     missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
-    absent = set(missing) - (_TIED if _SHARED in state else set())
+    absent = set(missing) - _TIED
     if absent or unexpected:
         shown = ", ".join(sorted(absent | set(unexpected))[:5])
         raise ValueError(f"{folder} does not fit Florence-2 ({config.text_config.d_model} wide): {shown}")
