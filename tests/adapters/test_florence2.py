@@ -152,7 +152,7 @@ def test_bad_requests_are_refused_by_name(hub: Florence2Extractor) -> None:
         hub.prepare(image, forward("<OD>", instruction="what is <pad> here"))
     with pytest.raises(UnsupportedInput, match="placeholder"):
         hub.prepare(image, forward(GROUNDING, labels=["a dog", "<pad>"]))
-    with pytest.raises(UnsupportedInput, match="'num_beams' must be at most 16"):
+    with pytest.raises(UnsupportedInput, match="'num_beams' must be an integer from 1 to 16"):
         wide = Task.of([], {"task": "<OD>", "num_beams": 2**40})
         hub.prepare(image, Forward(frozenset({Capability.EXTRACT}), task=wide))
 

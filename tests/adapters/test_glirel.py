@@ -191,8 +191,8 @@ def test_bad_entity_metadata_is_refused_before_any_work(
     ("options", "labels", "message"),
     [
         ({}, [], NO_LABELS),
-        ({"top_k": 0}, LABELS, "top_k must be a positive integer"),
-        ({"top_k": "3"}, LABELS, "top_k must be a positive integer"),
+        ({"top_k": 0}, LABELS, "GLiREL option 'top_k' must be a positive integer"),
+        ({"top_k": "3"}, LABELS, "GLiREL option 'top_k' must be a positive integer"),
         ({"threshold": 1.5}, LABELS, "threshold"),
     ],
 )

@@ -123,6 +123,26 @@ def unit_option(task: Task | None, name: str, default: float, family: str) -> fl
     return number
 
 
+def integer_option(
+    task: Task | None, name: str, default: int, family: str, low: int = 1, high: int | None = None
+) -> int:
+    """An integer option from the request or the profile, from ``low`` to ``high``; a bool, a float,
+    a string or an integer outside the bounds is the client's error, named with the family's words."""
+    value = task.option(name, default) if task else default
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        if high is not None:
+            bounds = f"an integer from {low} to {high}"
+        else:
+            bounds = "a positive integer" if low == 1 else f"an integer of at least {low}"
+        raise UnsupportedInput(f"{family} option '{name}' must be {bounds}, got {value!r}")
+    return value
+
+
 def finite_number(value: Any) -> float:
     """A client's number as a float; NaN for anything else (a bool, a string, an integer too large for
     a float: 10**400 arrives as a JSON integer), which the caller refuses by ``math.isfinite``."""
@@ -242,10 +262,15 @@ class LoadSpec:
     # the same tiers as the model's own: ``fetch(hf_id, revision, weights_path) -> folder``.
     fetch: Callable[[str, str | None, str | None], Path] | None = None
 
+    @property
+    def tokenizer_folder(self) -> Path:
+        """Where the tokenizer is: its own weights (a YAML's ``tokenizer_id``) or the model's."""
+        return self.tokenizer_weights or self.weights
+
     def tokenizer(self) -> TextTokenizer:
         from sie.adapters.tokenizer import TextTokenizer
 
-        return TextTokenizer.from_folder(self.tokenizer_weights or self.weights, self.max_seq_length)
+        return TextTokenizer.from_folder(self.tokenizer_folder, self.max_seq_length)
 
 
 class Vocabulary(Protocol):

@@ -59,7 +59,7 @@ class BgeM3Encoder(TransformerAdapter):
             Capability.MULTIVECTOR: int(self._colbert.out_features),
         }
         # FlagEmbedding leaves the tokenizer's cls, eos, pad and unk tokens out of sparse vectors.
-        unused = self.tokenizer.role_ids(spec.tokenizer_weights or spec.weights, _UNUSED_ROLES).values()
+        unused = self.tokenizer.role_ids(spec.tokenizer_folder, _UNUSED_ROLES).values()
         self._unused = np.fromiter(sorted(set(unused)), dtype=np.int64)
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:

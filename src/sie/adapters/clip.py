@@ -87,7 +87,7 @@ class DualEncoder(DeviceModel):
         hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         if spec.threads and spec.device.startswith("cpu"):
             torch.set_num_threads(spec.threads)
-        folder = str(spec.tokenizer_weights or spec.weights)
+        folder = str(spec.tokenizer_folder)
         self._tokenizer = AutoTokenizer.from_pretrained(folder)
         self._tokenizer_lock = threading.Lock()  # a fast tokenizer reconfigures itself per call
         self.tokenizer = TokenizerVocabulary(self._tokenizer)

@@ -8,23 +8,14 @@ state, so a client's thousand beams would be a device out of memory (or the host
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
-from sie.adapters.base import Task, UnsupportedInput
+from sie.adapters.base import Task, integer_option
 
 MAX_BEAMS: Final = 16
 
 
-def _positive_int(task: Task | None, name: str, default: int, family: str) -> int:
-    value: Any = task.option(name, default) if task else default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UnsupportedInput(f"{family} option '{name}' must be a positive integer, got {value!r}")
-    return value
-
-
 def decoding(task: Task | None, family: str, new_tokens: int) -> tuple[int, int]:
     """``max_new_tokens`` (``new_tokens`` unless asked) and ``num_beams`` (1, greedy; at most ``MAX_BEAMS``)."""
-    beams = _positive_int(task, "num_beams", 1, family)
-    if beams > MAX_BEAMS:
-        raise UnsupportedInput(f"{family} option 'num_beams' must be at most {MAX_BEAMS}, got {beams}")
-    return _positive_int(task, "max_new_tokens", new_tokens, family), beams
+    new = integer_option(task, "max_new_tokens", new_tokens, family)
+    return new, integer_option(task, "num_beams", 1, family, high=MAX_BEAMS)

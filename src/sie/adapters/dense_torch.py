@@ -31,7 +31,7 @@ class TorchDenseEncoder(TransformerAdapter):
         self.dims = {Capability.DENSE: width}
         self.default_pooling = read_default_pooling(spec.weights)
         if spec.loadtime.get("append_eos"):
-            folder = spec.tokenizer_weights or spec.weights
+            folder = spec.tokenizer_folder
             eos = self.tokenizer.role_ids(folder, ("eos_token",)).get("eos_token")
             if eos is None:
                 raise ValueError(f"append_eos is set but the tokenizer in {folder} names no eos_token")

@@ -39,6 +39,7 @@ from sie.adapters.base import (
     Prepared,
     Task,
     UnsupportedInput,
+    integer_option,
     texts_only,
     unit_option,
 )
@@ -74,9 +75,9 @@ class UnionOptions:
     @classmethod
     def of(cls, task: Task) -> UnionOptions:
         floor = unit_option(task, "score_floor", cls.score_floor, _FAMILY)
-        size = _integer(task, "window_words", cls.window_words, 2)
-        overlap = _integer(task, "window_overlap", cls.window_overlap, 0)
-        letters = _integer(task, "name_min_letters", cls.name_min_letters, 1, MAX_NAME_LETTERS)
+        size = integer_option(task, "window_words", cls.window_words, _FAMILY, 2)
+        overlap = integer_option(task, "window_overlap", cls.window_overlap, _FAMILY, 0)
+        letters = integer_option(task, "name_min_letters", cls.name_min_letters, _FAMILY, 1, MAX_NAME_LETTERS)
         if overlap >= size:
             raise UnsupportedInput("window_overlap must be less than window_words")
         label = task.option("propagate_label", None)
@@ -88,14 +89,6 @@ class UnionOptions:
         ):
             raise UnsupportedInput("default_labels must be a non-empty list of labels")
         return cls(floor, size, overlap, label or None, letters, tuple(labels or ()))
-
-
-def _integer(task: Task, name: str, default: int, low: int, high: int | None = None) -> int:
-    value = task.option(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high and value > high):
-        bounds = f"of at least {low}" if high is None else f"from {low} to {high}"
-        raise UnsupportedInput(f"{name} must be an integer {bounds}")
-    return value
 
 
 def word_windows(text: str, size: int, overlap: int) -> list[tuple[int, int]]:

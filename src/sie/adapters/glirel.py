@@ -44,6 +44,7 @@ from sie.adapters.base import (
     Task,
     UnsupportedInput,
     finite_number,
+    integer_option,
     unit_option,
 )
 from sie.adapters.registry import GLIREL_OPTIONS
@@ -75,9 +76,7 @@ class GlirelOptions:
 
     @classmethod
     def of(cls, task: Task) -> GlirelOptions:
-        top_k = task.option("top_k", DEFAULT_TOP_K)
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise UnsupportedInput("GLiREL top_k must be a positive integer")
+        top_k = integer_option(task, "top_k", DEFAULT_TOP_K, _FAMILY)
         return cls(unit_option(task, "threshold", 0.3, _FAMILY), top_k)
 
 
