@@ -114,8 +114,9 @@ class Florence2Extractor(DeviceModel):
         folder = spec.weights
         dtype = self._place(spec)
         model: Any
-        if is_hub_layout(json.loads((folder / "config.json").read_text())):
-            model, self._processor, self._defaults = load_hub_layout(folder, dtype)
+        config = json.loads((folder / "config.json").read_text())
+        if is_hub_layout(config):
+            model, self._processor, self._defaults = load_hub_layout(folder, config, dtype)
         else:  # transformers' own layout (the florence-community conversions)
             model = Florence2ForConditionalGeneration.from_pretrained(str(folder), dtype=dtype)
             processors: Any = AutoProcessor
@@ -168,21 +169,21 @@ class Florence2Extractor(DeviceModel):
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         """One generation per item, as for Donut: the rows of a batch must read exactly as each alone."""
         new_tokens, beams = decoding(forward.task, self.family, NEW_TOKENS)
-        return BatchOutputs(extractions=[self._read(item, new_tokens, beams) for item in batch])
+        settings: Any = copy.deepcopy(self._defaults)
+        settings.update(
+            max_new_tokens=min(new_tokens, self._positions - 1),  # after the start token
+            num_beams=beams,
+            do_sample=False,
+        )
+        return BatchOutputs(extractions=[self._read(item, settings) for item in batch])
 
-    def _read(self, item: Prepared, new_tokens: int, beams: int) -> Extraction:
+    def _read(self, item: Prepared, settings: Any) -> Extraction:
         pixels, size, task = item.payload
         inputs = self._moved(
             {
                 "input_ids": torch.from_numpy(item.ids).unsqueeze(0),
                 "pixel_values": torch.from_numpy(pixels).unsqueeze(0),
             }
-        )
-        settings: Any = copy.deepcopy(self._defaults)
-        settings.update(
-            max_new_tokens=min(new_tokens, self._positions - 1),  # after the start token
-            num_beams=beams,
-            do_sample=False,
         )
         with self._running():
             sequences = self.model.generate(**inputs, generation_config=settings)

@@ -16,7 +16,6 @@ the output layer stay the checkpoint's own.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, Final
@@ -290,9 +289,11 @@ def generation_defaults(text_config: dict[str, Any]) -> GenerationConfig:
     return generation
 
 
-def load_hub_layout(folder: Path, dtype: torch.dtype) -> tuple[Any, Any, GenerationConfig]:
-    """The native model, its processor and the generation defaults of a Hub-layout checkpoint."""
-    raw = json.loads((folder / "config.json").read_text())
+def load_hub_layout(
+    folder: Path, raw: dict[str, Any], dtype: torch.dtype
+) -> tuple[Any, Any, GenerationConfig]:
+    """The native model, its processor and the generation defaults of a Hub-layout checkpoint whose
+    ``config.json`` is ``raw``."""
     tokenizer = hub_tokenizer(folder)
     config: Any = native_config(raw, tokenizer.pad_token_id)
     vocabulary = int(config.text_config.vocab_size)
