@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import importlib.util
 import json
 import os
@@ -72,34 +73,13 @@ def _python312() -> str | None:
     return None
 
 
-def installed(python: Path, requirements: dict[str, str]) -> bool:
-    """Whether ``python`` exists and has exactly these distributions at these versions."""
-    if not python.exists():
-        return False
-    probe = subprocess.run(
-        [
-            str(python),
-            "-c",
-            "import importlib.metadata as m, json, sys\n"
-            "want = json.loads(sys.argv[1])\n"
-            "def version(name):\n"
-            "    try:\n"
-            "        return m.version(name)\n"
-            "    except m.PackageNotFoundError:\n"
-            "        return None\n"
-            "sys.exit(0 if all(version(n) == v for n, v in want.items()) else 1)\n",
-            json.dumps(requirements),
-        ],
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    return probe.returncode == 0
-
-
-# pip's words for "this machine cannot get the packages" (no network, no index, no wheel for this
-# Python): a venv built with ``skip_when_unreachable`` skips with pip's own error lines; any other
-# install failure fails.
+# The public SIE packages (SDK, config service, framework integrations) in one Python 3.12 venv, exactly
+# as requirements/public-lock.txt pins them. uv installs the whole lock in seconds where pip took
+# minutes per venv; a stamp of the lock's hash says whether an existing venv is still that lock.
+PUBLIC_LOCK: Final = REPO / "requirements" / "public-lock.txt"
+PUBLIC_VENV_STAMP: Final = ".installed-lock"
+# The installers' words for "this machine cannot get the packages" (no network, no index, no wheel
+# for this Python): the public venv then skips its tests with those lines; any other failure fails.
 UNREACHABLE: Final = (
     "Could not find a version that satisfies",
     "No matching distribution found",
@@ -111,48 +91,51 @@ UNREACHABLE: Final = (
     "Read timed out",
     "ProxyError",
     "requires a different Python",
+    "Failed to fetch",
+    "error sending request",
+    "dns error",
 )
 
 
-def python312_venv(
-    venv: Path,
-    requirements: dict[str, str],
-    no_python: str,
-    *,
-    pip_args: tuple[str, ...] = (),
-    timeout_s: float = 600,
-    skip_when_unreachable: bool = False,
-) -> Path:
-    """The python of a Python 3.12 venv holding exactly ``requirements``: reused when it does, built
-    (``--clear``) when it does not. Skips with ``no_python`` when no 3.12 exists; a failed install
-    fails the test, or skips it when ``skip_when_unreachable`` and pip could not reach the packages."""
+def _uv() -> str:
+    """The uv the project's lock installs beside the test interpreter (scripts/setup)."""
+    uv = Path(sys.executable).with_name("uv")
+    found = str(uv) if uv.exists() else shutil.which("uv")
+    if found is None:
+        pytest.fail("no uv beside the test interpreter: run scripts/setup", pytrace=False)
+    return found
+
+
+def public_venv(venv: Path, lock: Path = PUBLIC_LOCK, timeout_s: float = 600) -> Path:
+    """The python of a Python 3.12 venv holding exactly ``lock``: reused while its stamp matches the
+    lock, otherwise rebuilt (``--clear``, with pip seeded for the tests that download with it) and
+    synced by uv. Skips when no 3.12 exists or the packages are unreachable from this machine."""
     python = venv / "bin" / "python"
-    if installed(python, requirements):
+    stamp = venv / PUBLIC_VENV_STAMP
+    want = hashlib.sha256(lock.read_bytes()).hexdigest()
+    if python.exists() and stamp.exists() and stamp.read_text() == want:
         return python
     base = _python312()
     if base is None:
-        pytest.skip(no_python)
+        pytest.skip(
+            "the public SIE packages need Python >= 3.12 and no python3.12 was found (PATH, ~/.pyenv)"
+        )
     started = time.monotonic()
-    pins = [f"{name}=={version}" for name, version in requirements.items()]
+    uv = _uv()
     for command in (
-        [base, "-m", "venv", "--clear", str(venv)],
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *pip_args, *pins],
+        [uv, "venv", "--quiet", "--clear", "--seed", "--python", base, str(venv)],
+        [uv, "pip", "sync", "--quiet", "--python", str(python), str(lock)],
     ):
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired:
-            if skip_when_unreachable:
-                pytest.skip(f"installing {' '.join(pins)} took over {timeout_s:.0f} s (slow network?)")
-            raise
+            pytest.skip(f"installing {lock.name} took over {timeout_s:.0f} s (slow network?)")
         if done.returncode != 0:
-            errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")] or [
-                done.stderr[-2000:]
-            ]
-            if skip_when_unreachable and any(marker in done.stderr for marker in UNREACHABLE):
-                pytest.skip(f"pip cannot get {' '.join(pins)} on this machine: {' | '.join(errors)}")
+            if any(marker in done.stderr for marker in UNREACHABLE):
+                pytest.skip(f"cannot get the packages of {lock.name} on this machine: {done.stderr[-1000:]}")
             pytest.fail(f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}", pytrace=False)
-    assert installed(python, requirements), f"{venv} lacks some of {pins} after pip install"
-    print(f"built {venv} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    stamp.write_text(want)
+    print(f"built {venv} from {lock.name} in {time.monotonic() - started:.0f} s", file=sys.stderr)
     return python
 
 
@@ -180,44 +163,32 @@ def script_runner(
 
 
 @pytest.fixture(scope="session")
-def public_sdk_python() -> Path:
-    """A Python 3.12 with ``sie-sdk==0.10.1`` (which needs >= 3.12, and we test on 3.11).
+def public_python() -> Path:
+    """A Python 3.12 with the public ``sie-sdk``, ``sie-config`` and framework integrations 0.10.1
+    (requirements/public-lock.txt): they cannot be imported here, so tests run scripts in it.
 
-    The venv is ``$SIE_PUBLIC_SDK_VENV`` (default ``.venv-public-sdk`` in the repository root), built
-    on first use and reused afterwards. Tests that need it skip when no python3.12 can be found.
+    The venv is ``$SIE_PUBLIC_VENV`` (default ``.venv-public`` in the repository root), built on first
+    use and reused while it holds that lock. Tests that need it skip when no python3.12 exists or the
+    packages are unreachable, with the reason.
     """
-    return python312_venv(
-        Path(os.environ.get("SIE_PUBLIC_SDK_VENV", REPO / ".venv-public-sdk")),
-        {"sie-sdk": PUBLIC_SDK_VERSION},
-        f"sie-sdk {PUBLIC_SDK_VERSION} needs Python >= 3.12 and no python3.12 was found (PATH, ~/.pyenv)",
-    )
-
-
-PUBLIC_CONFIG_VERSION: Final = "0.10.1"
+    return public_venv(Path(os.environ.get("SIE_PUBLIC_VENV", REPO / ".venv-public")))
 
 
 @pytest.fixture(scope="session")
-def public_config_command() -> list[str]:
-    """``sie-config`` of the public ``sie-config==0.10.1`` (Python >= 3.12): the live peer our config
-    service is compared with. Its venv is ``$SIE_PUBLIC_CONFIG_VENV`` (default ``.venv-public-config``),
-    built on first use; tests skip when no python3.12 exists or pip cannot reach the package."""
-    python = python312_venv(
-        Path(os.environ.get("SIE_PUBLIC_CONFIG_VENV", REPO / ".venv-public-config")),
-        {"sie-config": PUBLIC_CONFIG_VERSION},
-        f"sie-config {PUBLIC_CONFIG_VERSION} needs Python >= 3.12 and no python3.12 was found (PATH, ~/.pyenv)",
-        skip_when_unreachable=True,
-    )
-    return [str(python.with_name("sie-config"))]
+def public_config_command(public_python: Path) -> list[str]:
+    """``sie-config`` of the public ``sie-config==0.10.1``: the live peer our config service is
+    compared with."""
+    return [str(public_python.with_name("sie-config"))]
 
 
 @pytest.fixture(scope="session")
-def run_public_sdk(public_sdk_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Any]:
+def run_public_sdk(public_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Any]:
     """``run_public_sdk(script, *args, timeout_s=180)``: run a script in the public SDK's venv.
 
     The public package cannot be imported into this process, so a test hands it a script that makes
     the calls and prints one JSON document on stdout; the parsed document comes back.
     """
-    return script_runner(public_sdk_python, tmp_path_factory.mktemp("public-sdk"), "public SDK", {}, 180)
+    return script_runner(public_python, tmp_path_factory.mktemp("public-sdk"), "public SDK", {}, 180)
 
 
 def dense(adapter: Any, texts: list[str], pooling: Pooling | None = None) -> np.ndarray:
@@ -309,22 +280,17 @@ PUBLIC_SERVER_VERSION: Final = "0.10.1"
 
 
 @pytest.fixture(scope="session")
-def public_server_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def public_server_models(public_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The model YAMLs of the public ``sie-server==0.10.1`` wheel (read, never installed: it needs
-    Python >= 3.12 and its own torch): the catalogue ours must cover. The wheel is downloaded once
-    into ``$SIE_PUBLIC_WHEELS`` (default ``.public-wheels``); tests skip when no python3.12 exists
-    or pip cannot reach the package."""
+    Python >= 3.12 and its own torch): the catalogue ours must cover. The wheel is downloaded once,
+    by the public venv's pip, into ``$SIE_PUBLIC_WHEELS`` (default ``.public-wheels``); tests skip
+    when pip cannot reach the package."""
     import zipfile
 
     wheels = Path(os.environ.get("SIE_PUBLIC_WHEELS", REPO / ".public-wheels"))
     pattern = f"sie_server-{PUBLIC_SERVER_VERSION}-*.whl"
     if not list(wheels.glob(pattern)):
-        base = _python312()
-        if base is None:
-            pytest.skip("downloading the public sie-server wheel needs a python3.12")
-        pip_venv = tmp_path_factory.mktemp("pip-venv")  # a system Python may have no pip of its own
-        subprocess.run([base, "-m", "venv", "--clear", str(pip_venv)], check=True, timeout=120)
-        pip = [str(pip_venv / "bin" / "python"), "-m", "pip", "download", "--quiet", "--no-deps"]
+        pip = [str(public_python), "-m", "pip", "download", "--quiet", "--no-deps"]
         done = subprocess.run(
             [*pip, "--only-binary=:all:", "-d", str(wheels), f"sie-server=={PUBLIC_SERVER_VERSION}"],
             capture_output=True,

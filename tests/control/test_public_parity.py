@@ -2,8 +2,8 @@
 requests (reads, adds, merges, conflicts, bad YAML, idempotent replays, auth failures) to both, with
 the same bundles, catalogue and tokens, must get the same statuses and bodies.
 
-The public service needs Python 3.12 (``public_config_command`` in tests/conftest.py builds its venv
-on first use, or skips saying why). Where the two differ by design the step says so (``DIFFERENCES``); each is
+The public service needs Python 3.12 (``public_config_command`` in tests/conftest.py runs it from the
+public venv, built on first use from requirements/public-lock.txt, or skips saying why). Where the two differ by design the step says so (``DIFFERENCES``); each is
 also in docs/cluster.md.
 """
 

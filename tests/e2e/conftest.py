@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 
 from tests import builders
-from tests.conftest import MODELS_DIR, PUBLIC_SDK_VERSION, REPO, package_folder, python312_venv, script_runner
+from tests.conftest import MODELS_DIR, package_folder, script_runner
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM = MODEL
@@ -656,54 +656,13 @@ def cosine() -> Any:
     return cosine_of
 
 
-# The public framework integrations (LangChain, LlamaIndex, Haystack) share one Python 3.12 venv:
-# their dependency sets resolve together (pip check is clean) and one venv installs in about two
-# minutes cold. The frameworks are pinned to the versions pip picks for the three today, so runs are
-# reproducible and pip does not backtrack (unpinned, it walks a dozen langsmith releases first).
-INTEGRATION_REQUIREMENTS = {
-    "sie-sdk": PUBLIC_SDK_VERSION,
-    "sie-langchain": PUBLIC_SDK_VERSION,
-    "sie-llamaindex": PUBLIC_SDK_VERSION,
-    "sie-haystack": PUBLIC_SDK_VERSION,
-    "langchain-core": "1.6.10",
-    "langsmith": "0.8.5",
-    "llama-index-core": "0.14.25",
-    "haystack-ai": "3.4.0",
-    # What the public packages' own integration tests run on (tests/e2e/test_public_suites.py).
-    "pytest": "9.2.0",
-    "pytest-asyncio": "1.5.0",
-}
-INTEGRATIONS_INSTALL_TIMEOUT_S = 1200
-
-
 @pytest.fixture(scope="session")
-def integrations_python() -> Path:
-    """A Python 3.12 with ``sie-langchain``, ``sie-llamaindex`` and ``sie-haystack`` 0.10.1 (and the
-    public ``sie-sdk`` they call).
-
-    The venv is ``$SIE_INTEGRATIONS_VENV`` (default ``.venv-integrations`` in the repository root),
-    built on first use and reused while it holds exactly ``INTEGRATION_REQUIREMENTS``. Tests that need
-    it skip when no python3.12 exists or pip cannot reach the packages, with the reason.
-    """
-    return python312_venv(
-        Path(os.environ.get("SIE_INTEGRATIONS_VENV", REPO / ".venv-integrations")),
-        INTEGRATION_REQUIREMENTS,
-        "sie-langchain/sie-llamaindex/sie-haystack 0.10.1 call sie-sdk 0.10.1, which needs Python >= 3.12, "
-        "and no python3.12 was found (PATH, ~/.pyenv)",
-        pip_args=("--no-compile",),
-        timeout_s=INTEGRATIONS_INSTALL_TIMEOUT_S,
-        skip_when_unreachable=True,
-    )
-
-
-@pytest.fixture(scope="session")
-def run_integration(integrations_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """``run_integration(script, *args)``: run a script in the integrations' venv, parse its JSON stdout."""
+def run_integration(public_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``run_integration(script, *args)``: run a script in the public venv (where the framework
+    integrations are), parse its JSON stdout."""
     env = {
         # Haystack reports pipeline runs to PostHog unless told not to; nothing leaves this machine.
         "HAYSTACK_TELEMETRY_ENABLED": "False",
         "LANGSMITH_TRACING": "false",
     }
-    return script_runner(
-        integrations_python, tmp_path_factory.mktemp("integrations"), "integration", env, 300
-    )
+    return script_runner(public_python, tmp_path_factory.mktemp("integrations"), "integration", env, 300)

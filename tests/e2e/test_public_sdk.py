@@ -1,9 +1,9 @@
 """The PUBLIC ``sie-sdk==0.10.1`` (PyPI) against our server, compared with our own ``sie.sdk``.
 
-The public SDK needs Python >= 3.12, so it runs in a venv of its own (the ``run_public_sdk`` fixture
-of ``tests/conftest.py``, which builds ``$SIE_PUBLIC_SDK_VENV`` once). One script run in that venv
-makes every call and prints the results as JSON; the tests then make the same calls with our SDK
-and compare. The script also calls a model that is not preloaded: the public SDK must get through the
+The public SDK needs Python >= 3.12, so it runs in the public venv (``run_public_sdk`` of
+``tests/conftest.py``, which builds ``$SIE_PUBLIC_VENV`` once from requirements/public-lock.txt). One
+script run in that venv makes every call and prints the results as JSON; the tests then make the same
+calls with our SDK and compare. The script also calls a model that is not preloaded: the public SDK must get through the
 server's ``503 MODEL_LOADING`` + ``Retry-After`` on its own.
 
 The second half does the same against the ``families`` server (tests/e2e/conftest.py) for every

@@ -9,7 +9,7 @@ that checks what a trained model knows (which document ranks first, that a perso
 pass on them; those are listed in ``NEEDS_TRAINED_WEIGHTS`` with what they check. Every other test
 must pass, and no failure may be a model the server lacks or refuses (the 35 ``MODEL_NOT_FOUND``
 failures that the public suites met before jina-reranker-v2 and bge-m3's ``bge_m3_flag`` profile
-were served). The tests that need a vector database the integrations venv does not install
+were served). The tests that need a vector database the public venv does not install
 (Chroma) are deselected.
 """
 
@@ -27,14 +27,13 @@ import pytest
 from tests import builders
 from tests.conftest import PUBLIC_SDK_VERSION
 from tests.e2e.conftest import (
-    INTEGRATIONS_INSTALL_TIMEOUT_S,
     Server,
     run_server,
     shipped_models,
     tiny_bert_dir,
 )
 
-pytestmark = pytest.mark.timeout(INTEGRATIONS_INSTALL_TIMEOUT_S + 600)
+pytestmark = pytest.mark.timeout(900)
 
 PACKAGES = ("sie-langchain", "sie-llamaindex", "sie-haystack")
 BGE_M3 = "BAAI/bge-m3"
@@ -52,13 +51,13 @@ FAILED_AS_MISSING = ("MODEL_NOT_FOUND", "MODEL_NOT_SERVED", "NotFound", " 404")
 
 
 @pytest.fixture(scope="module")
-def public_suites(integrations_python: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def public_suites(public_python: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Each package's ``tests/`` folder from its 0.10.1 sdist on PyPI (skipped when unreachable)."""
     root = tmp_path_factory.mktemp("public-suites")
     pins = [f"{name}=={PUBLIC_SDK_VERSION}" for name in PACKAGES]
     download = subprocess.run(
         [
-            str(integrations_python),
+            str(public_python),
             "-m",
             "pip",
             "download",
@@ -140,12 +139,12 @@ def _run_suite(python: Path, suite: Path, url: str, workdir: Path) -> tuple[list
 
 
 def test_the_public_integration_suites_pass_but_for_trained_weights(
-    public_suites: dict[str, Path], public_ids_server: Server, integrations_python: Path, tmp_path: Path
+    public_suites: dict[str, Path], public_ids_server: Server, public_python: Path, tmp_path: Path
 ) -> None:
     runs: dict[str, int] = {}
     failed: list[tuple[str, str]] = []
     for package, suite in public_suites.items():
-        passed, bad = _run_suite(integrations_python, suite, public_ids_server.url, tmp_path / package)
+        passed, bad = _run_suite(public_python, suite, public_ids_server.url, tmp_path / package)
         runs[package] = len(passed) + len(bad)
         failed += [(f"{package} {name}", text) for name, text in bad]
     missing = [(name, text[:300]) for name, text in failed if any(m in text for m in FAILED_AS_MISSING)]
