@@ -1030,3 +1030,109 @@ def florence2(folder: Path) -> tuple[Path, Path]:
         )
     )
     return hub, native
+
+
+# Qwen2-VL's chat and vision tokens, which the ColQwen2.5 prompts use.
+COLQWEN_TOKENS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|vision_start|>", "<|vision_end|>"]
+COLQWEN_TOKENS += ["<|image_pad|>", "<|video_pad|>"]
+COLQWEN_BASE = "vidore/colqwen2.5-base"
+# What colpali-engine's LoRA targets: the language model's projections and the retrieval projection.
+COLQWEN_LORA_TARGETS = (
+    r"(.*(model).*(down_proj|gate_proj|up_proj|k_proj|q_proj|v_proj|o_proj).*$|.*(custom_text_proj).*$)"
+)
+
+
+def colpali_engine_colqwen2_5() -> Any:
+    """colpali-engine's own ``ColQwen2_5`` class, read from its module file: the package's
+    ``__init__`` imports its processors, which import transformers' torchvision image processor, and
+    torchvision is not installed (requirements/overrides.txt). The model module needs only torch and
+    transformers."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("colpali_engine")
+    assert spec is not None and spec.submodule_search_locations
+    path = (
+        Path(next(iter(spec.submodule_search_locations))) / "models/qwen2_5/colqwen2_5/modeling_colqwen2_5.py"
+    )
+    module_spec = importlib.util.spec_from_file_location("colpali_engine_modeling_colqwen2_5", path)
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.ColQwen2_5
+
+
+def colqwen2_5(splade_dir: Path, folder: Path) -> tuple[Path, Path]:
+    """A tiny ColQwen2.5 as vidore ships it: ``(adapter, base)``. The base (``vidore/colqwen2.5-base``'s
+    layout) is colpali-engine's ``ColQwen2_5`` over a two-layer Qwen2.5-VL (a two-block vision tower,
+    14-pixel patches merged 2x2), its language model saved under the older ``model.*`` names that
+    colpali-engine maps on load; the adapter (``vidore/colqwen2.5-v0.2``'s layout) is a PEFT LoRA over
+    it with non-zero weights under the same older names, plus the processor (the packaged BERT
+    tokenizer with Qwen2-VL's tokens, a PIL Qwen2-VL image processor)."""
+    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+    from transformers import Qwen2_5_VLConfig, Qwen2VLImageProcessorPil
+
+    tokenizer = _bert_tokenizer_with(splade_dir, COLQWEN_TOKENS)
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in COLQWEN_TOKENS}
+    config = Qwen2_5_VLConfig(
+        text_config={
+            "vocab_size": len(tokenizer),
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 2048,
+            "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+        },
+        vision_config={
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "out_hidden_size": 64,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "window_size": 56,
+            "fullatt_block_indexes": [1],
+        },
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+    )
+    torch.manual_seed(11)
+    model = colpali_engine_colqwen2_5()(config).eval()
+    base, adapter = folder / "base", folder / "adapter"
+    base.mkdir(parents=True)
+    config.save_pretrained(base)
+    save_file(
+        {_colqwen_old_name(k): v.contiguous() for k, v in model.state_dict().items()},
+        base / "model.safetensors",
+    )
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=COLQWEN_LORA_TARGETS, init_lora_weights=False)
+    peft_model = get_peft_model(model, lora)
+    adapter.mkdir()
+    weights = get_peft_model_state_dict(peft_model)
+    save_file(
+        {_colqwen_old_name(k, "base_model.model."): v.contiguous() for k, v in weights.items()},
+        adapter / "adapter_model.safetensors",
+    )
+    lora.base_model_name_or_path = COLQWEN_BASE
+    lora.save_pretrained(str(adapter))
+    # The processor's parts, saved apart: a Qwen2VLProcessor also wants a video processor, and
+    # transformers' Qwen2-VL one needs torchvision.
+    tokenizer.save_pretrained(adapter)
+    Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=112 * 112).save_pretrained(adapter)
+    return adapter, base
+
+
+def _colqwen_old_name(key: str, prefix: str = "") -> str:
+    """A key of colpali-engine's ColQwen2_5 (transformers 5) under the names older checkpoints use."""
+    inner = key.removeprefix(prefix)
+    if inner.startswith("language_model."):
+        inner = "model." + inner.removeprefix("language_model.")
+    return prefix + inner

@@ -1,50 +1,27 @@
-"""ColPali visual document retrieval: a page image becomes one vector per image patch (and per token of
-the model's prompt), a text query one per token, scored against each other by late interaction
-(MaxSim), as a ColBERT's.
+"""ColPali visual document retrieval (``page_retrieval`` says what the page retrievers share).
 
 transformers' ``ColPaliForRetrieval`` and ``ColPaliProcessor`` own the model: the processor puts an
 image behind its image tokens and a query behind ``Question:`` with the query-augmentation tokens the
-model was trained with, and the model projects every position to ``embedding_dim``. Each item keeps
-the positions its attention mask covers (a batch's padding is dropped), each vector L2-normalised
-(the public default, ``normalize: true``). Texts and images batch separately: a batch of pages is one
-forward, a batch of queries another.
+model was trained with, and the model projects every position to ``embedding_dim``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Final, Self
+from typing import Any
 
-import numpy as np
-import torch.nn.functional as F
+import torch
 from PIL import Image
 from transformers import AutoTokenizer, ColPaliForRetrieval, ColPaliProcessor
 from transformers.models.auto.image_processing_auto import AutoImageProcessor
 
-from sie.adapters.base import (
-    BatchOutputs,
-    Forward,
-    ImageData,
-    LoadSpec,
-    ModelInput,
-    Prepared,
-    UnsupportedInput,
-)
+from sie.adapters.base import LoadSpec
 from sie.adapters.clip import TokenizerVocabulary
-from sie.adapters.images import decode_image
-from sie.adapters.transformer import DeviceModel
-from sie.core.options import Capability, Modality, Pooling
-
-NEEDS_INPUT: Final = "ColPali encodes a text query or a page image"
+from sie.adapters.page_retrieval import PageRetriever
+from sie.core.options import Capability
 
 
-class ColPaliEncoder(DeviceModel):
+class ColPaliEncoder(PageRetriever):
     family = "ColPali"
-    request_options: frozenset[str] = frozenset()
-    capabilities = frozenset({Capability.MULTIVECTOR})
-    inputs = frozenset({Modality.TEXT, Modality.IMAGE})
-    default_pooling = Pooling.CLS  # unused: one vector per position
-    packs_tokens = False
 
     def __init__(self, spec: LoadSpec) -> None:
         folder = str(spec.weights)
@@ -56,43 +33,16 @@ class ColPaliEncoder(DeviceModel):
         self.model = model.eval().to(self.device)
         self.dims = {Capability.MULTIVECTOR: int(model.config.embedding_dim)}
         self._image_cost = int(getattr(images, "image_seq_length", 0) or 1024)
-        self._max_length = spec.max_seq_length
 
-    @classmethod
-    def load(cls, spec: LoadSpec) -> Self:
-        return cls(spec)
+    def _page_cost(self, page: Image.Image) -> int:
+        return self._image_cost  # the processor's image tokens, whatever the page's size
 
-    def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
-        prepared = []
-        for one in inputs:
-            if isinstance(one, ImageData):
-                prepared.append(Prepared(payload=decode_image(one).convert("RGB"), weight=self._image_cost))
-            elif isinstance(one, str):
-                ids = self._processor.tokenizer(one, add_special_tokens=True)["input_ids"]
-                prepared.append(Prepared(np.asarray(ids, dtype=np.int64), payload=one))
-            else:
-                raise UnsupportedInput(NEEDS_INPUT)
-        return prepared
+    def _encode_pages(self, pages: list[Image.Image]) -> Any:
+        return self._processor(images=pages, return_tensors="pt")
 
-    def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
-        vectors: list[np.ndarray | None] = [None] * len(batch)
-        pages = [row for row, item in enumerate(batch) if isinstance(item.payload, Image.Image)]
-        queries = [row for row, item in enumerate(batch) if isinstance(item.payload, str)]
-        if pages:
-            encoded = self._processor(images=[batch[row].payload for row in pages], return_tensors="pt")
-            for row, rows in zip(pages, self._forward(encoded), strict=True):
-                vectors[row] = rows
-        if queries:
-            texts = [batch[row].payload for row in queries]
-            encoded = self._processor(text=texts, return_tensors="pt")
-            for row, rows in zip(queries, self._forward(encoded), strict=True):
-                vectors[row] = rows
-        return BatchOutputs(multivector=[v for v in vectors if v is not None])
+    def _encode_texts(self, texts: list[str]) -> Any:
+        return self._processor(text=texts, return_tensors="pt")
 
-    def _forward(self, encoded: Any) -> list[np.ndarray]:
-        inputs = self._moved({key: value for key, value in encoded.items() if key != "labels"})
-        with self._running():
-            embeddings = self.model(**inputs).embeddings
-        normalized = F.normalize(embeddings.float(), dim=-1).cpu().numpy()
-        mask = inputs["attention_mask"].bool().cpu().numpy()
-        return [rows[keep] for rows, keep in zip(normalized, mask, strict=True)]
+    def _embeddings(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        embeddings: torch.Tensor = self.model(**{k: v for k, v in inputs.items() if k != "labels"}).embeddings
+        return embeddings

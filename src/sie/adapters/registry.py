@@ -29,6 +29,7 @@ _GLICLASS = "sie.adapters.gliclass:GliclassClassifier"
 _OWLV2 = "sie.adapters.owlv2:Owlv2Detector"
 _GROUNDING_DINO = "sie.adapters.grounding_dino:GroundingDinoDetector"
 _COLPALI = "sie.adapters.colpali:ColPaliEncoder"
+_COLQWEN2 = "sie.adapters.colqwen2:ColQwen2Encoder"
 _GLINER2 = "sie.adapters.gliner2:Gliner2Extractor"
 _JINA_RERANKER = "sie.adapters.jina_reranker:JinaRerankerScorer"
 _DONUT = "sie.adapters.donut:DonutExtractor"
@@ -57,6 +58,7 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.sentence_transformer:SentenceTransformerSparseAdapter": _SPLADE,
     "sie_server.adapters.colbert:ColBERTAdapter": _COLBERT,
     "sie_server.adapters.colpali:ColPaliAdapter": _COLPALI,
+    "sie_server.adapters.colqwen2:ColQwen2Adapter": _COLQWEN2,
     "sie_server.adapters.colbert_modernbert_flash:ColBERTModernBERTFlashAdapter": _COLBERT,
     "sie_server.adapters.colbert_rotary_flash:ColBERTRotaryFlashAdapter": _JINA_COLBERT,
     "sie_server.adapters.bge_m3_flash:BGEM3FlashAdapter": _BGE_M3,
@@ -96,6 +98,7 @@ CANONICAL: Final = frozenset(
         _COLBERT,
         _JINA_COLBERT,
         _COLPALI,
+        _COLQWEN2,
         _BGE_M3,
         _CROSS_ENCODER,
         _JINA_RERANKER,
@@ -139,7 +142,6 @@ NOT_SERVED: Final[dict[str, str]] = {
     f"{_P}paddleocr_vl": "an OCR vision-language model (PaddleOCR-VL)",
     f"{_P}mineru_vl": "an OCR vision-language model (MinerU)",
     f"{_P}sam3": "an image segmentation model (SAM 3)",
-    f"{_P}colqwen2": "a visual document retriever (ColQwen2)",
     f"{_P}colqwen3": "a visual document retriever (ColQwen3)",
     f"{_P}colsmol": "a visual document retriever (ColSmol)",
     f"{_P}nemo_colembed": "a visual document retriever (NeMo ColEmbed)",

@@ -1,0 +1,144 @@
+"""ColQwen2.5 against colpali-engine's own ``ColQwen2_5``, loaded as the public server and the model
+card load it: ``from_pretrained`` on the LoRA folder, which transformers' PEFT integration resolves to
+the base and colpali-engine's key mapping reads under the older names (tests/builders.py builds both
+folders in ``vidore/colqwen2.5-v0.2``'s layout). Inputs go through transformers' Qwen2-VL processor
+with colpali-engine's prompts, each item alone; ours, with the LoRA merged, must equal them in mixed
+batches."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import io
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from safetensors.torch import load_file, save_file
+from transformers import AutoTokenizer, Qwen2VLImageProcessorPil
+
+from sie.adapters.base import Forward, ImageData, LoadSpec
+from sie.adapters.colqwen2 import (
+    MAX_PIXELS,
+    MIN_PIXELS,
+    QUERY_SUFFIX,
+    VISUAL_PROMPT,
+    ColQwen2Encoder,
+    pages_processor,
+)
+from sie.core.options import Capability, ComputePrecision
+from tests import builders
+from tests.conftest import random_png
+
+QUERIES = ["what is the revenue", "a much longer question about the quarterly results of the company", "ok"]
+PAGES = [random_png(300, 420, 0), random_png(900, 500, 1), random_png(64, 64, 2)]
+MULTI = Forward(frozenset({Capability.MULTIVECTOR}))
+
+
+@pytest.fixture(scope="module")
+def folders(splade_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return builders.colqwen2_5(splade_dir, tmp_path_factory.mktemp("colqwen2.5"))
+
+
+def spec(folders: tuple[Path, Path], adapter: Path | None = None) -> LoadSpec:
+    lora, base = folders
+
+    def fetch(hf_id: str, revision: str | None, path: str | None) -> Path:
+        assert (hf_id, revision, path) == (builders.COLQWEN_BASE, None, None)
+        return base
+
+    return LoadSpec(adapter or lora, "cpu", ComputePrecision.FLOAT32, 2048, fetch=fetch)
+
+
+@pytest.fixture(scope="module")
+def encoder(folders: tuple[Path, Path]) -> ColQwen2Encoder:
+    return ColQwen2Encoder.load(spec(folders))
+
+
+@pytest.fixture(scope="module")
+def reference(folders: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
+    """colpali-engine's model from the LoRA folder (its base pointed at the local folder, as the Hub id
+    cannot be fetched here), and the processor colpali-engine's ``ColQwen2_5_Processor`` is: Qwen2-VL's,
+    left padding, with the public server's page size bounds."""
+    lora, base = folders
+    local = tmp_path_factory.mktemp("colqwen-reference") / "adapter"
+    shutil.copytree(lora, local)
+    config = json.loads((local / "adapter_config.json").read_text())
+    (local / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": str(base)}))
+    model = builders.colpali_engine_colqwen2_5().from_pretrained(str(local), dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(lora))
+    tokenizer.padding_side = "left"
+    images = Qwen2VLImageProcessorPil.from_pretrained(str(lora), min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
+    return model, pages_processor(images, tokenizer)
+
+
+def colpali_engine_prompts() -> dict[str, str]:
+    """The class attributes of colpali-engine's ``ColQwen2_5_Processor``, read from its source (the
+    module imports transformers' torchvision image processor, so it cannot be imported here)."""
+    found = importlib.util.find_spec("colpali_engine")
+    assert found is not None and found.submodule_search_locations
+    path = (
+        Path(next(iter(found.submodule_search_locations)))
+        / "models/qwen2_5/colqwen2_5/processing_colqwen2_5.py"
+    )
+    (processor,) = (
+        node
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.ClassDef) and node.name == "ColQwen2_5_Processor"
+    )
+    return {
+        node.target.id: ast.literal_eval(node.value)
+        for node in processor.body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None
+    }
+
+
+def test_the_prompts_are_colpali_engines() -> None:
+    prompts = colpali_engine_prompts()
+    assert prompts["visual_prompt_prefix"] == VISUAL_PROMPT
+    assert prompts["query_augmentation_token"] * 10 == QUERY_SUFFIX  # process_queries' default suffix
+
+
+def alone(reference: tuple[Any, Any], one: str | bytes) -> np.ndarray:
+    model, processor = reference
+    if isinstance(one, str):
+        encoded = processor(text=[one + QUERY_SUFFIX], padding="longest", return_tensors="pt")
+    else:
+        page = Image.open(io.BytesIO(one)).convert("RGB")
+        encoded = processor(text=[VISUAL_PROMPT], images=[page], padding="longest", return_tensors="pt")
+        encoded["pixel_values"] = encoded["pixel_values"].unsqueeze(0)  # colpali-engine pads per page
+    with torch.no_grad():
+        embeddings = model(**encoded)
+    return embeddings[0].numpy()
+
+
+def test_pages_and_queries_in_one_batch_equal_each_alone_through_colpali_engine(
+    encoder: ColQwen2Encoder, reference: tuple[Any, Any]
+) -> None:
+    inputs = [ImageData(PAGES[0], "png"), QUERIES[0], ImageData(PAGES[1], "png"), QUERIES[1], QUERIES[2]]
+    inputs.append(ImageData(PAGES[2], "png"))
+    ours = encoder.run(encoder.prepare(inputs, MULTI), MULTI).multivector
+    items = [PAGES[0], QUERIES[0], PAGES[1], QUERIES[1], QUERIES[2], PAGES[2]]
+    assert ours is not None and len(ours) == len(items)
+    for got, one in zip(ours, items, strict=True):
+        want = alone(reference, one)
+        assert got.shape == want.shape and got.shape[1] == encoder.dims[Capability.MULTIVECTOR] == 128
+        np.testing.assert_allclose(got, want, atol=2e-5)
+    # A page is every merged patch (at least 256, the public bounds) and its prompt's tokens.
+    assert ours[0].shape[0] > 256 and ours[2].shape[0] > ours[0].shape[0]
+
+
+def test_a_lora_that_does_not_fit_its_base_fails_the_load(folders: tuple[Path, Path], tmp_path: Path) -> None:
+    lora, _ = folders
+    broken = tmp_path / "broken"
+    shutil.copytree(lora, broken)
+    weights = load_file(str(broken / "adapter_model.safetensors"))
+    weights["base_model.model.model.layers.9.mlp.up_proj.lora_A.weight"] = torch.zeros(4, 64)
+    save_file(weights, str(broken / "adapter_model.safetensors"))
+    with pytest.raises(ValueError, match="does not fit its base"):
+        ColQwen2Encoder.load(spec(folders, broken))
