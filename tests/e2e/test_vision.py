@@ -1,6 +1,8 @@
 """CLIP and SigLIP through a real server: image and text items on ``/v1/encode`` (msgpack and JSON),
 image data URIs on ``/v1/embeddings``, our SDK and the public ``sie-sdk`` sending images, and every
-bad image answered 400 while the server keeps serving.
+bad image answered 400 while the server keeps serving. ColPali and ColQwen2.5 pages and queries on
+``/v1/encode`` and MaxSim on ``/v1/score``; ColQwen2.5 under its shipped YAML, its LoRA and base
+found in the local weight cache.
 
 Values are held to the adapter loaded in-process on the same folders (the adapter is held to
 transformers in tests/adapters/test_clip.py), L2-normalised as the engine's default postprocessing.
@@ -11,7 +13,9 @@ from __future__ import annotations
 import base64
 import io
 import json
+import shutil
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +27,23 @@ from PIL import Image
 from sie.adapters.base import Forward, ImageData, LoadSpec
 from sie.adapters.clip import ClipEncoder, DualEncoder, SiglipEncoder
 from sie.adapters.colpali import ColPaliEncoder
+from sie.adapters.colqwen2 import ColQwen2Encoder
 from sie.core.options import Capability, ComputePrecision
 from sie.postprocess.similarity import maxsim
-from tests.e2e.conftest import CLIP, COLPALI, MINILM, MSGPACK_HEADERS, SIGLIP, Server
+from sie.weights.disk_cache import folder_name
+from tests import builders
+from tests.conftest import MODELS_DIR
+from tests.e2e.conftest import (
+    CLIP,
+    COLPALI,
+    MINILM,
+    MSGPACK_HEADERS,
+    SIGLIP,
+    Server,
+    run_server,
+    shipped_models,
+    tiny_bert_dir,
+)
 
 DENSE = Forward(frozenset({Capability.DENSE}))
 TEXT = "a photo of a red car"
@@ -272,3 +290,89 @@ def test_colpali_encodes_pages_and_queries_and_scores_pages_by_maxsim(
     scores = {s["item_id"]: s["score"] for s in unpack(scored.content)["scores"]}
     pages = encoder.run(encoder.prepare([ImageData(PNG), ImageData(JPEG)], multi), multi).multivector or []
     np.testing.assert_allclose([scores["p0"], scores["p1"]], maxsim(query[0], pages), atol=1e-5)
+
+
+COLQWEN = "vidore/colqwen2.5-v0.2"
+COLQWEN_YAML = "vidore__colqwen2.5-v0.2.yaml"
+MULTI = Forward(frozenset({Capability.MULTIVECTOR}))
+
+
+@pytest.fixture(scope="module")
+def colqwen_folders(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return builders.colqwen2_5(tiny_bert_dir(), tmp_path_factory.mktemp("colqwen"))
+
+
+@pytest.fixture(scope="module")
+def colqwen_server(
+    tmp_path_factory: pytest.TempPathFactory, colqwen_folders: tuple[Path, Path]
+) -> Iterator[Server]:
+    """The shipped catalogue, nothing but a local weight cache holding the LoRA at the YAML's pinned
+    revision and its base (any snapshot), as a download would have left them; float32."""
+    lora, base = colqwen_folders
+    cache = tmp_path_factory.mktemp("colqwen-cache")
+    revision = next(
+        line.split(": ")[1]
+        for line in (MODELS_DIR / COLQWEN_YAML).read_text().splitlines()
+        if "hf_revision" in line
+    )
+    shutil.copytree(lora, cache / folder_name(COLQWEN) / "snapshots" / revision)
+    shutil.copytree(base, cache / folder_name(builders.COLQWEN_BASE) / "snapshots" / ("0" * 40))
+    models = shipped_models(tmp_path_factory.mktemp("colqwen-models"), {})
+    yaml = models / COLQWEN_YAML
+    yaml.write_text(yaml.read_text().replace("compute_precision: bfloat16", "compute_precision: float32"))
+    env = {"SIE_MODELS_DIR": str(models), "SIE_LOCAL_CACHE": str(cache), "SIE_HF_FALLBACK": "false"}
+    with run_server(
+        tmp_path_factory.mktemp("colqwen-server"), env, "--preload", f"{MINILM},{COLQWEN},{COLQWEN}:muvera"
+    ) as server:
+        yield server
+
+
+def test_colqwen_encodes_pages_and_queries_and_scores_pages_by_maxsim(
+    colqwen_server: Server, colqwen_folders: tuple[Path, Path], unpack: Any
+) -> None:
+    lora, base = colqwen_folders
+    encoder = ColQwen2Encoder.load(
+        LoadSpec(lora, "cpu", ComputePrecision.FLOAT32, 2048, fetch=lambda hf_id, revision, path: base)
+    )
+    body = {
+        "items": [{"images": [{"data": PNG, "format": "png"}]}, {"text": TEXT}],
+        "params": {"output_types": ["multivector"]},
+    }
+    response = colqwen_server.client.post(
+        f"/v1/encode/{COLQWEN}", content=msgpack.packb(body), headers=MSGPACK_HEADERS
+    )
+    assert response.status_code == 200, response.text
+    got = [item["multivector"]["values"] for item in unpack(response.content)["items"]]
+    want = encoder.run(encoder.prepare([ImageData(PNG), TEXT], MULTI), MULTI).multivector or []
+    assert [g.shape for g in got] == [w.shape for w in want] and want[0].shape[1] == 128
+    for ours, theirs in zip(got, want, strict=True):
+        np.testing.assert_allclose(ours, theirs, atol=1e-5)
+    scored = colqwen_server.client.post(
+        f"/v1/score/{COLQWEN}",
+        content=msgpack.packb(
+            {
+                "query": {"text": TEXT},
+                "items": [
+                    {"images": [{"data": p, "format": f}], "id": f"p{i}"}
+                    for i, (p, f) in enumerate(((PNG, "png"), (JPEG, "jpeg")))
+                ],
+                "options": {"score_mode": "maxsim"},
+            }
+        ),
+        headers=MSGPACK_HEADERS,
+    )
+    assert scored.status_code == 200, scored.text
+    scores = {s["item_id"]: s["score"] for s in unpack(scored.content)["scores"]}
+    pages = encoder.run(encoder.prepare([ImageData(PNG), ImageData(JPEG)], MULTI), MULTI).multivector or []
+    np.testing.assert_allclose([scores["p0"], scores["p1"]], maxsim(want[1], pages), atol=1e-5)
+
+
+def test_colqwen_muvera_profile_is_one_dense_vector_per_page(colqwen_server: Server, unpack: Any) -> None:
+    body = {"items": [{"images": [{"data": PNG, "format": "png"}]}, {"text": TEXT}]}
+    response = colqwen_server.client.post(
+        f"/v1/encode/{COLQWEN}:muvera", content=msgpack.packb(body), headers=MSGPACK_HEADERS
+    )
+    assert response.status_code == 200, response.text
+    dense = [item["dense"]["values"] for item in unpack(response.content)["items"]]
+    assert [d.shape for d in dense] == [(10240,), (10240,)]
+    assert np.isfinite(np.stack(dense)).all() and not np.allclose(dense[0], dense[1])
