@@ -1136,3 +1136,85 @@ def _colqwen_old_name(key: str, prefix: str = "") -> str:
     if inner.startswith("language_model."):
         inner = "model." + inner.removeprefix("language_model.")
     return prefix + inner
+
+
+COLSMOL_BASE = "vidore/ColSmolVLM-Instruct-256M-base"
+# Idefics3's image tokens (the processor adds the first three itself) and its tile tags.
+COLSMOL_TOKENS = [
+    "<fake_token_around_image>",
+    "<image>",
+    "<end_of_utterance>",
+    "<global-img>",
+    "<|im_start|>",
+]
+COLSMOL_TOKENS += [f"<row_{row}_col_{col}>" for row in range(1, 7) for col in range(1, 7)]
+COLSMOL_LORA_TARGETS = (
+    r"(.*(text_model).*(down_proj|gate_proj|up_proj|k_proj|q_proj|v_proj|o_proj).*$|.*(linear).*$)"
+)
+
+
+def colpali_engine_module(path: str, name: str) -> Any:
+    """A class of colpali-engine, read from its module file under ``colpali_engine/models``: the
+    package's ``__init__`` imports its processors, which import transformers' torchvision image
+    processors, and torchvision is not installed (requirements/overrides.txt). The model modules need
+    only torch and transformers."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("colpali_engine")
+    assert spec is not None and spec.submodule_search_locations
+    file = Path(next(iter(spec.submodule_search_locations))) / "models" / path
+    module_spec = importlib.util.spec_from_file_location(f"colpali_engine_{file.stem}", file)
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def colsmol(splade_dir: Path, folder: Path) -> tuple[Path, Path]:
+    """A tiny ColSmol as vidore ships it: ``(adapter, base)``. The base (``vidore/ColSmolVLM-Instruct-
+    256M-base``'s layout) is colpali-engine's ``ColIdefics3`` over a two-layer Idefics3 (a two-layer
+    SigLIP at 32-pixel tiles of 8-pixel patches, four image tokens a tile after the 2x2 pixel
+    shuffle, and a Llama); the adapter (``vidore/colSmol-256M``'s layout) is a PEFT LoRA over it with
+    non-zero weights, plus its processor (the packaged BERT tokenizer with Idefics3's tokens, a PIL
+    Idefics3 image processor splitting pages into up to 2x2 tiles)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import Idefics3Config, Idefics3Processor
+    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+
+    tokenizer = _bert_tokenizer_with(splade_dir, COLSMOL_TOKENS)
+    config = Idefics3Config(
+        text_config={
+            "model_type": "llama",
+            "vocab_size": len(tokenizer),
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 2048,
+            "pad_token_id": tokenizer.pad_token_id,
+        },
+        vision_config={
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "image_size": 32,
+            "patch_size": 8,
+        },
+        scale_factor=2,
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+    )
+    torch.manual_seed(13)
+    model = colpali_engine_module("idefics3/colidefics3/modeling_colidefics3.py", "ColIdefics3")(
+        config
+    ).eval()
+    base, adapter = folder / "base", folder / "adapter"
+    model.save_pretrained(base)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=COLSMOL_LORA_TARGETS, init_lora_weights=False)
+    peft_model = get_peft_model(model, lora)
+    peft_model.peft_config["default"].base_model_name_or_path = COLSMOL_BASE
+    peft_model.save_pretrained(str(adapter))
+    images = Idefics3ImageProcessorPil(size={"longest_edge": 64}, max_image_size={"longest_edge": 32})
+    Idefics3Processor(image_processor=images, tokenizer=tokenizer, image_seq_len=4).save_pretrained(adapter)
+    return adapter, base

@@ -8,10 +8,12 @@ batches."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib.util
 import io
 import json
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from PIL import Image
 from safetensors.torch import load_file, save_file
 from transformers import AutoTokenizer, Qwen2VLImageProcessorPil
 
-from sie.adapters.base import Forward, ImageData, LoadSpec
+from sie.adapters.base import Forward, ImageData, LoadSpec, UnsupportedInput
 from sie.adapters.colqwen2 import (
     MAX_PIXELS,
     MIN_PIXELS,
@@ -36,7 +38,8 @@ from tests import builders
 from tests.conftest import random_png
 
 QUERIES = ["what is the revenue", "a much longer question about the quarterly results of the company", "ok"]
-PAGES = [random_png(300, 420, 0), random_png(900, 500, 1), random_png(64, 64, 2)]
+# Under, inside and over the public page bounds (256 and 768 merged patches).
+PAGES = [random_png(300, 420, 0), random_png(900, 500, 1), random_png(64, 64, 2), random_png(1800, 1400, 3)]
 MULTI = Forward(frozenset({Capability.MULTIVECTOR}))
 
 
@@ -121,16 +124,22 @@ def test_pages_and_queries_in_one_batch_equal_each_alone_through_colpali_engine(
     encoder: ColQwen2Encoder, reference: tuple[Any, Any]
 ) -> None:
     inputs = [ImageData(PAGES[0], "png"), QUERIES[0], ImageData(PAGES[1], "png"), QUERIES[1], QUERIES[2]]
-    inputs.append(ImageData(PAGES[2], "png"))
-    ours = encoder.run(encoder.prepare(inputs, MULTI), MULTI).multivector
-    items = [PAGES[0], QUERIES[0], PAGES[1], QUERIES[1], QUERIES[2], PAGES[2]]
+    inputs += [ImageData(PAGES[2], "png"), ImageData(PAGES[3], "png")]
+    prepared = encoder.prepare(inputs, MULTI)
+    ours = encoder.run(prepared, MULTI).multivector
+    items = [PAGES[0], QUERIES[0], PAGES[1], QUERIES[1], QUERIES[2], PAGES[2], PAGES[3]]
     assert ours is not None and len(ours) == len(items)
     for got, one in zip(ours, items, strict=True):
         want = alone(reference, one)
         assert got.shape == want.shape and got.shape[1] == encoder.dims[Capability.MULTIVECTOR] == 128
         np.testing.assert_allclose(got, want, atol=2e-5)
-    # A page is every merged patch (at least 256, the public bounds) and its prompt's tokens.
+    # A page is every merged patch (256 to 768, the public bounds) and its prompt's tokens: what
+    # prepare charged it against the batch's token budget.
+    for row in (0, 2, 5, 6):
+        assert prepared[row].weight == ours[row].shape[0]
     assert ours[0].shape[0] > 256 and ours[2].shape[0] > ours[0].shape[0]
+    prompt = ours[5].shape[0] - 256  # the smallest page is resized up to the floor
+    assert prompt > 0 and 700 < ours[6].shape[0] - prompt <= 768
 
 
 def test_a_lora_that_does_not_fit_its_base_fails_the_load(folders: tuple[Path, Path], tmp_path: Path) -> None:
@@ -142,3 +151,47 @@ def test_a_lora_that_does_not_fit_its_base_fails_the_load(folders: tuple[Path, P
     save_file(weights, str(broken / "adapter_model.safetensors"))
     with pytest.raises(ValueError, match="does not fit its base"):
         ColQwen2Encoder.load(spec(folders, broken))
+
+
+def test_a_text_over_the_length_is_cut_to_fit_with_its_suffix(
+    folders: tuple[Path, Path], reference: tuple[Any, Any]
+) -> None:
+    short = ColQwen2Encoder.load(dataclasses.replace(spec(folders), max_seq_length=48))
+    long_text = " ".join(f"word{i}" for i in range(3000))
+    (prepared,) = short.prepare([long_text], MULTI)
+    (vectors,) = short.run([prepared], MULTI).multivector or []
+    assert vectors.shape[0] == len(prepared.ids) == 48
+    cut = str(prepared.payload).removesuffix(QUERY_SUFFIX)
+    assert long_text.startswith(cut) and len(cut) < len(long_text)
+    np.testing.assert_allclose(vectors, alone(reference, cut), atol=2e-5)
+
+
+def test_a_page_too_narrow_for_the_processor_is_refused_before_the_batch(encoder: ColQwen2Encoder) -> None:
+    with pytest.raises(UnsupportedInput, match="at most 200 times"):
+        encoder.prepare([ImageData(random_png(3000, 10, 4), "png")], MULTI)
+
+
+def test_tokenizing_and_encoding_at_once_from_several_threads_fails_nothing(encoder: ColQwen2Encoder) -> None:
+    """``prepare`` runs on the tokenizing threads while a batch runs: the shared fast tokenizer must
+    not be reconfigured under either (unguarded, the batch's padding is lost and it fails)."""
+    texts = ["word " * n for n in range(1, 200, 9)]
+    errors: list[BaseException] = []
+
+    def keep(work: Any, times: int) -> None:
+        try:
+            for _ in range(times):
+                work()
+        except BaseException as error:
+            errors.append(error)
+
+    batch = encoder.prepare(texts, MULTI)
+    threads = [threading.Thread(target=keep, args=(lambda: encoder.run(batch, MULTI), 60))]
+    threads += [
+        threading.Thread(target=keep, args=(lambda part=part: encoder.prepare(part, MULTI), 1500))
+        for part in (texts[:3], texts[3:6])
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []

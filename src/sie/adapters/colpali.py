@@ -24,6 +24,7 @@ class ColPaliEncoder(PageRetriever):
     family = "ColPali"
 
     def __init__(self, spec: LoadSpec) -> None:
+        super().__init__(spec)
         folder = str(spec.weights)
         tokenizer = AutoTokenizer.from_pretrained(folder)
         images = AutoImageProcessor.from_pretrained(folder, backend="pil")  # type: ignore[no-untyped-call]

@@ -18,22 +18,21 @@ them, so a forward costs what the base's does. A base or LoRA weight with no pla
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 from typing import Any, Final
 
 import torch
 import transformers
 from PIL import Image
 from torch import nn
-from transformers import AutoTokenizer, Qwen2_5_VLConfig, Qwen2_5_VLModel, Qwen2VLProcessor
+from transformers import AutoTokenizer, Qwen2_5_VLModel, Qwen2VLProcessor
 from transformers.models.auto.image_processing_auto import AutoImageProcessor
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
 
-from sie.adapters.base import LoadSpec
+from sie.adapters.base import LoadSpec, UnsupportedInput
 from sie.adapters.clip import TokenizerVocabulary
 from sie.adapters.page_retrieval import PageRetriever
-from sie.adapters.state_dicts import folder_state_dict
+from sie.adapters.peft_checkpoints import checked, is_lora, lora_base, merged_lora
 from sie.core.options import Capability
 
 EMBEDDING_DIM: Final = 128
@@ -41,31 +40,38 @@ VISUAL_PROMPT: Final = (
     "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Describe the image.<|im_end|><|endoftext|>"
 )
 QUERY_SUFFIX: Final = "<|endoftext|>" * 10
-PATCH_PIXELS: Final = 28 * 28
-MIN_PIXELS: Final = 256 * PATCH_PIXELS
-MAX_PIXELS: Final = 768 * PATCH_PIXELS
+MIN_PIXELS: Final = 256 * 28 * 28
+MAX_PIXELS: Final = 768 * 28 * 28
 # Older checkpoints' names for transformers 5's (the renames colpali-engine applies on load).
-RENAMES: Final = (
-    (re.compile(r"^base_model\.model\.custom_text_proj"), "custom_text_proj"),
-    (re.compile(r"^model\.layers"), "language_model.layers"),
-    (re.compile(r"^model\.embed_tokens"), "language_model.embed_tokens"),
-    (re.compile(r"^model\.norm"), "language_model.norm"),
-)
+KEY_MAPPING: Final = {
+    r"^base_model\.model\.custom_text_proj": "custom_text_proj",
+    r"^model\.layers": "language_model.layers",
+    r"^model\.embed_tokens": "language_model.embed_tokens",
+    r"^model\.norm": "language_model.norm",
+}
+RENAMES: Final = tuple((re.compile(pattern), name) for pattern, name in KEY_MAPPING.items())
 PEFT_PREFIX: Final = "base_model.model."
-LORA_FILES: Final = ("adapter_model.safetensors", "adapter_model.bin")
+# Qwen2-VL's processor refuses pages whose sides differ by more than this (smart_resize).
+MAX_ASPECT: Final = 200
+
+_QWEN2_5_VL: Any = Qwen2_5_VLModel  # untyped: subclassed below
 
 
-def colqwen2_5(config: Any) -> Any:
-    """Qwen2.5-VL's base model with the retrieval projection beside its towers, where colpali-engine's
-    ``ColQwen2_5`` (a subclass) has it: the module paths, and so the checkpoints' keys and a LoRA's
-    targets, are the same."""
-    model: Any = Qwen2_5_VLModel(config)  # type: ignore[no-untyped-call]
-    model.add_module("custom_text_proj", nn.Linear(config.text_config.hidden_size, EMBEDDING_DIM))
-    return model
+class ColQwen25(_QWEN2_5_VL):  # type: ignore[misc]
+    """Qwen2.5-VL's base model with the retrieval projection beside its towers, as colpali-engine's
+    ``ColQwen2_5`` has it: the module paths, so the checkpoints' keys and a LoRA's targets, are the
+    same. A subclass so that ``from_pretrained`` places the weights without initialising them first
+    and computes the rotary buffers, in the dtype asked for."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.custom_text_proj = nn.Linear(config.text_config.hidden_size, EMBEDDING_DIM)
+        self.post_init()
 
 
-def renamed(key: str, prefix: str = "") -> str:
-    """A checkpoint key under transformers 5's names; a LoRA's keys keep PEFT's ``prefix``."""
+def lora_key(key: str) -> str:
+    """A LoRA key of an older checkpoint under transformers 5's module paths (PEFT's prefix kept)."""
+    prefix = PEFT_PREFIX if key.startswith(PEFT_PREFIX) else ""
     inner = key.removeprefix(prefix)
     for pattern, name in RENAMES:
         inner = pattern.sub(name, inner)
@@ -73,44 +79,17 @@ def renamed(key: str, prefix: str = "") -> str:
 
 
 def load_model(spec: LoadSpec, dtype: torch.dtype) -> Any:
-    """The base's weights, with the folder's LoRA merged in when the folder is a PEFT adapter."""
-    folder = spec.weights
-    lora = folder / "adapter_config.json"
-    base = folder
-    if lora.is_file():
-        base_id = json.loads(lora.read_text()).get("base_model_name_or_path")
-        if not base_id or spec.fetch is None:
-            raise ValueError(f"{folder} is a LoRA whose base model cannot be fetched ({base_id!r})")
-        base = spec.fetch(str(base_id), None, None)
-    model = colqwen2_5(Qwen2_5_VLConfig.from_pretrained(str(base)))
-    weights = {renamed(key): value for key, value in folder_state_dict(base).items()}
-    result = model.load_state_dict(weights, strict=False)
-    if result.missing_keys or result.unexpected_keys:
-        raise ValueError(
-            f"{base} does not fit ColQwen2.5: missing {result.missing_keys[:5]}, "
-            f"unexpected {result.unexpected_keys[:5]}"
-        )
-    if lora.is_file():
-        model = merged_lora(model, folder)
+    """The base's weights, with the folder's LoRA merged in when the folder is a PEFT adapter (in
+    float32, then cast: a merge in bfloat16 would round the sum)."""
+    lora = is_lora(spec.weights)
+    base = lora_base(spec) if lora else spec.weights
+    loaded = ColQwen25.from_pretrained(
+        str(base), key_mapping=KEY_MAPPING, dtype=torch.float32 if lora else dtype, output_loading_info=True
+    )
+    model = checked(loaded, base, "ColQwen2.5")
+    if lora:
+        model = merged_lora(model, spec.weights, lora_key)
     return model.to(dtype).eval()
-
-
-def merged_lora(model: Any, folder: Path) -> Any:
-    """``model`` with the PEFT LoRA in ``folder`` merged into its weights (peft's own merge)."""
-    from peft import LoraConfig, PeftModel, set_peft_model_state_dict
-
-    config = LoraConfig.from_pretrained(str(folder))
-    weights = {
-        renamed(key, PEFT_PREFIX): value for key, value in folder_state_dict(folder, LORA_FILES).items()
-    }
-    wrapped = PeftModel(model, config)
-    result: Any = set_peft_model_state_dict(wrapped, weights)
-    unset = [key for key in result.missing_keys if ".lora_" in key]
-    if result.unexpected_keys or unset:
-        raise ValueError(
-            f"LoRA at {folder} does not fit its base: unexpected {result.unexpected_keys[:5]}, unset {unset[:5]}"
-        )
-    return wrapped.merge_and_unload()
 
 
 def pages_processor(images: Any, tokenizer: Any) -> Any:
@@ -125,25 +104,32 @@ class ColQwen2Encoder(PageRetriever):
     family = "ColQwen2.5"
 
     def __init__(self, spec: LoadSpec) -> None:
+        super().__init__(spec)
         folder = str(spec.tokenizer_folder)
         tokenizer = AutoTokenizer.from_pretrained(folder)
         tokenizer.padding_side = "left"  # colpali-engine's
         images = AutoImageProcessor.from_pretrained(  # type: ignore[no-untyped-call]
             folder, backend="pil", min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS
         )
-        self._processor: Any = pages_processor(images, tokenizer)
+        self._processor = pages_processor(images, tokenizer)
         self.tokenizer = TokenizerVocabulary(tokenizer)
         self.model = load_model(spec, self._place(spec)).to(self.device)
         self.dims = {Capability.MULTIVECTOR: EMBEDDING_DIM}
         self._patch = int(images.patch_size) * int(images.merge_size)
+        self._prompt_length = len(tokenizer(VISUAL_PROMPT)["input_ids"]) - 1  # less the one placeholder
 
     def _text(self, text: str) -> str:
         return text + QUERY_SUFFIX
 
     def _page_cost(self, page: Image.Image) -> int:
-        """The merged patches a page becomes, bounded by the resize."""
-        patches = -(-page.width // self._patch) * -(-page.height // self._patch)
-        return max(MIN_PIXELS // PATCH_PIXELS, min(patches, MAX_PIXELS // PATCH_PIXELS))
+        """The merged patches the processor's resize gives the page, and the prompt's tokens."""
+        if max(page.size) > MAX_ASPECT * min(page.size):
+            raise UnsupportedInput(
+                f"ColQwen2.5 reads pages whose sides differ by at most {MAX_ASPECT} times; "
+                f"this one is {page.width}x{page.height}"
+            )
+        height, width = smart_resize(page.height, page.width, self._patch, MIN_PIXELS, MAX_PIXELS)
+        return int(height * width // self._patch**2) + self._prompt_length
 
     def _encode_pages(self, pages: list[Image.Image]) -> Any:
         prompts = [VISUAL_PROMPT] * len(pages)

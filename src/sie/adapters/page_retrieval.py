@@ -3,10 +3,18 @@ image patch (and per token of the model's prompt), a text one per token, scored 
 (MaxSim). A batch's pages go through the model's processor and forward together, its texts together;
 every position's vector is L2-normalised (the public default, ``normalize: true``) and the padding's
 are dropped, so an item's vectors do not depend on what it was batched with.
+
+A text longer than the model's ``max_sequence_length`` is cut at a token boundary so that it and the
+family's prompt fit, as the text families truncate; an unbounded query would otherwise run a
+multi-billion-parameter decoder at quadratic cost until the device ran out of memory. The processor's
+fast tokenizer reconfigures itself (padding, truncation) on every call, and ``prepare`` runs on the
+tokenizing threads while ``run`` runs on the worker's: one lock serialises the two.
 """
 
 from __future__ import annotations
 
+import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, Self
 
@@ -29,8 +37,8 @@ from sie.adapters.transformer import DeviceModel
 from sie.core.options import Capability, Modality, Pooling
 
 
-class PageRetriever(DeviceModel):
-    """A family says how its processor encodes pages and texts and how its model embeds them."""
+class PageRetriever(DeviceModel, ABC):
+    """A family loads its model and processor, and says how pages and texts are encoded and embedded."""
 
     request_options: frozenset[str] = frozenset()
     capabilities = frozenset({Capability.MULTIVECTOR})
@@ -41,7 +49,9 @@ class PageRetriever(DeviceModel):
     _processor: Any  # the model's processor: ``tokenizer`` and ``__call__``
 
     def __init__(self, spec: LoadSpec) -> None:
-        raise NotImplementedError
+        self._processing = threading.Lock()
+        self._max_length = spec.max_seq_length
+        self._prompt_tokens: int | None = None
 
     @classmethod
     def load(cls, spec: LoadSpec) -> Self:
@@ -51,21 +61,22 @@ class PageRetriever(DeviceModel):
         """What the processor is given for a text (the family's prompt around it, if it adds one)."""
         return text
 
+    @abstractmethod
     def _page_cost(self, page: Image.Image) -> int:
-        """The positions a page takes: its share of a batch's token budget."""
-        raise NotImplementedError
+        """The positions a page takes (its share of a batch's token budget); raises
+        ``UnsupportedInput`` for a page the processor cannot read."""
 
+    @abstractmethod
     def _encode_pages(self, pages: list[Image.Image]) -> Any:
         """The processor's tensors for ``pages``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _encode_texts(self, texts: list[str]) -> Any:
         """The processor's tensors for ``texts`` (as ``prepare`` left them)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _embeddings(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """(rows, positions, dims) from the processor's tensors, on the device."""
-        raise NotImplementedError
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
         prepared = []
@@ -74,12 +85,25 @@ class PageRetriever(DeviceModel):
                 page = decode_image(one).convert("RGB")
                 prepared.append(Prepared(payload=page, weight=self._page_cost(page)))
             elif isinstance(one, str):
-                text = self._text(one)
-                ids = self._processor.tokenizer(text)["input_ids"]
+                with self._processing:
+                    text = self._text(self._cut(one))
+                    ids = self._processor.tokenizer(text)["input_ids"]
                 prepared.append(Prepared(np.asarray(ids, dtype=np.int64), payload=text))
             else:
                 raise UnsupportedInput(f"{self.family} encodes a text query or a page image")
         return prepared
+
+    def _cut(self, text: str) -> str:
+        """``text`` up to the last whole token that, with the family's prompt, fits the length."""
+        if self._max_length is None:
+            return text
+        if self._prompt_tokens is None:
+            self._prompt_tokens = int(self._encode_texts([self._text("")])["input_ids"].shape[1])
+        budget = max(self._max_length - self._prompt_tokens, 1)
+        tokens = self._processor.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        if len(tokens["input_ids"]) <= budget:
+            return text
+        return text[: tokens["offset_mapping"][budget - 1][1]]
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         vectors: list[np.ndarray | None] = [None] * len(batch)
@@ -91,7 +115,8 @@ class PageRetriever(DeviceModel):
         ]
         for rows, encode in encoders:
             if rows:
-                encoded = encode([batch[row].payload for row in rows])
+                with self._processing:
+                    encoded = encode([batch[row].payload for row in rows])
                 for row, item_vectors in zip(rows, self._vectors(encoded), strict=True):
                     vectors[row] = item_vectors
         return BatchOutputs(multivector=[v for v in vectors if v is not None])
