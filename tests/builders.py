@@ -1043,22 +1043,7 @@ COLQWEN_LORA_TARGETS = (
 
 
 def colpali_engine_colqwen2_5() -> Any:
-    """colpali-engine's own ``ColQwen2_5`` class, read from its module file: the package's
-    ``__init__`` imports its processors, which import transformers' torchvision image processor, and
-    torchvision is not installed (requirements/overrides.txt). The model module needs only torch and
-    transformers."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("colpali_engine")
-    assert spec is not None and spec.submodule_search_locations
-    path = (
-        Path(next(iter(spec.submodule_search_locations))) / "models/qwen2_5/colqwen2_5/modeling_colqwen2_5.py"
-    )
-    module_spec = importlib.util.spec_from_file_location("colpali_engine_modeling_colqwen2_5", path)
-    assert module_spec is not None and module_spec.loader is not None
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.ColQwen2_5
+    return colpali_engine_module("qwen2_5/colqwen2_5/modeling_colqwen2_5.py", "ColQwen2_5")
 
 
 def colqwen2_5(splade_dir: Path, folder: Path) -> tuple[Path, Path]:
@@ -1212,9 +1197,13 @@ def colsmol(splade_dir: Path, folder: Path) -> tuple[Path, Path]:
     base, adapter = folder / "base", folder / "adapter"
     model.save_pretrained(base)
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=COLSMOL_LORA_TARGETS, init_lora_weights=False)
-    peft_model = get_peft_model(model, lora)
-    peft_model.peft_config["default"].base_model_name_or_path = COLSMOL_BASE
-    peft_model.save_pretrained(str(adapter))
+    get_peft_model(model, lora).save_pretrained(str(adapter))
+    # The Hub id of the base, written after saving (peft would look the id up on the Hub to save).
+    saved = json.loads((adapter / "adapter_config.json").read_text())
+    (adapter / "adapter_config.json").write_text(
+        json.dumps({**saved, "base_model_name_or_path": COLSMOL_BASE})
+    )
     images = Idefics3ImageProcessorPil(size={"longest_edge": 64}, max_image_size={"longest_edge": 32})
     Idefics3Processor(image_processor=images, tokenizer=tokenizer, image_seq_len=4).save_pretrained(adapter)
+    images.save_pretrained(adapter)  # preprocessor_config.json too, as the Hub repositories have it
     return adapter, base

@@ -80,19 +80,17 @@ def reference(folders: tuple[Path, Path], tmp_path_factory: pytest.TempPathFacto
     return model, pages_processor(images, tokenizer)
 
 
-def colpali_engine_prompts() -> dict[str, str]:
-    """The class attributes of colpali-engine's ``ColQwen2_5_Processor``, read from its source (the
-    module imports transformers' torchvision image processor, so it cannot be imported here)."""
+def colpali_engine_class_attributes(path: str, name: str) -> dict[str, str]:
+    """The literal class attributes of a colpali-engine processor class, read from its source under
+    ``colpali_engine/models`` (the processor modules import transformers' torchvision image
+    processors, so they cannot be imported here)."""
     found = importlib.util.find_spec("colpali_engine")
     assert found is not None and found.submodule_search_locations
-    path = (
-        Path(next(iter(found.submodule_search_locations)))
-        / "models/qwen2_5/colqwen2_5/processing_colqwen2_5.py"
-    )
+    source = Path(next(iter(found.submodule_search_locations))) / "models" / path
     (processor,) = (
         node
-        for node in ast.parse(path.read_text()).body
-        if isinstance(node, ast.ClassDef) and node.name == "ColQwen2_5_Processor"
+        for node in ast.parse(source.read_text()).body
+        if isinstance(node, ast.ClassDef) and node.name == name
     )
     return {
         node.target.id: ast.literal_eval(node.value)
@@ -102,7 +100,9 @@ def colpali_engine_prompts() -> dict[str, str]:
 
 
 def test_the_prompts_are_colpali_engines() -> None:
-    prompts = colpali_engine_prompts()
+    prompts = colpali_engine_class_attributes(
+        "qwen2_5/colqwen2_5/processing_colqwen2_5.py", "ColQwen2_5_Processor"
+    )
     assert prompts["visual_prompt_prefix"] == VISUAL_PROMPT
     assert prompts["query_augmentation_token"] * 10 == QUERY_SUFFIX  # process_queries' default suffix
 

@@ -1,8 +1,8 @@
 """CLIP and SigLIP through a real server: image and text items on ``/v1/encode`` (msgpack and JSON),
 image data URIs on ``/v1/embeddings``, our SDK and the public ``sie-sdk`` sending images, and every
-bad image answered 400 while the server keeps serving. ColPali and ColQwen2.5 pages and queries on
-``/v1/encode`` and MaxSim on ``/v1/score``; ColQwen2.5 under its shipped YAML, its LoRA and base
-found in the local weight cache.
+bad image answered 400 while the server keeps serving. ColPali, ColQwen2.5 and ColSmol pages and queries on
+``/v1/encode`` and MaxSim on ``/v1/score``; ColQwen2.5 and ColSmol under their shipped YAMLs, each
+LoRA and its base found in the local weight cache.
 
 Values are held to the adapter loaded in-process on the same folders (the adapter is held to
 transformers in tests/adapters/test_clip.py), L2-normalised as the engine's default postprocessing.
@@ -28,11 +28,11 @@ from sie.adapters.base import Forward, ImageData, LoadSpec
 from sie.adapters.clip import ClipEncoder, DualEncoder, SiglipEncoder
 from sie.adapters.colpali import ColPaliEncoder
 from sie.adapters.colqwen2 import ColQwen2Encoder
+from sie.adapters.colsmol import ColSmolEncoder
 from sie.core.options import Capability, ComputePrecision
 from sie.postprocess.similarity import maxsim
 from sie.weights.disk_cache import folder_name
 from tests import builders
-from tests.conftest import MODELS_DIR
 from tests.e2e.conftest import (
     CLIP,
     COLPALI,
@@ -293,53 +293,60 @@ def test_colpali_encodes_pages_and_queries_and_scores_pages_by_maxsim(
 
 
 COLQWEN = "vidore/colqwen2.5-v0.2"
-COLQWEN_YAML = "vidore__colqwen2.5-v0.2.yaml"
+COLSMOL = "vidore/colSmol-256M"
 MULTI = Forward(frozenset({Capability.MULTIVECTOR}))
+# Each LoRA retriever: its builder, its base's Hub id and its adapter class.
+RETRIEVERS: dict[str, tuple[Any, str, type[ColQwen2Encoder | ColSmolEncoder]]] = {
+    COLQWEN: (builders.colqwen2_5, builders.COLQWEN_BASE, ColQwen2Encoder),
+    COLSMOL: (builders.colsmol, builders.COLSMOL_BASE, ColSmolEncoder),
+}
 
 
 @pytest.fixture(scope="module")
-def colqwen_folders(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return builders.colqwen2_5(tiny_bert_dir(), tmp_path_factory.mktemp("colqwen"))
+def retriever_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
+    return {
+        model: build(tiny_bert_dir(), tmp_path_factory.mktemp(model.split("/")[1]))
+        for model, (build, _, _) in RETRIEVERS.items()
+    }
 
 
 @pytest.fixture(scope="module")
-def colqwen_server(
-    tmp_path_factory: pytest.TempPathFactory, colqwen_folders: tuple[Path, Path]
+def retrievers_server(
+    tmp_path_factory: pytest.TempPathFactory, retriever_folders: dict[str, tuple[Path, Path]]
 ) -> Iterator[Server]:
-    """The shipped catalogue, nothing but a local weight cache holding the LoRA at the YAML's pinned
+    """The shipped catalogue, nothing but a local weight cache holding each LoRA at its YAML's pinned
     revision and its base (any snapshot), as a download would have left them; float32."""
-    lora, base = colqwen_folders
-    cache = tmp_path_factory.mktemp("colqwen-cache")
-    revision = next(
-        line.split(": ")[1]
-        for line in (MODELS_DIR / COLQWEN_YAML).read_text().splitlines()
-        if "hf_revision" in line
-    )
-    shutil.copytree(lora, cache / folder_name(COLQWEN) / "snapshots" / revision)
-    shutil.copytree(base, cache / folder_name(builders.COLQWEN_BASE) / "snapshots" / ("0" * 40))
-    models = shipped_models(tmp_path_factory.mktemp("colqwen-models"), {})
-    yaml = models / COLQWEN_YAML
-    yaml.write_text(yaml.read_text().replace("compute_precision: bfloat16", "compute_precision: float32"))
+    cache = tmp_path_factory.mktemp("retrievers-cache")
+    models = shipped_models(tmp_path_factory.mktemp("retrievers-models"), {})
+    for model, (_, base_id, _) in RETRIEVERS.items():
+        lora, base = retriever_folders[model]
+        yaml = models / f"{model.replace('/', '__')}.yaml"
+        text = yaml.read_text()
+        revision = next(line.split(": ")[1] for line in text.splitlines() if line.startswith("hf_revision"))
+        shutil.copytree(lora, cache / folder_name(model) / "snapshots" / revision)
+        shutil.copytree(base, cache / folder_name(base_id) / "snapshots" / ("0" * 40))
+        yaml.write_text(text.replace("compute_precision: bfloat16", "compute_precision: float32"))
     env = {"SIE_MODELS_DIR": str(models), "SIE_LOCAL_CACHE": str(cache), "SIE_HF_FALLBACK": "false"}
-    with run_server(
-        tmp_path_factory.mktemp("colqwen-server"), env, "--preload", f"{MINILM},{COLQWEN},{COLQWEN}:muvera"
-    ) as server:
+    preload = ",".join([MINILM, COLQWEN, f"{COLQWEN}:muvera", COLSMOL])
+    with run_server(tmp_path_factory.mktemp("retrievers-server"), env, "--preload", preload) as server:
         yield server
 
 
-def test_colqwen_encodes_pages_and_queries_and_scores_pages_by_maxsim(
-    colqwen_server: Server, colqwen_folders: tuple[Path, Path], unpack: Any
+@pytest.mark.parametrize("model", [COLQWEN, COLSMOL])
+def test_lora_retrievers_encode_pages_and_queries_and_score_pages_by_maxsim(
+    retrievers_server: Server, retriever_folders: dict[str, tuple[Path, Path]], unpack: Any, model: str
 ) -> None:
-    lora, base = colqwen_folders
-    encoder = ColQwen2Encoder.load(
+    lora, base = retriever_folders[model]
+    adapter_class = RETRIEVERS[model][2]
+    encoder = adapter_class.load(
         LoadSpec(lora, "cpu", ComputePrecision.FLOAT32, 2048, fetch=lambda hf_id, revision, path: base)
     )
     body = {
         "items": [{"images": [{"data": PNG, "format": "png"}]}, {"text": TEXT}],
         "params": {"output_types": ["multivector"]},
     }
-    response = colqwen_server.client.post(
-        f"/v1/encode/{COLQWEN}", content=msgpack.packb(body), headers=MSGPACK_HEADERS
+    response = retrievers_server.client.post(
+        f"/v1/encode/{model}", content=msgpack.packb(body), headers=MSGPACK_HEADERS
     )
     assert response.status_code == 200, response.text
     got = [item["multivector"]["values"] for item in unpack(response.content)["items"]]
@@ -347,8 +354,8 @@ def test_colqwen_encodes_pages_and_queries_and_scores_pages_by_maxsim(
     assert [g.shape for g in got] == [w.shape for w in want] and want[0].shape[1] == 128
     for ours, theirs in zip(got, want, strict=True):
         np.testing.assert_allclose(ours, theirs, atol=1e-5)
-    scored = colqwen_server.client.post(
-        f"/v1/score/{COLQWEN}",
+    scored = retrievers_server.client.post(
+        f"/v1/score/{model}",
         content=msgpack.packb(
             {
                 "query": {"text": TEXT},
@@ -367,9 +374,9 @@ def test_colqwen_encodes_pages_and_queries_and_scores_pages_by_maxsim(
     np.testing.assert_allclose([scores["p0"], scores["p1"]], maxsim(want[1], pages), atol=1e-5)
 
 
-def test_colqwen_muvera_profile_is_one_dense_vector_per_page(colqwen_server: Server, unpack: Any) -> None:
+def test_colqwen_muvera_profile_is_one_dense_vector_per_page(retrievers_server: Server, unpack: Any) -> None:
     body = {"items": [{"images": [{"data": PNG, "format": "png"}]}, {"text": TEXT}]}
-    response = colqwen_server.client.post(
+    response = retrievers_server.client.post(
         f"/v1/encode/{COLQWEN}:muvera", content=msgpack.packb(body), headers=MSGPACK_HEADERS
     )
     assert response.status_code == 200, response.text

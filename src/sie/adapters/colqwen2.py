@@ -31,8 +31,8 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_res
 
 from sie.adapters.base import LoadSpec, UnsupportedInput
 from sie.adapters.clip import TokenizerVocabulary
-from sie.adapters.page_retrieval import PageRetriever
-from sie.adapters.peft_checkpoints import checked, is_lora, lora_base, merged_lora
+from sie.adapters.page_retrieval import PromptedPageRetriever
+from sie.adapters.peft_checkpoints import load_with_lora
 from sie.core.options import Capability
 
 EMBEDDING_DIM: Final = 128
@@ -78,20 +78,6 @@ def lora_key(key: str) -> str:
     return prefix + inner
 
 
-def load_model(spec: LoadSpec, dtype: torch.dtype) -> Any:
-    """The base's weights, with the folder's LoRA merged in when the folder is a PEFT adapter (in
-    float32, then cast: a merge in bfloat16 would round the sum)."""
-    lora = is_lora(spec.weights)
-    base = lora_base(spec) if lora else spec.weights
-    loaded = ColQwen25.from_pretrained(
-        str(base), key_mapping=KEY_MAPPING, dtype=torch.float32 if lora else dtype, output_loading_info=True
-    )
-    model = checked(loaded, base, "ColQwen2.5")
-    if lora:
-        model = merged_lora(model, spec.weights, lora_key)
-    return model.to(dtype).eval()
-
-
 def pages_processor(images: Any, tokenizer: Any) -> Any:
     """Qwen2-VL's processor for pages and texts. Its constructor insists on a video processor, which
     needs torchvision (not installed); without it transformers exports a placeholder class, and an
@@ -100,26 +86,27 @@ def pages_processor(images: Any, tokenizer: Any) -> Any:
     return Qwen2VLProcessor(image_processor=images, tokenizer=tokenizer, video_processor=videos)  # type: ignore[no-untyped-call]
 
 
-class ColQwen2Encoder(PageRetriever):
+class ColQwen2Encoder(PromptedPageRetriever):
     family = "ColQwen2.5"
+    visual_prompt = VISUAL_PROMPT
+    query_suffix = QUERY_SUFFIX
 
     def __init__(self, spec: LoadSpec) -> None:
         super().__init__(spec)
         folder = str(spec.tokenizer_folder)
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        tokenizer.padding_side = "left"  # colpali-engine's
+        tokenizer.padding_side = "left"
         images = AutoImageProcessor.from_pretrained(  # type: ignore[no-untyped-call]
             folder, backend="pil", min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS
         )
         self._processor = pages_processor(images, tokenizer)
         self.tokenizer = TokenizerVocabulary(tokenizer)
-        self.model = load_model(spec, self._place(spec)).to(self.device)
+        dtype = self._place(spec)
+        model = load_with_lora(ColQwen25, spec, dtype, self.family, KEY_MAPPING, lora_key)
+        self.model = model.to(self.device)
         self.dims = {Capability.MULTIVECTOR: EMBEDDING_DIM}
         self._patch = int(images.patch_size) * int(images.merge_size)
-        self._prompt_length = len(tokenizer(VISUAL_PROMPT)["input_ids"]) - 1  # less the one placeholder
-
-    def _text(self, text: str) -> str:
-        return text + QUERY_SUFFIX
+        self._prompt_length = self._prompt_tokens_besides_the_image()
 
     def _page_cost(self, page: Image.Image) -> int:
         """The merged patches the processor's resize gives the page, and the prompt's tokens."""
@@ -130,13 +117,6 @@ class ColQwen2Encoder(PageRetriever):
             )
         height, width = smart_resize(page.height, page.width, self._patch, MIN_PIXELS, MAX_PIXELS)
         return int(height * width // self._patch**2) + self._prompt_length
-
-    def _encode_pages(self, pages: list[Image.Image]) -> Any:
-        prompts = [VISUAL_PROMPT] * len(pages)
-        return self._processor(text=prompts, images=pages, padding="longest", return_tensors="pt")
-
-    def _encode_texts(self, texts: list[str]) -> Any:
-        return self._processor(text=texts, padding="longest", return_tensors="pt")
 
     def _embeddings(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         hidden = self.model(**inputs, use_cache=False).last_hidden_state

@@ -128,3 +128,25 @@ class PageRetriever(DeviceModel, ABC):
         normalized = F.normalize(embeddings.float(), dim=-1).cpu().numpy()
         mask = inputs["attention_mask"].bool().cpu().numpy()
         return [rows[keep] for rows, keep in zip(normalized, mask, strict=True)]
+
+
+class PromptedPageRetriever(PageRetriever):
+    """colpali-engine's retrievers over a chat VLM (ColQwen2.5, ColSmol): a page is read behind the
+    family's visual prompt, whose one image placeholder the processor expands; a text is followed by
+    the query-augmentation tokens; both pad on the left, as colpali-engine's processors do."""
+
+    visual_prompt: str
+    query_suffix: str
+
+    def _prompt_tokens_besides_the_image(self) -> int:
+        return len(self._processor.tokenizer(self.visual_prompt)["input_ids"]) - 1
+
+    def _text(self, text: str) -> str:
+        return text + self.query_suffix
+
+    def _encode_pages(self, pages: list[Image.Image]) -> Any:
+        prompts = [self.visual_prompt] * len(pages)
+        return self._processor(text=prompts, images=pages, padding="longest", return_tensors="pt")
+
+    def _encode_texts(self, texts: list[str]) -> Any:
+        return self._processor(text=texts, padding="longest", return_tensors="pt")

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+import torch
+
 from sie.adapters.base import LoadSpec
 from sie.adapters.state_dicts import folder_state_dict
 
@@ -57,3 +59,25 @@ def checked(loaded: tuple[Any, dict[str, Any]], base: Path, family: str) -> Any:
     if missing or unexpected:
         raise ValueError(f"{base} does not fit {family}: missing {missing[:5]}, unexpected {unexpected[:5]}")
     return model
+
+
+def load_with_lora(
+    model_class: Any,
+    spec: LoadSpec,
+    dtype: torch.dtype,
+    family: str,
+    key_mapping: dict[str, str] | None = None,
+    rename: Callable[[str], str] = str,
+) -> Any:
+    """``model_class`` from the folder, or from its base with the folder's LoRA merged in (loaded in
+    float32 and cast after the merge: a merge in bfloat16 would round the sum). ``key_mapping`` is
+    ``from_pretrained``'s renames for an older checkpoint; ``rename`` the same for the LoRA's keys."""
+    lora = is_lora(spec.weights)
+    base = lora_base(spec) if lora else spec.weights
+    loaded = model_class.from_pretrained(
+        str(base), key_mapping=key_mapping, dtype=torch.float32 if lora else dtype, output_loading_info=True
+    )
+    model = checked(loaded, base, family)
+    if lora:
+        model = merged_lora(model, spec.weights, rename)
+    return model.to(dtype).eval()

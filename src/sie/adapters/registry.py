@@ -30,6 +30,7 @@ _OWLV2 = "sie.adapters.owlv2:Owlv2Detector"
 _GROUNDING_DINO = "sie.adapters.grounding_dino:GroundingDinoDetector"
 _COLPALI = "sie.adapters.colpali:ColPaliEncoder"
 _COLQWEN2 = "sie.adapters.colqwen2:ColQwen2Encoder"
+_COLSMOL = "sie.adapters.colsmol:ColSmolEncoder"
 _GLINER2 = "sie.adapters.gliner2:Gliner2Extractor"
 _JINA_RERANKER = "sie.adapters.jina_reranker:JinaRerankerScorer"
 _DONUT = "sie.adapters.donut:DonutExtractor"
@@ -59,6 +60,7 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.colbert:ColBERTAdapter": _COLBERT,
     "sie_server.adapters.colpali:ColPaliAdapter": _COLPALI,
     "sie_server.adapters.colqwen2:ColQwen2Adapter": _COLQWEN2,
+    "sie_server.adapters.colsmol:ColSmolAdapter": _COLSMOL,
     "sie_server.adapters.colbert_modernbert_flash:ColBERTModernBERTFlashAdapter": _COLBERT,
     "sie_server.adapters.colbert_rotary_flash:ColBERTRotaryFlashAdapter": _JINA_COLBERT,
     "sie_server.adapters.bge_m3_flash:BGEM3FlashAdapter": _BGE_M3,
@@ -99,6 +101,7 @@ CANONICAL: Final = frozenset(
         _JINA_COLBERT,
         _COLPALI,
         _COLQWEN2,
+        _COLSMOL,
         _BGE_M3,
         _CROSS_ENCODER,
         _JINA_RERANKER,
@@ -143,7 +146,6 @@ NOT_SERVED: Final[dict[str, str]] = {
     f"{_P}mineru_vl": "an OCR vision-language model (MinerU)",
     f"{_P}sam3": "an image segmentation model (SAM 3)",
     f"{_P}colqwen3": "a visual document retriever (ColQwen3)",
-    f"{_P}colsmol": "a visual document retriever (ColSmol)",
     f"{_P}nemo_colembed": "a visual document retriever (NeMo ColEmbed)",
     f"{_P}topk_embed": "a visual document retriever (topk-embed)",
     f"{_P}qwen3_vl_embedding": "a multimodal embedder (Qwen3-VL)",
