@@ -64,6 +64,8 @@ pytestmark = pytest.mark.skipif(
 
 DENSE = "test/dense"
 SPLADE = "test/splade"
+COLQWEN = "test/colqwen2.5"  # the base checkpoints (the LoRA merge runs on the CPU before the copy)
+COLSMOL = "test/colsmol"
 WHOLE = "test/bidirectional-decoder"  # gte-Qwen2-like: full attention, mean, a Dense layer
 EXTRA_YAMLS = {
     "whole.yaml": f"""
@@ -85,6 +87,26 @@ tasks:
 max_sequence_length: 256
 profiles:
   default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.dense_torch:TorchDenseEncoder"}}
+""",
+    "colqwen.yaml": f"""
+sie_id: {COLQWEN}
+weights_path: "@colqwen@"
+tasks:
+  encode:
+    multivector: {{dim: 128}}
+max_sequence_length: 2048
+profiles:
+  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.colqwen2:ColQwen2Encoder"}}
+""",
+    "colsmol.yaml": f"""
+sie_id: {COLSMOL}
+weights_path: "@colsmol@"
+tasks:
+  encode:
+    multivector: {{dim: 128}}
+max_sequence_length: 2048
+profiles:
+  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.colsmol:ColSmolEncoder"}}
 """,
     "splade.yaml": f"""
 sie_id: {SPLADE}
@@ -115,6 +137,8 @@ MODELS = [
     OWLV2,
     GROUNDING_DINO,
     COLPALI,
+    COLQWEN,
+    COLSMOL,
     GLINER2,
     JINA_RERANKER,
     ZERANK,
@@ -153,6 +177,8 @@ def texts(model: str, items: list[str]) -> dict[str, Any]:
         SPLADE: ["sparse"],
         COLBERT: ["multivector"],
         COLPALI: ["multivector"],
+        COLQWEN: ["multivector"],
+        COLSMOL: ["multivector"],
         JINA_COLBERT: ["multivector"],
     }
     if model in outputs:
@@ -210,7 +236,7 @@ def requests(model: str) -> list[dict[str, Any]]:
             {"query": {"text": QUERY}, "items": [{"text": t, "id": f"d{i}"} for i, t in enumerate(TEXTS)]}
         ]
     batch = texts(model, TEXTS)
-    if model in (CLIP, SIGLIP, COLPALI):
+    if model in (CLIP, SIGLIP, COLPALI, COLQWEN, COLSMOL):
         batch["items"] += [{"images": [{"data": picture(seed), "format": "png"}]} for seed in (0, 1)]
     return [batch]
 
@@ -356,13 +382,20 @@ def models_dir(
     tmp_path_factory: pytest.TempPathFactory, families_models: Path, family_folders: dict[str, Path]
 ) -> Path:
     """The families' models dir plus a dense BERT and a SPLADE over the tiny BERT (the packaged ones
-    are not on the GPU machine) and a bidirectional decoder embedder with a Dense layer (gte-Qwen2's
-    full-attention mask and stella's projection on the device)."""
+    are not on the GPU machine), a bidirectional decoder embedder with a Dense layer (gte-Qwen2's
+    full-attention mask and stella's projection on the device), and ColQwen2.5 and ColSmol (each base
+    with its processor's files)."""
     models = tmp_path_factory.mktemp("device-models")
     shutil.copytree(families_models, models, dirs_exist_ok=True)
     folders = {**family_folders, "tiny_bert": tiny_bert_dir()}
     whole = tmp_path_factory.mktemp("bidirectional-decoder") / "weights"
     folders["whole"] = builders.bidirectional_decoder_embedder(tiny_bert_dir(), whole)
+    for key, build in (("colqwen", builders.colqwen2_5), ("colsmol", builders.colsmol)):
+        lora, base = build(tiny_bert_dir(), tmp_path_factory.mktemp(key))
+        folders[key] = base
+        for file in lora.iterdir():
+            if not file.name.startswith("adapter_"):
+                shutil.copy(file, base / file.name)
     for name, text in EXTRA_YAMLS.items():
         for key, folder in folders.items():
             text = text.replace(f"@{key}@", str(folder))
