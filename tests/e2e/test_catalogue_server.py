@@ -98,7 +98,7 @@ NOT_SERVED = [
     ("openai/whisper-large-v3-turbo", "extract", "a speech recognition model (Whisper)"),
     ("zai-org/GLM-OCR:transformers", "extract", "an OCR vision-language model (GLM-OCR)"),
     ("fastino/GLiNER2.5-Decide", "extract", "a GLiNER2 decision model (GLiNER2 Decide)"),
-    ("vidore/colSmol-256M", "encode", "a visual document retriever (ColSmol)"),
+    ("TomoroAI/tomoro-colqwen3-embed-4b", "encode", "a visual document retriever (ColQwen3)"),
     ("nvidia/NV-Embed-v2", "encode", "a model whose architecture is code on the Hugging Face Hub"),
     ("topk-io/Iso-ModernColBERT:smve", "encode", "a sparse multi-vector encoding (SMVE) of a ColBERT"),
     ("BAAI/bge-base-en-v1.5:candle", "encode", "the Candle (Rust) runtime"),
