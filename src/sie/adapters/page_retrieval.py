@@ -83,7 +83,9 @@ class PageRetriever(DeviceModel, ABC):
         for one in inputs:
             if isinstance(one, ImageData):
                 page = decode_image(one).convert("RGB")
-                prepared.append(Prepared(payload=page, weight=self._page_cost(page)))
+                with self._processing:  # a family may count a page's tokens with the tokenizer
+                    weight = self._page_cost(page)
+                prepared.append(Prepared(payload=page, weight=weight))
             elif isinstance(one, str):
                 with self._processing:
                     text = self._text(self._cut(one))
