@@ -383,3 +383,45 @@ def test_colqwen_muvera_profile_is_one_dense_vector_per_page(retrievers_server: 
     dense = [item["dense"]["values"] for item in unpack(response.content)["items"]]
     assert [d.shape for d in dense] == [(10240,), (10240,)]
     assert np.isfinite(np.stack(dense)).all() and not np.allclose(dense[0], dense[1])
+
+
+NARROW = picture("PNG", 5, size=(3000, 10))  # over the 200:1 aspect Qwen2-VL's resize reads
+MULTIVECTOR = {"params": {"output_types": ["multivector"]}}
+
+
+@pytest.mark.parametrize(
+    ("model", "body", "message"),
+    [
+        (
+            COLQWEN,
+            {"items": [{"images": [{"data": b"not an image", "format": "png"}]}], **MULTIVECTOR},
+            "mage",
+        ),
+        (
+            COLSMOL,
+            {"items": [{"images": [{"data": b"not an image", "format": "png"}]}], **MULTIVECTOR},
+            "mage",
+        ),
+        (
+            COLQWEN,
+            {"items": [{"text": TEXT}, {"images": [{"data": NARROW, "format": "png"}]}], **MULTIVECTOR},
+            "200 times",
+        ),
+        (COLSMOL, {"items": [{"text": TEXT}]}, "dense"),  # the default output: these give multivectors
+    ],
+    ids=["colqwen-bad-bytes", "colsmol-bad-bytes", "colqwen-narrow-page", "colsmol-dense"],
+)
+def test_bad_input_to_the_lora_retrievers_is_a_400_and_they_keep_serving(
+    retrievers_server: Server, unpack: Any, model: str, body: dict[str, Any], message: str
+) -> None:
+    response = retrievers_server.client.post(
+        f"/v1/encode/{model}", content=msgpack.packb(body), headers=MSGPACK_HEADERS
+    )
+    assert response.status_code == 400, response.text
+    assert message in response.json()["detail"]["message"], response.text
+    fine = {"items": [{"text": TEXT}], **MULTIVECTOR}
+    again = retrievers_server.client.post(
+        f"/v1/encode/{model}", content=msgpack.packb(fine), headers=MSGPACK_HEADERS
+    )
+    assert again.status_code == 200, again.text
+    retrievers_server.assert_serving()
