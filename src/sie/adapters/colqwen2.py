@@ -95,18 +95,16 @@ class ColQwen2Encoder(PromptedPageRetriever):
         super().__init__(spec)
         folder = str(spec.tokenizer_folder)
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        tokenizer.padding_side = "left"
         images = AutoImageProcessor.from_pretrained(  # type: ignore[no-untyped-call]
             folder, backend="pil", min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS
         )
-        self._processor = pages_processor(images, tokenizer)
+        self._use_processor(pages_processor(images, tokenizer))
         self.tokenizer = TokenizerVocabulary(tokenizer)
         dtype = self._place(spec)
         model = load_with_lora(ColQwen25, spec, dtype, self.family, KEY_MAPPING, lora_key)
         self.model = model.to(self.device)
         self.dims = {Capability.MULTIVECTOR: EMBEDDING_DIM}
         self._patch = int(images.patch_size) * int(images.merge_size)
-        self._prompt_length = self._prompt_tokens_besides_the_image()
 
     def _page_cost(self, page: Image.Image) -> int:
         """The merged patches the processor's resize gives the page, and the prompt's tokens."""

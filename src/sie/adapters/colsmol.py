@@ -71,17 +71,14 @@ class ColSmolEncoder(PromptedPageRetriever):
         super().__init__(spec)
         folder = spec.tokenizer_folder
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
-        tokenizer.padding_side = "left"
         images = Idefics3ImageProcessorPil.from_pretrained(str(folder))
         self.model = load_with_lora(ColIdefics3, spec, self._place(spec), self.family).to(self.device)
-        self._processor = Idefics3Processor(
-            image_processor=images,
-            tokenizer=tokenizer,
-            image_seq_len=image_seq_len(folder, self.model.config),
+        seq_len = image_seq_len(folder, self.model.config)
+        self._use_processor(
+            Idefics3Processor(image_processor=images, tokenizer=tokenizer, image_seq_len=seq_len)
         )
         self.tokenizer = TokenizerVocabulary(tokenizer)
         self.dims = {Capability.MULTIVECTOR: EMBEDDING_DIM}
-        self._prompt_length = self._prompt_tokens_besides_the_image()
 
     def _page_cost(self, page: Image.Image) -> int:
         """The image tokens the processor gives the page (its tiles and the whole page), and the

@@ -139,9 +139,13 @@ class PromptedPageRetriever(PageRetriever):
 
     visual_prompt: str
     query_suffix: str
+    _prompt_length: int  # the visual prompt's tokens besides its one image placeholder
 
-    def _prompt_tokens_besides_the_image(self) -> int:
-        return len(self._processor.tokenizer(self.visual_prompt)["input_ids"]) - 1
+    def _use_processor(self, processor: Any) -> None:
+        """Serve with ``processor``: left padding, and the visual prompt's own tokens counted once."""
+        processor.tokenizer.padding_side = "left"
+        self._processor = processor
+        self._prompt_length = len(processor.tokenizer(self.visual_prompt)["input_ids"]) - 1
 
     def _text(self, text: str) -> str:
         return text + self.query_suffix
