@@ -127,6 +127,22 @@ def test_an_image_alone_equals_it_inside_a_batch_of_its_size(detector: Grounding
         np.testing.assert_allclose([s for _, s, _ in alone], [s for _, s, _ in together[index]], atol=1e-5)
 
 
+@pytest.mark.parametrize("precision", [ComputePrecision.FLOAT16, ComputePrecision.BFLOAT16])
+def test_half_precision_on_a_gpu_runs_its_forward(folder: Path, precision: ComputePrecision) -> None:
+    """On a GPU half precision is half weights (the CPU never places them so); the dtypes a CUDA
+    placement picks are run here on the CPU: without autocast the deformable attention refuses the
+    float32 sampling grid it builds beside half features."""
+    detector = GroundingDinoDetector.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 256))
+    weights = detector._place(LoadSpec(folder, "cuda", precision, 256))
+    half = torch.float16 if precision is ComputePrecision.FLOAT16 else torch.bfloat16
+    assert (weights, detector._autocast, detector._pixel_dtype) == (half, half, half)
+    detector.device = torch.device("cpu")
+    detector.model.to(weights)
+    objects = detect(detector, IMAGES, box_threshold=0.0, text_threshold=0.0)
+    assert [len(o) for o in objects] == [20, 20, 20]
+    assert all(0.0 <= score <= 1.0 for found in objects for _, score, _ in found)
+
+
 @pytest.mark.parametrize(
     ("phrase", "label"),
     [

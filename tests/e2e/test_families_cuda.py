@@ -304,6 +304,12 @@ def same(expected: Any, got: Any, tol: Tolerance, where: str) -> None:
                 {c["label"]: c["score"] for c in side.pop("classifications")} for side in (expected, got)
             ]
             same(*labels, tol, f"{where}.classifications")
+        if "relations" in expected:
+            # Best first: two relations whose scores differ in a last digit between the CPU and the
+            # GPU (the tiny model scores many pairs alike) may come in either order.
+            same(*(relation_scores(side["relations"]) for side in (expected, got)), tol, f"{where}.relations")
+            expected = {k: v for k, v in expected.items() if k != "relations"}
+            got = {k: v for k, v in got.items() if k != "relations"}
         assert set(expected) == set(got), f"{where}: keys {sorted(expected)} != {sorted(got)}"
         for key in expected:
             same(expected[key], got[key], tol, f"{where}.{key}")
@@ -324,6 +330,12 @@ def same(expected: Any, got: Any, tol: Tolerance, where: str) -> None:
         assert abs(expected - got) <= tol.score, f"{where}: {expected} vs {got}"
     else:
         assert expected == got, f"{where}: {expected!r} != {got!r}"
+
+
+def relation_scores(relations: list[dict[str, Any]]) -> dict[tuple[str, str, str], float]:
+    scores = {(r["head"], r["tail"], r["relation"]): r["score"] for r in relations}
+    assert len(scores) == len(relations), "a relation answered twice"
+    return scores
 
 
 def _is_object(value: Any) -> bool:
@@ -427,10 +439,13 @@ def device_server(
         yield precision, server
 
 
-# Seen on an H200 and not yet explained (docs/benchmarks.md): reported as xfail while they diverge.
+# Reported as xfail while they diverge (docs/benchmarks.md). Grounding DINO picks its queries as the
+# encoder's top-scoring proposals: on random weights many score alike, half-precision rounding picks
+# others (on the CPU under float16 autocast its initial reference points move by up to 0.875 of the
+# image), and other queries are decoded, so its boxes and scores are not float32's.
 KNOWN_DIVERGENCES = {
-    (GROUNDING_DINO, "float16"): "Grounding DINO in float16 on CUDA scored a box 1.0 that float32 "
-    "scores 0.245 (the tiny random model's saturated logits, or a half-precision overflow)",
+    (GROUNDING_DINO, "float16"): "Grounding DINO in float16 selects other proposals than float32 on "
+    "the tiny random model",
 }
 
 

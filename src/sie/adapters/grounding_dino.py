@@ -73,6 +73,10 @@ class GroundingDinoDetector(ImageDetector):
     family = "GroundingDINO"
     model_class = GroundingDinoForObjectDetection
     request_options = GROUNDING_OPTIONS
+    # In float16 or bfloat16 (the public YAMLs ask float16 on a GPU) its multi-scale deformable
+    # attention gets half features and float32 sampling grids: without autocast the load's warm-up
+    # fails with "expected scalar type Half but found Float" (seen on an H200, transformers 5.16).
+    half_under_autocast = True
 
     def __init__(self, spec: LoadSpec) -> None:
         super().__init__(spec)

@@ -86,11 +86,17 @@ class DeviceModel:
     device: torch.device
     _autocast: torch.dtype | None
     _pixel_dtype: torch.dtype
+    # Half-precision weights also run under autocast in their dtype: for a model whose forward mixes
+    # its half activations with float32 tensors it builds itself, which plain half weights refuse
+    # (Grounding DINO's deformable attention samples its features at float32 positions).
+    half_under_autocast: ClassVar[bool] = False
 
     def _place(self, spec: LoadSpec) -> torch.dtype:
         """Sets the device, the autocast and the pixels' dtype; the weights' dtype to load with."""
         self.device = torch.device(spec.device)
         weights_dtype, self._autocast = weights_and_autocast(spec.precision, spec.device)
+        if self.half_under_autocast and self._autocast is None and weights_dtype != torch.float32:
+            self._autocast = weights_dtype
         self._pixel_dtype = weights_dtype
         return weights_dtype
 
