@@ -90,7 +90,7 @@ def test_a_text_alone_equals_it_inside_a_batch(extractor: Gliner2Extractor) -> N
         assert extract(extractor, [text], threshold=0.3) == [together[index]]
 
 
-def test_the_public_entity_and_classification_adapters_load_this_class_and_decide_is_refused() -> None:
+def test_the_public_gliner2_adapters_load_our_classes() -> None:
     for public in (
         "sie_server.adapters.gliner2.adapter:GLiNER2Adapter",
         "sie_server.adapters.gliner2.entities:GLiNER2EntitiesAdapter",
@@ -98,7 +98,11 @@ def test_the_public_entity_and_classification_adapters_load_this_class_and_decid
     ):
         assert registry.canonical(public) == "sie.adapters.gliner2:Gliner2Extractor"
         assert registry.not_served(public) is None
-    assert registry.not_served("sie_server.adapters.gliner2.decide:GLiNER2DecideAdapter") is not None
+    decide = "sie_server.adapters.gliner2.decide:GLiNER2DecideAdapter"
+    assert registry.canonical(decide) == "sie.adapters.gliner2_decide:Gliner2Decider"
+    assert registry.not_served(decide) is None
+    assert registry.takes_output_schema(decide)
+    assert not registry.takes_output_schema("sie_server.adapters.gliner2.adapter:GLiNER2Adapter")
 
 
 @pytest.mark.parametrize(

@@ -297,6 +297,7 @@ GLICLASS = "test/gliclass"
 OWLV2 = "test/owlv2"
 COLPALI = "test/colpali"
 GLINER2 = "test/gliner2"
+DECIDE = "fastino/GLiNER2.5-Decide"
 GROUNDING_DINO = "test/grounding-dino"
 # Served under their public ids: the shipped YAMLs, given the built weights (``PUBLIC_WEIGHTS``).
 JINA_RERANKER = "jinaai/jina-reranker-v2-base-multilingual"
@@ -516,6 +517,7 @@ PUBLIC_WEIGHTS = {
     "jackboyla__glirel-large-v0.yaml": "glirel",
     "superlinked__pii-redact.yaml": "gliner",
     "jinaai__jina-colbert-v2.yaml": "jina_colbert",
+    "fastino__GLiNER2.5-Decide.yaml": "gliner2",  # a GLiNER2 with a classification head, as Decide is
 }
 
 
@@ -598,8 +600,8 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
     the public adapter name) with a ``merged`` profile, a BIO token tagger, an NLI zero-shot classifier,
     a CLIP and a SigLIP, a Qwen3-Reranker-shaped causal LM, a GLiClass (under the public adapter
     name, with a ``multi-label`` profile), an OWLv2 and a Grounding DINO detector, a ColPali and a
-    GLiNER2, and jina-reranker-v2, zerank-2, the CORD Donut, Florence-2-base, GLiREL, the pii-redact GLiNER union and
-    jina-colbert-v2 under their public ids; all preloaded, float32."""
+    GLiNER2, and jina-reranker-v2, zerank-2, the CORD Donut, Florence-2-base, GLiREL, the pii-redact GLiNER union,
+    jina-colbert-v2 and GLiNER2.5-Decide under their public ids; all preloaded, float32."""
     root = tmp_path_factory.mktemp("families")
     env = {"SIE_MODELS_DIR": str(families_models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
     preload = [
@@ -631,6 +633,7 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
         GLIREL,
         PII_REDACT,
         JINA_COLBERT,
+        DECIDE,
     ]
     with run_server(root, env, "--preload", ",".join(preload)) as server:
         yield server

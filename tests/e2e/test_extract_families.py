@@ -20,6 +20,7 @@ from sie.adapters.donut import CORD, DonutExtractor
 from sie.adapters.florence2 import DOCVQA, Florence2Extractor
 from sie.adapters.gliclass import GliclassClassifier
 from sie.adapters.gliner2 import Gliner2Extractor
+from sie.adapters.gliner2_decide import Gliner2Decider
 from sie.adapters.gliner_union import GlinerUnionExtractor
 from sie.adapters.glirel import NO_ENTITIES, GlirelExtractor
 from sie.adapters.grounding_dino import GroundingDinoDetector
@@ -30,6 +31,7 @@ from sie.core.options import Capability, ComputePrecision
 from tests import builders
 from tests.conftest import package_folder, random_png
 from tests.e2e.conftest import (
+    DECIDE,
     DONUT,
     FLORENCE2,
     GLICLASS,
@@ -454,4 +456,75 @@ def test_pii_redact_under_its_public_id_is_the_union_of_its_members_as_the_adapt
         "code": "INVALID_INPUT",
         "message": "GLiNER union score_floor must be a finite number between 0 and 1",
     }
+    families.assert_serving()
+
+
+DECISIONS: dict[str, Any] = {
+    "intent": {
+        "type": "choice",
+        "instructions": "What is asked?",
+        "criteria": {"refund": "money back", "info": ""},
+    },
+    "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["not", "somewhat", "very"]},
+    "human": {"type": "noul", "instructions": "Needs a person?"},
+}
+
+
+def test_gliner2_decide_under_its_public_id_answers_the_three_request_shapes_as_the_adapter(
+    families: Server, unpack: Any, family_folders: dict[str, Path]
+) -> None:
+    """The shipped GLiNER2.5-Decide YAML on built weights: typed questions (output_schema) into
+    ``data``, label groups into ``data`` and ``group.label`` classifications, plain labels into
+    classifications, a Laya state standing in for an item's text, all equal to the adapter in this
+    process, JSON and msgpack alike; bad requests are the client's 400 and the server keeps serving."""
+    decider = Gliner2Decider.load(LoadSpec(family_folders["gliner2"], "cpu", ComputePrecision.FLOAT32, 512))
+    state = {"order": 7, "status": "missing"}
+    requests: list[tuple[dict[str, Any], Task]] = [
+        ({"output_schema": DECISIONS}, Task.of([], {}, None, DECISIONS)),
+        (
+            {"instruction": "Sort it", "options": {"label_groups": {"tone": ["calm", "angry"]}}},
+            Task.of([], {"label_groups": {"tone": ["calm", "angry"]}}, "Sort it"),
+        ),
+        (
+            {"labels": ["refund", "praise"], "options": {"classification_type": "multi-label"}},
+            Task.of(["refund", "praise"], {"classification_type": "multi-label"}),
+        ),
+    ]
+    inputs: list[Any] = [TEXTS[0], AnnotatedText("", {"state": state})]
+    for params, task in requests:
+        body = {"items": [{"text": TEXTS[0]}, {"metadata": {"state": state}}], "params": params}
+        items = extract_json(families, DECIDE, body)["items"]
+        assert extract_msgpack(families, DECIDE, body, unpack)["items"] == items
+        forward = Forward(frozenset({Capability.EXTRACT}), task=task)
+        expected = decider.run(decider.prepare(inputs, forward), forward).extractions or []
+        for item, want in zip(items, expected, strict=True):
+            assert set(item) == KEYS and item["entities"] == [] and item["objects"] == []
+            assert [c["label"] for c in item["classifications"]] == [c.label for c in want.classifications]
+            np.testing.assert_allclose(
+                [c["score"] for c in item["classifications"]],
+                [c.score for c in want.classifications],
+                atol=1e-5,
+            )
+            assert item["data"].keys() == want.data.keys()
+            for key, answer in item["data"].items():
+                assert answer.keys() == want.data[key].keys()
+                np.testing.assert_allclose(
+                    list(answer.get("probabilities", {"noul": answer.get("noul")}).values()),
+                    list(want.data[key].get("probabilities", {"noul": want.data[key].get("noul")}).values()),
+                    atol=1e-5,
+                )
+    for body, message in (
+        ({"items": [{"text": "x"}], "params": {"labels": ["a"], "output_schema": DECISIONS}}, "not both"),
+        ({"items": [{"text": "x"}], "params": {"output_schema": {"q": {"type": "rank"}}}}, "unknown type"),
+        ({"items": [{"text": "x"}], "params": {"labels": ["a [L]"]}}, "structural token"),
+        ({"items": [{"metadata": {"state": 5}}], "params": {"labels": ["a"]}}, "metadata.state"),
+        ({"items": [{"text": "x"}], "params": {"labels": ["a"], "options": {"bogus": 1}}}, "Unknown option"),
+    ):
+        refused = families.client.post(f"/v1/extract/{DECIDE}", json=body)
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["detail"]["code"] == "INVALID_INPUT" and message in refused.text
+    refused = families.client.post(
+        f"/v1/extract/{GLINER2}", json={"items": [{"text": "x"}], "params": {"output_schema": DECISIONS}}
+    )
+    assert refused.status_code == 400 and "does not take output_schema" in refused.text
     families.assert_serving()

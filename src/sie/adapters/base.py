@@ -97,21 +97,67 @@ class TokenBatch:
 
 @dataclass(frozen=True)
 class Task:
-    """An extraction request's parameters: its ``labels``, ``instruction`` and runtime options (the
-    profile's overlaid by the request's, as sorted pairs so a ``Task`` hashes). Each family reads the
-    options it knows (``threshold``, ``flat_ner``, ``hypothesis_template``...) with its own defaults."""
+    """An extraction request's parameters: its ``labels``, ``instruction``, runtime options (the
+    profile's overlaid by the request's, as sorted pairs so a ``Task`` hashes) and ``output_schema``
+    (for the families that read one), frozen by ``frozen``. Each family reads the options it knows
+    (``threshold``, ``flat_ner``, ``hypothesis_template``...) with its own defaults."""
 
     labels: tuple[str, ...] = ()
     options: tuple[tuple[str, Any], ...] = ()
     instruction: str | None = None
+    output_schema: Any = None
 
     @classmethod
-    def of(cls, labels: Sequence[str], options: Mapping[str, Any], instruction: str | None = None) -> Task:
-        frozen = tuple(sorted((key, _hashable(value)) for key, value in options.items()))
-        return cls(tuple(labels), frozen, instruction)
+    def of(
+        cls,
+        labels: Sequence[str],
+        options: Mapping[str, Any],
+        instruction: str | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+    ) -> Task:
+        pairs = tuple(sorted((key, frozen(value)) for key, value in options.items()))
+        return cls(
+            tuple(labels), pairs, instruction, None if output_schema is None else frozen(output_schema)
+        )
 
     def option(self, key: str, default: Any) -> Any:
         return next((value for name, value in self.options if name == key), default)
+
+
+class FrozenMapping(tuple[tuple[Any, Any], ...]):
+    """A mapping's (key, value) pairs in the client's order: a task's question order and a label
+    group's order are what the model reads, so a mapping is not sorted (its keys need not even be
+    comparable, as msgpack's may not be). It equals no plain tuple, so a list of pairs never batches
+    with a mapping."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is FrozenMapping and tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash((FrozenMapping, tuple(self)))
+
+
+def frozen(value: Any) -> Any:
+    """``value`` hashable: mappings as ``FrozenMapping``, lists as tuples (``thawed`` undoes it)."""
+    if isinstance(value, Mapping):
+        return FrozenMapping((k, frozen(v)) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return tuple(frozen(v) for v in value)
+    return value
+
+
+def thawed(value: Any) -> Any:
+    """A frozen option as the client sent it: dicts and lists again."""
+    if isinstance(value, FrozenMapping):
+        return {k: thawed(v) for k, v in value}
+    if isinstance(value, tuple):
+        return [thawed(v) for v in value]
+    return value
 
 
 def unit_option(task: Task | None, name: str, default: float, family: str) -> float:
@@ -150,14 +196,6 @@ def finite_number(value: Any) -> float:
         with contextlib.suppress(OverflowError):
             return float(value)
     return math.nan
-
-
-def _hashable(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
-    if isinstance(value, list | tuple):
-        return tuple(_hashable(v) for v in value)
-    return value
 
 
 @dataclass(frozen=True)
@@ -345,6 +383,13 @@ def reads_item_metadata(adapter: object) -> bool:
     ``reads_item_metadata = True`` and then gets its texts as ``AnnotatedText``; optional, like
     ``runs_onnx``, so the other families need not declare it."""
     return bool(getattr(adapter, "reads_item_metadata", False))
+
+
+def reads_item_state(adapter: object) -> bool:
+    """Whether an item may carry, instead of a text, a Laya state in ``metadata.state``
+    (``reads_item_state = True``, with ``reads_item_metadata``): the family then gets it as an
+    ``AnnotatedText`` with an empty text."""
+    return bool(getattr(adapter, "reads_item_state", False)) and reads_item_metadata(adapter)
 
 
 class UnsupportedInput(ValueError):

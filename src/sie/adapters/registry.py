@@ -32,6 +32,7 @@ _COLPALI = "sie.adapters.colpali:ColPaliEncoder"
 _COLQWEN2 = "sie.adapters.colqwen2:ColQwen2Encoder"
 _COLSMOL = "sie.adapters.colsmol:ColSmolEncoder"
 _GLINER2 = "sie.adapters.gliner2:Gliner2Extractor"
+_GLINER2_DECIDE = "sie.adapters.gliner2_decide:Gliner2Decider"
 _JINA_RERANKER = "sie.adapters.jina_reranker:JinaRerankerScorer"
 _DONUT = "sie.adapters.donut:DonutExtractor"
 _FLORENCE2 = "sie.adapters.florence2:Florence2Extractor"
@@ -74,10 +75,12 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.native_causal_cross_encoder:NativeCausalCrossEncoderAdapter": _ST_CROSS_ENCODER,
     "sie_server.adapters.gliner:GLiNERAdapter": _GLINER,
     "sie_server.adapters.gliner_bi:GLiNERBiAdapter": _GLINER,  # gliner runs bi-encoders through the same calls
-    # GLiNER2's entity and classification adapters; its Decide and schema modes stay refused.
+    # GLiNER2's entity, classification and Decide adapters; its schema mode (output_schema on an
+    # entity model) stays refused.
     "sie_server.adapters.gliner2:GLiNER2Adapter": _GLINER2,
     "sie_server.adapters.gliner2.entities:GLiNER2EntitiesAdapter": _GLINER2,
     "sie_server.adapters.gliner2.classification:GLiNER2ClassificationAdapter": _GLINER2,
+    "sie_server.adapters.gliner2.decide:GLiNER2DecideAdapter": _GLINER2_DECIDE,
     "sie_server.adapters.gliclass:GLiClassAdapter": _GLICLASS,
     "sie_server.adapters.glirel:GLiRELAdapter": _GLIREL,
     "sie_server.adapters.gliner_union:GLiNERUnionAdapter": _GLINER_UNION,
@@ -109,6 +112,7 @@ CANONICAL: Final = frozenset(
         _CAUSAL_RERANKER,
         _GLINER,
         _GLINER2,
+        _GLINER2_DECIDE,
         _GLICLASS,
         _GLIREL,
         _GLINER_UNION,
@@ -151,7 +155,6 @@ NOT_SERVED: Final[dict[str, str]] = {
     f"{_P}qwen3_vl_embedding": "a multimodal embedder (Qwen3-VL)",
     f"{_P}qwen3_vl_reranker": "a multimodal reranker (Qwen3-VL)",
     f"{_P}st_sparse_vision": "a visual sparse encoder (v-SPLADE)",
-    f"{_P}gliner2": "a GLiNER2 decision model (GLiNER2 Decide)",
     f"{_P}gliformer": "an extractor (GLiFormer)",
     f"{_P}laya": "an extractor (Laya)",
     f"{_P}privacy_filter": "a PII filter (privacy-filter)",
@@ -210,6 +213,18 @@ GLINER_UNION_OPTIONS: Final = frozenset(
     {"score_floor", "window_words", "window_overlap", "propagate_label", "name_min_letters", "default_labels"}
 )
 GLINER2_OPTIONS: Final = frozenset({"threshold"})
+DECIDE_OPTIONS: Final = frozenset(
+    {
+        "label_groups",
+        "classification_task",
+        "classification_type",
+        "multi_label",
+        "threshold",
+        "group_encoding",
+        "examples",
+        "overflow_policy",
+    }
+)
 DETECTION_OPTIONS: Final = frozenset({"score_threshold", "threshold"})
 GROUNDING_OPTIONS: Final = frozenset({"box_threshold", "text_threshold"})
 DONUT_OPTIONS: Final = frozenset({"task", "max_new_tokens", "num_beams"})
@@ -221,6 +236,7 @@ _REQUEST_OPTIONS: Final[dict[str, frozenset[str]]] = {
     _NLI: NLI_OPTIONS,
     _GLICLASS: GLICLASS_OPTIONS,
     _GLINER2: GLINER2_OPTIONS,
+    _GLINER2_DECIDE: DECIDE_OPTIONS,
     _GLIREL: GLIREL_OPTIONS,
     _GLINER_UNION: GLINER_UNION_OPTIONS,
     _OWLV2: DETECTION_OPTIONS,
@@ -232,6 +248,15 @@ _REQUEST_OPTIONS: Final[dict[str, frozenset[str]]] = {
     "sie.adapters.token_ner:TorchTokenNer": TOKEN_ENTITY_OPTIONS,
     "sie.adapters.token_ner_onnx:OnnxTokenNer": TOKEN_ENTITY_OPTIONS,
 }
+
+
+# The families that read an extract request's ``output_schema`` (GLiNER2.5-Decide's typed questions);
+# the engine refuses one sent to any other, before anything is queued.
+_OUTPUT_SCHEMA: Final = frozenset({_GLINER2_DECIDE})
+
+
+def takes_output_schema(adapter_path: str) -> bool:
+    return canonical(adapter_path) in _OUTPUT_SCHEMA
 
 
 def declared_request_options(adapter_path: str) -> frozenset[str] | None:

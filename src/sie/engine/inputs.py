@@ -7,7 +7,14 @@ with 400 before any work.
 
 from __future__ import annotations
 
-from sie.adapters.base import Adapter, AnnotatedText, ImageData, ModelInput, reads_item_metadata
+from sie.adapters.base import (
+    Adapter,
+    AnnotatedText,
+    ImageData,
+    ModelInput,
+    reads_item_metadata,
+    reads_item_state,
+)
 from sie.core.options import Modality
 from sie.engine.errors import InvalidInput
 from sie.wire.requests import Item
@@ -40,5 +47,7 @@ def extract_input(item: Item, model: str, adapter: Adapter) -> ModelInput:
     image = image_of(item, model, adapter)
     if image is not None:
         return image
+    if item.text is None and "state" in (item.metadata or {}) and reads_item_state(adapter):
+        return AnnotatedText("", item.metadata or {})  # a Laya state stands in for the text
     text = text_of(item, adapter)
     return AnnotatedText(text, item.metadata or {}) if reads_item_metadata(adapter) else text

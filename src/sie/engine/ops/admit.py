@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from sie.adapters.base import Task
+from sie.adapters.registry import takes_output_schema
 from sie.core.options import Capability, OutputDType
 from sie.engine import request_options
 from sie.engine.admission import Admission
@@ -92,7 +93,8 @@ def admit_extract(admission: Admission, model: str, request: ExtractRequest) -> 
     name = entry.name
     if entry.config.tasks.extract is None:
         raise InvalidInput(f"Model '{name}' {EXTRACT_HINT}")
-    if params.output_schema is not None:  # no family here fills a schema: refused, not dropped unread
+    schema = params.output_schema
+    if schema is not None and not takes_output_schema(entry.profile.adapter_path):  # refused, not dropped
         raise InvalidInput(
             f"Model '{name}' does not take output_schema: its family extracts no structured data"
         )
@@ -103,5 +105,6 @@ def admit_extract(admission: Admission, model: str, request: ExtractRequest) -> 
         params.labels or (),
         {k: v for k, v in options.items() if k not in ENGINE_OPTIONS},
         instruction if isinstance(instruction, str) else None,
+        schema,
     )
     return ExtractAdmitted(entry, task, lora_option(options))
