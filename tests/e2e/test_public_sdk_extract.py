@@ -1,5 +1,6 @@
 """The PUBLIC ``sie-sdk==0.10.1`` decodes our extract answers: Rampart's PII entities, the NLI model's
-classifications and GLiREL's relations (the SDK sends each item's ``metadata.entities`` as it is),
+classifications, GLiNER2.5-Decide's typed decisions (its ``output_schema`` and a Laya state in an item's
+metadata sent as the SDK sends them) and GLiREL's relations (the SDK sends each item's ``metadata.entities`` as it is),
 the values our server sends on the wire (tests/e2e/test_extract_families.py holds those to the
 adapters). Runs in the public SDK's Python 3.12 venv, skipped where none exists.
 """
@@ -13,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import GLIREL, NLI, RAMPART, Server
+from tests.e2e.conftest import DECIDE, GLIREL, NLI, RAMPART, Server
 
 PII = "My name is John Smith, email john.smith@example.com, I live in London."
 TOPICS = "The central bank raised interest rates again."
@@ -26,6 +27,16 @@ NAMED = {
     ]
 }
 RELATIONS = ["founded by", "located in"]
+QUESTIONS = {
+    "intent": {
+        "type": "choice",
+        "instructions": "What is asked?",
+        "criteria": {"refund": "money back", "info": ""},
+    },
+    "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["not", "somewhat", "very"]},
+    "human": {"type": "noul", "instructions": "Needs a person?"},
+}
+STATE = {"order": 7, "status": "missing", "messages": ["where is my parcel?"]}
 
 SCRIPT = textwrap.dedent(
     """
@@ -33,13 +44,24 @@ SCRIPT = textwrap.dedent(
     from sie_sdk import SIEClient
 
     url, rampart, nli, pii, topics, labels, glirel, relating, named, relations = sys.argv[1:11]
+    decide, questions, state = sys.argv[11:14]
     with SIEClient(url, timeout_s=120) as client:
         found = client.extract(rampart, [{"text": pii, "id": "p"}])
         ranked = client.extract(nli, {"text": topics}, labels=json.loads(labels), options={"multi_label": True})
         related = client.extract(
             glirel, {"text": relating, "metadata": json.loads(named)}, labels=json.loads(relations)
         )
-    print(json.dumps({"rampart": [dict(r) for r in found], "nli": dict(ranked), "glirel": dict(related)}))
+        decided = client.extract(
+            decide,
+            [{"text": topics}, {"metadata": {"state": json.loads(state)}}],
+            output_schema=json.loads(questions),
+        )
+    print(json.dumps({
+        "rampart": [dict(r) for r in found],
+        "nli": dict(ranked),
+        "glirel": dict(related),
+        "decide": [dict(d) for d in decided],
+    }))
     """
 )
 
@@ -58,6 +80,9 @@ def public(families: Server, run_public_sdk: Any) -> dict[str, Any]:
         RELATING,
         json.dumps(NAMED),
         json.dumps(RELATIONS),
+        DECIDE,
+        json.dumps(QUESTIONS),
+        json.dumps(STATE),
     )
     return result
 
@@ -95,3 +120,19 @@ def test_public_sdk_sends_item_metadata_and_decodes_relations(
     assert expected["relations"], "the profile's threshold (0.1) keeps some of the built model's relations"
     assert public["glirel"]["relations"] == expected["relations"]
     assert [e["text"] for e in public["glirel"]["entities"]] == ["Apple Inc.", "Steve Jobs", "Cupertino"]
+
+
+def test_public_sdk_sends_typed_questions_and_a_state_and_decodes_decisions(
+    families: Server, public: dict[str, Any]
+) -> None:
+    body = {
+        "items": [{"text": TOPICS}, {"metadata": {"state": STATE}}],
+        "params": {"output_schema": QUESTIONS},
+    }
+    expected = wire(families, DECIDE, body)
+    assert [item["data"] for item in public["decide"]] == [item["data"] for item in expected]
+    for item in public["decide"]:
+        assert list(item["data"]) == list(QUESTIONS)
+        assert item["data"]["intent"]["choice"] in ("refund", "info")
+        assert item["data"]["urgency"]["legend"] == {"0": "not", "1": "somewhat", "2": "very"}
+        assert isinstance(item["data"]["human"]["answer"], bool)
