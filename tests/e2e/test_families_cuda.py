@@ -31,6 +31,7 @@ from tests.e2e.conftest import (
     CLIP,
     COLBERT,
     COLPALI,
+    DECIDE,
     DOCS,
     DONUT,
     FLORENCE2,
@@ -147,6 +148,7 @@ MODELS = [
     GLIREL,
     PII_REDACT,
     JINA_COLBERT,
+    DECIDE,
 ]
 SCORERS = (RERANKER, CAUSAL_RERANKER, JINA_RERANKER, ZERANK)
 
@@ -199,6 +201,7 @@ def route(model: str) -> str:
         FLORENCE2,
         GLIREL,
         PII_REDACT,
+        DECIDE,
     ):
         return "extract"
     return "score" if model in SCORERS else "encode"
@@ -216,6 +219,18 @@ def requests(model: str) -> list[dict[str, Any]]:
         return [{"items": images}]
     if model == FLORENCE2:  # objects, then a DocVQA answer
         return [{"items": images}, {"items": images, "params": {"instruction": "what is the total"}}]
+    if model == DECIDE:  # typed questions into data, then label groups into data and classifications
+        questions = {
+            "intent": {"type": "choice", "instructions": "What is asked?", "criteria": ["refund", "info"]},
+            "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["not", "very"]},
+            "human": {"type": "noul", "instructions": "Needs a person?"},
+        }
+        items = [{"text": t} for t in TEXTS]
+        groups = {"tone": ["calm", "angry"], "topic": ["kidney", "travel", "money"]}
+        return [
+            {"items": items, "params": {"output_schema": questions}},
+            {"items": items, "params": {"options": {"label_groups": groups}}},
+        ]
     if model == GLIREL:  # the entities each item names, as a GLiNER would have found them
         named = [(t, [m.span() for m in re.finditer(r"[A-Z][a-z]+", t)]) for t in TEXTS]
         items = [
