@@ -337,3 +337,41 @@ def test_bad_items_and_prompts_that_leave_no_room_are_refused(decider: Gliner2De
     with pytest.raises(UnsupportedInput, match="takes at most 256"):
         decide(decider, ["text"], output_schema=long)
     assert decide(decider, ["still serving"], ["a", "b"])[0].classifications
+
+
+def test_rows_of_requests_that_compare_equal_are_each_read_at_their_own_markers(
+    decider: Gliner2Decider,
+) -> None:
+    """``1 == True`` and ``2 == 2.0``, so these two tasks batch together, yet their criteria render
+    as different descriptions ("1" / "true"): different prompts, different marker positions."""
+    first = {"q": {"type": "choice", "instructions": "x", "criteria": {"a": 1, "b": 2}}}
+    second = {"q": {"type": "choice", "instructions": "x", "criteria": {"a": True, "b": 2.0}}}
+    forwards = [
+        Forward(frozenset({Capability.EXTRACT}), task=Task.of([], {}, None, s)) for s in (first, second)
+    ]
+    assert forwards[0] == forwards[1]
+    rows = [decider.prepare([TEXTS[0]], forward)[0] for forward in forwards]
+    assert rows[0].payload.markers != rows[1].payload.markers
+    together = decider.run(rows, forwards[0]).extractions or []
+    for row, forward, inside in zip(rows, forwards, together, strict=True):
+        (alone,) = decider.run([row], forward).extractions or []
+        close(inside.data["q"]["probabilities"], alone.data["q"]["probabilities"])
+
+
+def test_a_null_noul_wording_is_the_default_and_deep_nesting_is_refused(decider: Gliner2Decider) -> None:
+    null = {"q": {"type": "noul", "instructions": "Is it late?", "labels": None}}
+    default = {"q": {"type": "noul", "instructions": "Is it late?"}}
+    assert decide(decider, [TEXTS[0]], output_schema=null) == decide(
+        decider, [TEXTS[0]], output_schema=default
+    )
+    with pytest.raises(UnsupportedInput, match="only supported for noul"):
+        decide(
+            decider,
+            ["x"],
+            output_schema={"q": {"type": "choice", "instructions": "x", "criteria": ["a"], "labels": None}},
+        )
+    deep: Any = "leaf"
+    for _ in range(500):
+        deep = {"d": deep}
+    with pytest.raises(UnsupportedInput, match="nest at most 64 levels"):
+        Task.of([], {}, None, {"q": {"type": "choice", "instructions": "x", "criteria": {"a": deep}}})

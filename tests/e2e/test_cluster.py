@@ -21,10 +21,10 @@ import pytest
 
 from tests.conftest import running_nats
 from tests.e2e.cluster import Gateway, run_gateway, run_worker, worker_env
-from tests.e2e.conftest import COLBERT, GLINER, M3, MINILM, RERANKER, SPLADE, Server, unpack_body
+from tests.e2e.conftest import COLBERT, DECIDE, GLINER, M3, MINILM, RERANKER, SPLADE, Server, unpack_body
 from tests.e2e.test_public_sdk import FAMILY_CALLS, FAMILY_SCRIPT
 
-PRELOAD = [MINILM, SPLADE, RERANKER, COLBERT, f"{COLBERT}:muvera", M3, f"{M3}:sparse", GLINER]
+PRELOAD = [MINILM, SPLADE, RERANKER, COLBERT, f"{COLBERT}:muvera", M3, f"{M3}:sparse", GLINER, DECIDE]
 BIG_TEXT_BYTES = 2 * 1024 * 1024  # a 2 MiB item: over NATS's 1 MiB messages, at the text limit
 
 
@@ -178,6 +178,28 @@ def test_a_2_mib_item_travels_through_the_payload_store(
         np.testing.assert_allclose(a["dense"]["values"], b["dense"]["values"], atol=1e-5)
     store = gateway.log_path.parent.parent / "payloads"  # the fixture's SIE_PAYLOAD_STORE_URL
     assert store.is_dir() and list(store.iterdir()) == []  # the gateway deleted what it wrote
+
+
+def test_typed_decisions_travel_with_their_output_schema_and_state_items(
+    gateway: Gateway, families: Server
+) -> None:
+    """GLiNER2.5-Decide's typed questions (``params.output_schema``) and an item carrying only a Laya
+    state reach the worker through the queue and answer as the standalone server does."""
+    questions = {
+        "intent": {"type": "choice", "instructions": "What is asked?", "criteria": ["refund", "info"]},
+        "human": {"type": "noul", "instructions": "Needs a person?"},
+    }
+    body = {
+        "items": [{"text": "where is my parcel"}, {"metadata": {"state": {"order": 7, "status": "lost"}}}],
+        "params": {"output_schema": questions},
+    }
+    headers = {"accept": "application/json"}
+    ours = gateway.client.post(f"/v1/extract/{DECIDE}", json=body, headers=headers)
+    theirs = families.client.post(f"/v1/extract/{DECIDE}", json=body, headers=headers)
+    assert ours.status_code == theirs.status_code == 200, ours.text
+    got, want = ours.json()["items"], theirs.json()["items"]
+    assert [list(item["data"]) for item in got] == [list(questions)] * 2
+    _assert_same(_comparable(got), _comparable(want))
 
 
 def test_models_and_health_come_from_the_workers_heartbeats(gateway: Gateway, families: Server) -> None:

@@ -459,6 +459,13 @@ def test_pii_redact_under_its_public_id_is_the_union_of_its_members_as_the_adapt
     families.assert_serving()
 
 
+def _nested(levels: int) -> dict[str, Any]:
+    tree: dict[str, Any] = {"leaf": 1}
+    for _ in range(levels):
+        tree = {"d": tree}
+    return tree
+
+
 DECISIONS: dict[str, Any] = {
     "intent": {
         "type": "choice",
@@ -519,6 +526,8 @@ def test_gliner2_decide_under_its_public_id_answers_the_three_request_shapes_as_
         ({"items": [{"text": "x"}], "params": {"labels": ["a [L]"]}}, "structural token"),
         ({"items": [{"metadata": {"state": 5}}], "params": {"labels": ["a"]}}, "metadata.state"),
         ({"items": [{"text": "x"}], "params": {"labels": ["a"], "options": {"bogus": 1}}}, "Unknown option"),
+        ({"items": [{"text": "x", "metadata": {"state": "s"}}], "params": {"labels": ["a"]}}, "not both"),
+        ({"items": [{"text": "x"}], "params": {"output_schema": _nested(300)}}, "nest at most 64"),
     ):
         refused = families.client.post(f"/v1/extract/{DECIDE}", json=body)
         assert refused.status_code == 400, refused.text

@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -142,12 +142,19 @@ class FrozenMapping(tuple[tuple[Any, Any], ...]):
         return hash((FrozenMapping, tuple(self)))
 
 
-def frozen(value: Any) -> Any:
+# Levels of lists and mappings an option or output_schema may nest: far past any real one, and far
+# below the interpreter's recursion limit (a client's 900 levels would otherwise be a 500).
+MAX_NESTING: Final = 64
+
+
+def frozen(value: Any, depth: int = 0) -> Any:
     """``value`` hashable: mappings as ``FrozenMapping``, lists as tuples (``thawed`` undoes it)."""
+    if isinstance(value, Mapping | list | tuple) and depth >= MAX_NESTING:
+        raise UnsupportedInput(f"Request options and output_schema may nest at most {MAX_NESTING} levels")
     if isinstance(value, Mapping):
-        return FrozenMapping((k, frozen(v)) for k, v in value.items())
+        return FrozenMapping((k, frozen(v, depth + 1)) for k, v in value.items())
     if isinstance(value, list | tuple):
-        return tuple(frozen(v) for v in value)
+        return tuple(frozen(v, depth + 1) for v in value)
     return value
 
 

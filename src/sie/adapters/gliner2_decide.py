@@ -39,6 +39,7 @@ from typing import Any, Final, Self
 import numpy as np
 import torch
 from gliner2 import AutoExtractor
+from gliner2.processing.word_splitter import WhitespaceTokenSplitter
 from tokenizers import Tokenizer
 
 from sie.adapters.base import (
@@ -75,7 +76,8 @@ MAX_WORDS_PER_TOKEN: Final = 4
 SENTENCE_ENDS: Final = (".", "!", "?")
 WORD_CACHE: Final = 16384  # token ids of recent words of at most CACHED_WORD_CHARS characters
 CACHED_WORD_CHARS: Final = 32
-PROMPT_CACHE: Final = 256  # prompts of recent request shapes
+PROMPT_CACHE: Final = 256  # prompts of recent request shapes, of schemas up to CACHED_PROMPT_CHARS
+CACHED_PROMPT_CHARS: Final = 4096
 _RUN: Final = re.compile(r"\S+")
 
 ITEM_ERROR: Final = (
@@ -147,6 +149,10 @@ class Gliner2Decider:
         model = AutoExtractor.from_pretrained(str(spec.weights), map_location=spec.device)
         if not hasattr(model, "classifier") or not hasattr(model, "encoder"):
             raise ValueError(f"{spec.weights} has no classification head: not a GLiNER2 decision model")
+        if not isinstance(model.processor.word_splitter, WhitespaceTokenSplitter):
+            raise ValueError(
+                f"{FAMILY} reads words as gliner2's WhitespaceTokenSplitter does; this model splits otherwise"
+            )
         place_for_thresholds(model, spec)
         if graphs != "off":
             log.info("%s: cuda_graphs=%s is accepted; the encoder runs eagerly here", FAMILY, graphs)
@@ -179,13 +185,12 @@ class Gliner2Decider:
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         rows: list[Row] = [item.payload for item in batch]
-        logits = self._logits(batch, rows[0].markers)
-        if not np.isfinite(logits).all():
-            raise RuntimeError(f"{FAMILY} returned non-finite scores")
         extractions = []
-        for row, item_logits in zip(rows, logits, strict=True):
+        for row, logits in zip(rows, self._logits(batch, rows), strict=True):
+            if not np.isfinite(logits).all():
+                raise RuntimeError(f"{FAMILY} returned non-finite scores")
             request = row.request
-            probabilities = per_task(request, item_logits)
+            probabilities = per_task(request, logits)
             data = (
                 {}
                 if request.mode == "labels"
@@ -198,22 +203,25 @@ class Gliner2Decider:
             extractions.append(Extraction(classifications=found, data=data))
         return BatchOutputs(extractions=extractions)
 
-    def _logits(self, batch: Sequence[Prepared], markers: list[int]) -> np.ndarray:
-        """Each row's label logits, ``[rows, labels]``: the batch padded to its longest row (one
-        request shape, so one set of markers)."""
+    def _logits(self, batch: Sequence[Prepared], rows: list[Row]) -> list[np.ndarray]:
+        """Each row's label logits, read at that row's own markers: a batch is one request shape, but
+        two requests whose options compare equal (``1`` and ``True``) may render different prompts."""
         width = max(len(item.ids) for item in batch)
         ids = np.full((len(batch), width), self._pad, dtype=np.int64)
         mask = np.zeros((len(batch), width), dtype=np.int64)
         for index, item in enumerate(batch):
             ids[index, : len(item.ids)] = item.ids
             mask[index, : len(item.ids)] = 1
+        which = np.repeat(np.arange(len(rows)), [len(row.markers) for row in rows])
+        where = np.asarray([marker for row in rows for marker in row.markers], dtype=np.int64)
         device = next(self._model.parameters()).device
         with torch.inference_mode():
             hidden = self._model.encoder(
                 input_ids=torch.from_numpy(ids).to(device), attention_mask=torch.from_numpy(mask).to(device)
             ).last_hidden_state
-            scores = self._model.classifier(hidden[:, torch.tensor(markers, device=device)]).squeeze(-1)
-        return np.asarray(scores.float().cpu().numpy())
+            markers = hidden[torch.from_numpy(which).to(device), torch.from_numpy(where).to(device)]
+            flat = self._model.classifier(markers).squeeze(-1).float().cpu().numpy()
+        return np.split(flat, np.cumsum([len(row.markers) for row in rows])[:-1])
 
     def _prompt(self, request: DecisionRequest) -> Prompt:
         """The processor's prompt for the request's tasks, kept for the next request of that shape."""
@@ -241,10 +249,11 @@ class Gliner2Decider:
         if [len(task) for task in positions] != [len(task.labels) + 1 for task in request.tasks]:
             raise RuntimeError(f"{FAMILY} prompt markers do not match the request's labels")
         prompt = Prompt(ids, [position for task in positions for position in task[1:]])
-        with self._lock:
-            self._prompts[shape] = prompt
-            while len(self._prompts) > PROMPT_CACHE:
-                self._prompts.popitem(last=False)
+        if len(shape) <= CACHED_PROMPT_CHARS:
+            with self._lock:
+                self._prompts[shape] = prompt
+                while len(self._prompts) > PROMPT_CACHE:
+                    self._prompts.popitem(last=False)
         return prompt
 
     @staticmethod

@@ -124,7 +124,8 @@ def _checked(qid: Any, definition: Any) -> None:
         if qtype != "noul":
             raise UnsupportedInput(f"{where}: 'labels' is only supported for noul questions")
         try:
-            noul_wording(definition["labels"])
+            if definition["labels"] is not None:  # null is the default wording, as Laya reads it
+                noul_wording(definition["labels"])
         except UnsupportedInput as exc:
             raise UnsupportedInput(f"{where}: {exc}") from exc
 
@@ -144,7 +145,7 @@ def _question(qid: str, definition: Mapping[str, Any]) -> Question:
             raise UnsupportedInput(
                 f"question {shown(qid)}: 'instructions' must be a string or JSON-serializable"
             ) from exc
-    wording = noul_wording(definition["labels"]) if "labels" in definition else None
+    wording = noul_wording(definition["labels"]) if definition.get("labels") is not None else None
     return Question(qid, qtype, instructions, criteria, wording)
 
 

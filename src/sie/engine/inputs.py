@@ -47,7 +47,9 @@ def extract_input(item: Item, model: str, adapter: Adapter) -> ModelInput:
     image = image_of(item, model, adapter)
     if image is not None:
         return image
-    if item.text is None and "state" in (item.metadata or {}) and reads_item_state(adapter):
-        return AnnotatedText("", item.metadata or {})  # a Laya state stands in for the text
+    if "state" in (item.metadata or {}) and reads_item_state(adapter):  # a Laya state stands in for the text
+        if item.text is not None:
+            raise InvalidInput(f"{adapter.family} items carry a text or metadata.state, not both")
+        return AnnotatedText("", item.metadata or {})
     text = text_of(item, adapter)
     return AnnotatedText(text, item.metadata or {}) if reads_item_metadata(adapter) else text

@@ -138,7 +138,12 @@ def _work_items(operation: Operation, body: Any, base: dict[str, Any]) -> list[W
         }
     elif isinstance(body, ExtractRequest) and body.params is not None:
         params_ = body.params
-        fields = {"labels": params_.labels, "instruction": params_.instruction, "options": params_.options}
+        fields = {
+            "labels": params_.labels,
+            "output_schema": params_.output_schema,
+            "instruction": params_.instruction,
+            "options": params_.options,
+        }
     return [
         WorkItem(
             work_item_id=f"{base['request_id']}.{index}",

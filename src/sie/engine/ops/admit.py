@@ -2,7 +2,8 @@
 
 The engine runs these first; the cluster's gateway runs exactly these before it publishes anything
 (so bad input gets the standalone server's 4xx from either front end). Nothing here imports the
-model machinery (registry, workers, torch), which keeps the gateway light.
+model machinery (workers, torch; of the registry only its declared tables), which keeps the gateway
+light.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from sie.adapters.base import Task
+from sie.adapters.base import Task, UnsupportedInput
 from sie.adapters.registry import takes_output_schema
 from sie.core.options import Capability, OutputDType
 from sie.engine import request_options
@@ -101,10 +102,13 @@ def admit_extract(admission: Admission, model: str, request: ExtractRequest) -> 
     request_options.check_known(entry, request_options.EXTRACT, params.options)
     options = overlay(entry.profile.runtime, params.options)
     instruction = params.instruction or options.get("instruction")
-    task = Task.of(
-        params.labels or (),
-        {k: v for k, v in options.items() if k not in ENGINE_OPTIONS},
-        instruction if isinstance(instruction, str) else None,
-        schema,
-    )
+    try:
+        task = Task.of(
+            params.labels or (),
+            {k: v for k, v in options.items() if k not in ENGINE_OPTIONS},
+            instruction if isinstance(instruction, str) else None,
+            schema,
+        )
+    except UnsupportedInput as exc:  # nested past what a request may
+        raise InvalidInput(str(exc)) from exc
     return ExtractAdmitted(entry, task, lora_option(options))
