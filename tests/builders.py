@@ -1207,3 +1207,55 @@ def colsmol(splade_dir: Path, folder: Path) -> tuple[Path, Path]:
     Idefics3Processor(image_processor=images, tokenizer=tokenizer, image_seq_len=4).save_pretrained(adapter)
     images.save_pretrained(adapter)  # preprocessor_config.json too, as the Hub repositories have it
     return adapter, base
+
+
+# Laya's calibration as a checkpoint ships it: per question type (choice, score, noul) and per
+# option-count bucket; 0.1 and 9.0 lie outside what the library applies (it clamps to 0.5..5).
+LAYA_TEMPERATURES = {
+    "temperature": [1.3, 0.1, 2.0],
+    "temperature_by_options": {"choice:2": 0.7, "score:3-5": 9.0},
+}
+
+
+def laya(splade_dir: Path, folder: Path, max_len: int = 128, head_max_len: int = 48) -> Path:
+    """A Laya checkpoint as the ``laya`` library saves one: a tiny ModernBERT encoder (``encoder/``)
+    under its decision head (``model.safetensors``), the packaged tokenizer (``tokenizer/``) and
+    ``rl_agent_config.json`` with ``LAYA_TEMPERATURES``. Seeded, initialised by the library's own
+    modules."""
+    from laya.common import DecisionModel
+    from safetensors.torch import save_file
+    from transformers import AutoModel
+
+    torch.manual_seed(11)
+    encoder = ModernBertConfig(
+        vocab_size=30522,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=max_len,
+        pad_token_id=0,
+        cls_token_id=101,
+        sep_token_id=102,
+        reference_compile=False,
+    )
+    model = DecisionModel(AutoModel.from_config(encoder, attn_implementation="sdpa"), head_layers=2, n_act=2)
+    with torch.no_grad():  # at the library's small initial scale every option would score alike
+        for parameter in model.parameters():
+            if parameter.dim() > 1:
+                parameter.normal_(0.0, 0.3)
+    (folder / "encoder").mkdir(parents=True)
+    encoder.save_pretrained(folder / "encoder")
+    (folder / "tokenizer").mkdir()
+    _copy_tokenizer(splade_dir, folder / "tokenizer")
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
+    config = {
+        "encoder": "answerdotai/ModernBERT-base",
+        "max_len": max_len,
+        "head_max_len": head_max_len,
+        "head_layers": 2,
+        "act_costs": {"escalate": 1.0},
+        **LAYA_TEMPERATURES,
+    }
+    (folder / "rl_agent_config.json").write_text(json.dumps(config))
+    return folder

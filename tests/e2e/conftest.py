@@ -298,6 +298,7 @@ OWLV2 = "test/owlv2"
 COLPALI = "test/colpali"
 GLINER2 = "test/gliner2"
 DECIDE = "fastino/GLiNER2.5-Decide"
+LAYA = "convaiinnovations/laya"
 GROUNDING_DINO = "test/grounding-dino"
 # Served under their public ids: the shipped YAMLs, given the built weights (``PUBLIC_WEIGHTS``).
 JINA_RERANKER = "jinaai/jina-reranker-v2-base-multilingual"
@@ -518,6 +519,7 @@ PUBLIC_WEIGHTS = {
     "superlinked__pii-redact.yaml": "gliner",
     "jinaai__jina-colbert-v2.yaml": "jina_colbert",
     "fastino__GLiNER2.5-Decide.yaml": "gliner2",  # a GLiNER2 with a classification head, as Decide is
+    "convaiinnovations__laya.yaml": "laya",
 }
 
 
@@ -555,6 +557,7 @@ def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "glirel": builders.glirel(splade, root / "glirel"),
         "nuner": builders.gliner(splade, root / "nuner", span_mode="token_level"),
         "jina_colbert": builders.jina_colbert(splade, root / "jina-colbert", token_dim=128),
+        "laya": builders.laya(splade, root / "laya"),
     }
 
 
@@ -601,7 +604,7 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
     a CLIP and a SigLIP, a Qwen3-Reranker-shaped causal LM, a GLiClass (under the public adapter
     name, with a ``multi-label`` profile), an OWLv2 and a Grounding DINO detector, a ColPali and a
     GLiNER2, and jina-reranker-v2, zerank-2, the CORD Donut, Florence-2-base, GLiREL, the pii-redact GLiNER union,
-    jina-colbert-v2 and GLiNER2.5-Decide under their public ids; all preloaded, float32."""
+    jina-colbert-v2, GLiNER2.5-Decide and Laya under their public ids; all preloaded, float32."""
     root = tmp_path_factory.mktemp("families")
     env = {"SIE_MODELS_DIR": str(families_models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
     preload = [
@@ -634,6 +637,7 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
         PII_REDACT,
         JINA_COLBERT,
         DECIDE,
+        LAYA,
     ]
     with run_server(root, env, "--preload", ",".join(preload)) as server:
         yield server

@@ -24,6 +24,7 @@ from sie.adapters.gliner2_decide import Gliner2Decider
 from sie.adapters.gliner_union import GlinerUnionExtractor
 from sie.adapters.glirel import NO_ENTITIES, GlirelExtractor
 from sie.adapters.grounding_dino import GroundingDinoDetector
+from sie.adapters.laya import LayaDecider
 from sie.adapters.nli_zero_shot import NEEDS_LABELS, NliZeroShotClassifier
 from sie.adapters.owlv2 import Owlv2Detector
 from sie.adapters.token_ner import TorchTokenNer
@@ -38,6 +39,7 @@ from tests.e2e.conftest import (
     GLINER2,
     GLIREL,
     GROUNDING_DINO,
+    LAYA,
     MSGPACK_HEADERS,
     NER,
     NLI,
@@ -536,4 +538,53 @@ def test_gliner2_decide_under_its_public_id_answers_the_three_request_shapes_as_
         f"/v1/extract/{GLINER2}", json={"items": [{"text": "x"}], "params": {"output_schema": DECISIONS}}
     )
     assert refused.status_code == 400 and "does not take output_schema" in refused.text
+    families.assert_serving()
+
+
+def test_laya_under_its_public_id_answers_typed_questions_and_labels_as_the_adapter(
+    families: Server, unpack: Any, family_folders: dict[str, Path]
+) -> None:
+    """The shipped Laya YAML on a built checkpoint: typed questions over a text and a conversation
+    state into ``data``, labels into ``classifications``, equal to the adapter in this process, JSON
+    and msgpack alike; bad requests are the client's 400 and the server keeps serving."""
+    decider = LayaDecider.load(LoadSpec(family_folders["laya"], "cpu", ComputePrecision.FLOAT32, 512))
+    turns = [{"role": "user", "text": "my parcel is late"}, {"role": "agent", "text": "sorry to hear"}]
+    inputs: list[Any] = [TEXTS[0], AnnotatedText("", {"state": turns})]
+    for params, task in (
+        ({"output_schema": DECISIONS}, Task.of([], {}, None, DECISIONS)),
+        (
+            {"labels": ["refund", "praise"], "options": {"threshold": 0.1}},
+            Task.of(["refund", "praise"], {"threshold": 0.1}),
+        ),
+    ):
+        body = {"items": [{"text": TEXTS[0]}, {"metadata": {"state": turns}}], "params": params}
+        items = extract_json(families, LAYA, body)["items"]
+        assert extract_msgpack(families, LAYA, body, unpack)["items"] == items
+        forward = Forward(frozenset({Capability.EXTRACT}), task=task)
+        expected = decider.run(decider.prepare(inputs, forward), forward).extractions or []
+        for item, want in zip(items, expected, strict=True):
+            assert set(item) == KEYS and item["entities"] == []
+            assert [c["label"] for c in item["classifications"]] == [c.label for c in want.classifications]
+            np.testing.assert_allclose(
+                [c["score"] for c in item["classifications"]],
+                [c.score for c in want.classifications],
+                atol=1e-5,
+            )
+            assert list(item["data"]) == list(want.data)
+            for key, answer in item["data"].items():
+                assert answer.keys() == want.data[key].keys() and answer["type"] == want.data[key]["type"]
+                got = answer.get("probabilities") or {"noul": answer["noul"]}
+                np.testing.assert_allclose(
+                    list(got.values()),
+                    list((want.data[key].get("probabilities") or {"noul": want.data[key]["noul"]}).values()),
+                    atol=1e-5,
+                )
+    for body, message in (
+        ({"items": [{"text": "x"}], "params": {"labels": ["a"], "output_schema": DECISIONS}}, "not both"),
+        ({"items": [{"text": "x"}], "params": {"labels": ["a"], "options": {"max_len": 100000}}}, "max_len"),
+        ({"items": [{"metadata": {"state": 5}}], "params": {"labels": ["a"]}}, "Laya items need"),
+    ):
+        refused = families.client.post(f"/v1/extract/{LAYA}", json=body)
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["detail"]["code"] == "INVALID_INPUT" and message in refused.text
     families.assert_serving()

@@ -42,6 +42,7 @@ from tests.e2e.conftest import (
     GROUNDING_DINO,
     JINA_COLBERT,
     JINA_RERANKER,
+    LAYA,
     M3,
     MSGPACK_HEADERS,
     NER,
@@ -149,6 +150,7 @@ MODELS = [
     PII_REDACT,
     JINA_COLBERT,
     DECIDE,
+    LAYA,
 ]
 SCORERS = (RERANKER, CAUSAL_RERANKER, JINA_RERANKER, ZERANK)
 
@@ -202,6 +204,7 @@ def route(model: str) -> str:
         GLIREL,
         PII_REDACT,
         DECIDE,
+        LAYA,
     ):
         return "extract"
     return "score" if model in SCORERS else "encode"
@@ -219,6 +222,18 @@ def requests(model: str) -> list[dict[str, Any]]:
         return [{"items": images}]
     if model == FLORENCE2:  # objects, then a DocVQA answer
         return [{"items": images}, {"items": images, "params": {"instruction": "what is the total"}}]
+    if model == LAYA:  # typed questions over texts and a conversation, then labels
+        questions = {
+            "intent": {"type": "choice", "instructions": "What is asked?", "criteria": ["refund", "info"]},
+            "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["not", "some", "very"]},
+            "human": {"type": "noul", "instructions": "Needs a person?"},
+        }
+        turns = [{"role": "user", "text": t} for t in TEXTS]
+        items = [{"text": t} for t in TEXTS] + [{"metadata": {"state": turns}}]
+        return [
+            {"items": items, "params": {"output_schema": questions}},
+            {"items": items, "params": {"labels": ["kidney", "travel", "money"]}},
+        ]
     if model == DECIDE:  # typed questions into data, then label groups into data and classifications
         questions = {
             "intent": {"type": "choice", "instructions": "What is asked?", "criteria": ["refund", "info"]},

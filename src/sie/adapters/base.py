@@ -15,6 +15,7 @@ the queue.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -194,6 +195,20 @@ def integer_option(
             bounds = "a positive integer" if low == 1 else f"an integer of at least {low}"
         raise UnsupportedInput(f"{family} option '{name}' must be {bounds}, got {value!r}")
     return value
+
+
+def eager_cuda_graphs(loadtime: Mapping[str, Any], family: str) -> str:
+    """The public server's ``loadtime.cuda_graphs`` (``"off"`` or ``"bucketed"``; YAML reads an
+    unquoted ``off`` as false), checked so its YAMLs load; the encoder runs eagerly here."""
+    mode = loadtime.get("cuda_graphs", "off")
+    mode = "off" if mode is False else mode
+    if mode not in ("off", "bucketed"):
+        raise ValueError(f"{family} cuda_graphs must be 'off' or 'bucketed', got {mode!r}")
+    if mode != "off":
+        logging.getLogger(__name__).info(
+            "%s: cuda_graphs=%s is accepted; the encoder runs eagerly", family, mode
+        )
+    return str(mode)
 
 
 def finite_number(value: Any) -> float:

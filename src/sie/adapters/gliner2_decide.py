@@ -27,7 +27,6 @@ graphs) is accepted and the forward runs eagerly.
 from __future__ import annotations
 
 import json
-import logging
 import re
 import threading
 from collections import OrderedDict
@@ -51,6 +50,7 @@ from sie.adapters.base import (
     ModelInput,
     Prepared,
     UnsupportedInput,
+    eager_cuda_graphs,
 )
 from sie.adapters.decisions import FAMILY, DecisionRequest, answer, classifications, parse_request, per_task
 from sie.adapters.gliner2_words import words
@@ -62,12 +62,9 @@ from sie.core.extraction import Extraction
 from sie.core.heap import collect_unloaded
 from sie.core.options import Capability, Pooling
 
-log = logging.getLogger(__name__)
-
 DEFAULT_WINDOW: Final = 512
 MAX_PROMPT_TOKENS: Final = 512
 OVERFLOW_POLICIES: Final = ("default", "truncate_text", "error")
-GRAPH_MODES: Final = ("off", "bucketed")
 # A word longer than this, or reaching past this many characters (or words) per token of the room
 # left, ends the part of a document that is read: a document is never scanned far past its window.
 MAX_WORD_CHARS: Final = 4096
@@ -133,11 +130,7 @@ class Gliner2Decider:
         if spec.threads and spec.device.startswith("cpu"):
             torch.set_num_threads(spec.threads)
         loadtime = spec.loadtime
-        graphs = loadtime.get("cuda_graphs", "off")
-        if graphs is False:  # YAML reads an unquoted ``off`` as false
-            graphs = "off"
-        if graphs not in GRAPH_MODES:
-            raise ValueError(f"{FAMILY} cuda_graphs must be 'off' or 'bucketed', got {graphs!r}")
+        eager_cuda_graphs(loadtime, FAMILY)
         window = spec.max_seq_length or DEFAULT_WINDOW
         prompt_limit = loadtime.get("max_prompt_tokens", min(window // 2, MAX_PROMPT_TOKENS))
         if (
@@ -154,8 +147,6 @@ class Gliner2Decider:
                 f"{FAMILY} reads words as gliner2's WhitespaceTokenSplitter does; this model splits otherwise"
             )
         place_for_thresholds(model, spec)
-        if graphs != "off":
-            log.info("%s: cuda_graphs=%s is accepted; the encoder runs eagerly here", FAMILY, graphs)
         return cls(model, window, prompt_limit)
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:

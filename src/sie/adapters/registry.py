@@ -33,6 +33,7 @@ _COLQWEN2 = "sie.adapters.colqwen2:ColQwen2Encoder"
 _COLSMOL = "sie.adapters.colsmol:ColSmolEncoder"
 _GLINER2 = "sie.adapters.gliner2:Gliner2Extractor"
 _GLINER2_DECIDE = "sie.adapters.gliner2_decide:Gliner2Decider"
+_LAYA = "sie.adapters.laya:LayaDecider"
 _JINA_RERANKER = "sie.adapters.jina_reranker:JinaRerankerScorer"
 _DONUT = "sie.adapters.donut:DonutExtractor"
 _FLORENCE2 = "sie.adapters.florence2:Florence2Extractor"
@@ -81,6 +82,7 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.gliner2.entities:GLiNER2EntitiesAdapter": _GLINER2,
     "sie_server.adapters.gliner2.classification:GLiNER2ClassificationAdapter": _GLINER2,
     "sie_server.adapters.gliner2.decide:GLiNER2DecideAdapter": _GLINER2_DECIDE,
+    "sie_server.adapters.laya:LayaAdapter": _LAYA,
     "sie_server.adapters.gliclass:GLiClassAdapter": _GLICLASS,
     "sie_server.adapters.glirel:GLiRELAdapter": _GLIREL,
     "sie_server.adapters.gliner_union:GLiNERUnionAdapter": _GLINER_UNION,
@@ -113,6 +115,7 @@ CANONICAL: Final = frozenset(
         _GLINER,
         _GLINER2,
         _GLINER2_DECIDE,
+        _LAYA,
         _GLICLASS,
         _GLIREL,
         _GLINER_UNION,
@@ -156,7 +159,6 @@ NOT_SERVED: Final[dict[str, str]] = {
     f"{_P}qwen3_vl_reranker": "a multimodal reranker (Qwen3-VL)",
     f"{_P}st_sparse_vision": "a visual sparse encoder (v-SPLADE)",
     f"{_P}gliformer": "an extractor (GLiFormer)",
-    f"{_P}laya": "an extractor (Laya)",
     f"{_P}privacy_filter": "a PII filter (privacy-filter)",
     f"{_P}stablebridge_pruner": "a context pruner (Stablebridge)",
     f"{_P}docling": "a document parser (Docling)",
@@ -213,6 +215,7 @@ GLINER_UNION_OPTIONS: Final = frozenset(
     {"score_floor", "window_words", "window_overlap", "propagate_label", "name_min_letters", "default_labels"}
 )
 GLINER2_OPTIONS: Final = frozenset({"threshold"})
+LAYA_OPTIONS: Final = frozenset({"threshold", "max_len", "head_max_len"})
 DECIDE_OPTIONS: Final = frozenset(
     {
         "label_groups",
@@ -237,6 +240,7 @@ _REQUEST_OPTIONS: Final[dict[str, frozenset[str]]] = {
     _GLICLASS: GLICLASS_OPTIONS,
     _GLINER2: GLINER2_OPTIONS,
     _GLINER2_DECIDE: DECIDE_OPTIONS,
+    _LAYA: LAYA_OPTIONS,
     _GLIREL: GLIREL_OPTIONS,
     _GLINER_UNION: GLINER_UNION_OPTIONS,
     _OWLV2: DETECTION_OPTIONS,
@@ -250,9 +254,10 @@ _REQUEST_OPTIONS: Final[dict[str, frozenset[str]]] = {
 }
 
 
-# The families that read an extract request's ``output_schema`` (GLiNER2.5-Decide's typed questions);
+# The families that read an extract request's ``output_schema`` (Laya's typed questions, which
+# GLiNER2.5-Decide reads too);
 # the engine refuses one sent to any other, before anything is queued.
-_OUTPUT_SCHEMA: Final = frozenset({_GLINER2_DECIDE})
+_OUTPUT_SCHEMA: Final = frozenset({_GLINER2_DECIDE, _LAYA})
 
 
 def takes_output_schema(adapter_path: str) -> bool:

@@ -1,0 +1,323 @@
+"""Laya typed decisions (``convaiinnovations/laya``, ``laya-multilingual``, ``laya-typed-decisions``):
+a ModernBERT encoder under a decision head reads one row per (state, question) and scores each
+answer option at its marker.
+
+The ``laya`` library owns the model: ``laya.load`` reads the checkpoint (``rl_agent_config.json``,
+``model.safetensors``, ``tokenizer/``, ``encoder/``), its ``Agent`` builds every row (the question's
+head, its options' ``[MASK]`` markers, the state cut to the row, from the left for a conversation)
+and runs the forward, so rows and logits are the library's. The answers are the public server's:
+each question's option logits over its calibration temperature (the checkpoint's, per question type
+and option count, clamped to 0.5..5 as the library clamps them), a softmax, and
+
+- ``choice``: ``{type, choice, probabilities, confidence}``;
+- ``score``: ``{type, score (the expected level), legend, probabilities, confidence}``;
+- ``noul``: ``{type, noul (the probability of true), answer, confidence (max(p, 1 - p))}``;
+
+``confidence`` of a choice or score being ``1 - H(p)/log k``. Unlike the library's own answers they
+are not rounded and carry no ``answer_confidence`` or ``action``.
+
+A request is Laya's typed questions in ``output_schema`` (answered in ``data[question_id]``), or
+``labels`` (with ``instruction`` as the question, "Which category does this text belong to?" by
+default) answered as one choice question, every label's probability in ``classifications`` at or
+above ``options.threshold``. An item is a text, or a state in ``metadata.state`` (a string, an
+object read as its JSON, or a list of turns of which the newest are kept). ``options.max_len`` (up
+to the model's) and ``head_max_len`` set a row's budgets; an item's rows may hold at most 32,768
+tokens (questions x ``max_len``), 64 questions and 1,024 options a request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Self
+
+import laya
+import numpy as np
+import torch
+from laya.agent import _option_logits
+from laya.common import QTYPES, collate_items, temp_bucket, unpermute_probs
+from tokenizers import Tokenizer
+
+from sie.adapters.base import (
+    TEXT_ONLY,
+    AnnotatedText,
+    BatchOutputs,
+    Forward,
+    LoadSpec,
+    ModelInput,
+    Prepared,
+    Task,
+    UnsupportedInput,
+    eager_cuda_graphs,
+    integer_option,
+    thawed,
+    unit_option,
+)
+from sie.adapters.registry import LAYA_OPTIONS
+from sie.adapters.tokenizer import TextTokenizer
+from sie.adapters.typed_questions import Question, entropy_confidence, parse_questions
+from sie.core.extraction import Classification, Extraction
+from sie.core.heap import collect_unloaded
+from sie.core.options import Capability, ComputePrecision, Pooling
+
+log = logging.getLogger(__name__)
+
+FAMILY: Final = "Laya"
+MAX_QUESTIONS: Final = 64
+MAX_OPTIONS: Final = 1024
+MAX_ITEM_TOKENS: Final = 32_768
+LABELS_QUESTION: Final = "label"
+LABELS_INSTRUCTION: Final = "Which category does this text belong to?"
+NO_QUESTIONS: Final = (
+    "Laya requires typed questions in output_schema ({question_id: {type, instructions, criteria}}) or labels"
+)
+ITEM_ERROR: Final = (
+    "Laya items need a text, or metadata.state holding a string, a JSON object, or a list of turns"
+)
+_HALF: Final = {ComputePrecision.FLOAT16: torch.float16, ComputePrecision.BFLOAT16: torch.bfloat16}
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A request's questions as the library reads them, and how they are answered."""
+
+    questions: list[Question]
+    definitions: dict[str, Any]  # question id -> the library's internal form
+    labels: list[str] | None  # the caller's labels in labels mode
+    threshold: float
+    max_len: int
+    head_max_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    request: Request
+    items: list[dict[str, Any]]  # the library's rows of one state, one per question
+
+
+class LayaDecider:
+    family = FAMILY
+    request_options = LAYA_OPTIONS
+    capabilities = frozenset({Capability.EXTRACT})
+    inputs = TEXT_ONLY
+    dims: dict[Capability, int] = {}  # noqa: RUF012  # decisions only
+    default_pooling = Pooling.CLS  # unused: no embeddings
+    packs_tokens = False
+    reads_item_metadata = True  # a state in metadata.state
+    reads_item_state = True  # ... which may stand in for the text
+
+    def __init__(self, agent: Any, max_len: int) -> None:
+        self._agent = agent
+        self._max_len = max_len
+        self._head_max_len = int(agent.cfg.get("head_max_len", 192))
+        self._pad = int(agent.tok.pad_token_id or 0)
+        self.tokenizer = TextTokenizer(Tokenizer.from_str(agent.tok.backend_tokenizer.to_str()), max_len)
+        self._lock = threading.Lock()  # the library's tokenizer, shared by the preparing threads
+
+    @classmethod
+    def load(cls, spec: LoadSpec) -> Self:
+        if spec.threads and spec.device.startswith("cpu"):
+            torch.set_num_threads(spec.threads)
+        eager_cuda_graphs(spec.loadtime, FAMILY)
+        with warnings.catch_warnings(record=True) as said:  # the library warns of clamped temperatures
+            warnings.simplefilter("always")
+            agent = laya.load(str(spec.weights), device=spec.device)
+        for warning in said:
+            log.warning("%s %s: %s", FAMILY, spec.weights, warning.message)
+        # The library autocasts on a GPU; a CPU runs float32, and so does float32 anywhere.
+        half = _HALF.get(spec.precision) if not spec.device.startswith("cpu") else None
+        agent.amp_enabled = half is not None
+        agent.dtype = half or torch.float32
+        trained = int(agent.cfg.get("max_len", 512))
+        max_len = min(trained, spec.max_seq_length) if spec.max_seq_length else trained
+        return cls(agent, max_len)
+
+    def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
+        request = self._request(forward)
+        ids = list(request.definitions)
+        prepared = []
+        for one in inputs:
+            state = _state(one)
+            try:
+                with self._lock:
+                    items = self._agent._encode_state(
+                        state,
+                        ids,
+                        request.definitions,
+                        max_len=request.max_len,
+                        head_max_len=request.head_max_len,
+                    )
+            except (TypeError, ValueError) as exc:  # a state JSON cannot hold, options that do not fit
+                raise UnsupportedInput(f"{FAMILY}: {exc}") from exc
+            weight = sum(len(item["ids"]) for item in items)  # every row is encoded, and metered
+            prepared.append(Prepared(payload=Rows(request, items), weight=weight))
+        return prepared
+
+    def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
+        states: list[Rows] = [item.payload for item in batch]
+        collated = collate_items([rows.items for rows in states], self._pad)
+        with torch.inference_mode():
+            logits, _ = self._agent._forward(collated)
+        extractions, offset = [], 0
+        for rows in states:
+            request = rows.request
+            answers, found = {}, []
+            for question, raw in zip(
+                request.questions, _option_logits(logits, rows.items, offset), strict=True
+            ):
+                p = self._probabilities(question, request.definitions[question.qid], raw)
+                if request.labels is not None:
+                    found = _classifications(request.labels, p, request.threshold)
+                else:
+                    answers[question.qid] = _answer(question, p)
+            offset += len(rows.items)
+            extractions.append(Extraction(classifications=found, data=answers))
+        return BatchOutputs(extractions=extractions)
+
+    def _probabilities(
+        self, question: Question, definition: Mapping[str, Any], raw: np.ndarray
+    ) -> np.ndarray:
+        """The calibrated softmax over a question's options, in their order (float32, as the library)."""
+        qtype = QTYPES[question.qtype]
+        scale = self._agent.temperature_by_options.get(
+            temp_bucket(qtype, len(raw)), self._agent.temperature[qtype]
+        )
+        z = np.asarray(raw, dtype=np.float32) / scale
+        p = np.exp(z - z.max())
+        return np.asarray(unpermute_probs(p / p.sum(), definition.get("option_order")))
+
+    def _request(self, forward: Forward) -> Request:
+        task = forward.task
+        schema = thawed(task.output_schema) if task else None
+        labels = list(task.labels) if task and task.labels else None
+        instruction = task.instruction if task else None
+        if schema is not None:
+            if labels:
+                raise UnsupportedInput(
+                    f"{FAMILY} takes either output_schema (typed questions) or labels, not both"
+                )
+            if instruction is not None:
+                raise UnsupportedInput(
+                    f"{FAMILY} reads each question's own 'instructions' from output_schema; "
+                    "the request's instruction applies only to labels"
+                )
+            definitions = _schema(schema)
+            caller_labels = None
+        elif labels:
+            if len(labels) > MAX_OPTIONS:
+                raise UnsupportedInput(
+                    f"{FAMILY} accepts at most {MAX_OPTIONS} labels per request, got {len(labels)}"
+                )
+            if any(not isinstance(label, str) or not label.strip() for label in labels):
+                raise UnsupportedInput(f"{FAMILY} labels must be non-empty strings")
+            read = [label.strip() for label in labels]
+            if len(set(read)) != len(read):
+                raise UnsupportedInput(f"{FAMILY} labels must be unique")
+            question = instruction if instruction is not None else LABELS_INSTRUCTION
+            definitions = {LABELS_QUESTION: {"type": "choice", "instructions": question, "criteria": read}}
+            caller_labels = labels
+        else:
+            raise UnsupportedInput(NO_QUESTIONS)
+        questions = parse_questions(definitions)
+        for qid, definition in definitions.items():
+            try:
+                self._agent._check_question(qid, definition)
+            except (TypeError, ValueError) as exc:
+                raise UnsupportedInput(f"{FAMILY}: {exc}") from exc
+        max_len, head_max_len = self._budget(task)
+        if len(questions) * max_len > MAX_ITEM_TOKENS:
+            raise UnsupportedInput(
+                f"{FAMILY} encodes each item once per question, up to max_len={max_len} tokens per row, and "
+                f"accepts at most {MAX_ITEM_TOKENS} tokens per item: send at most {MAX_ITEM_TOKENS // max_len} "
+                f"questions, or a smaller max_len option (got {len(questions)} questions)"
+            )
+        internal = {qid: self._agent._to_internal(definition) for qid, definition in definitions.items()}
+        threshold = unit_option(task, "threshold", 0.0, FAMILY) if caller_labels is not None else 0.0
+        return Request(questions, internal, caller_labels, threshold, max_len, head_max_len)
+
+    def _budget(self, task: Task | None) -> tuple[int, int]:
+        max_len = integer_option(task, "max_len", self._max_len, FAMILY)
+        if max_len > self._max_len:
+            raise UnsupportedInput(
+                f"{FAMILY} max_len must be at most {self._max_len} for this model, got {max_len}"
+            )
+        head_max_len = integer_option(task, "head_max_len", self._head_max_len, FAMILY)
+        if task and task.option("head_max_len", None) is not None and head_max_len > max_len:
+            raise UnsupportedInput(
+                f"{FAMILY} head_max_len must be at most max_len ({max_len}), got {head_max_len}"
+            )
+        return max_len, head_max_len
+
+    def close(self) -> None:
+        del self._agent
+        collect_unloaded()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _schema(schema: Any) -> dict[str, Any]:
+    if not isinstance(schema, Mapping):
+        raise UnsupportedInput(f"{FAMILY} output_schema must map question ids to question definitions")
+    if not schema:
+        raise UnsupportedInput(NO_QUESTIONS)
+    if len(schema) > MAX_QUESTIONS:
+        raise UnsupportedInput(
+            f"{FAMILY} accepts at most {MAX_QUESTIONS} questions per request, got {len(schema)}"
+        )
+    declared = sum(
+        len(definition["criteria"])
+        for definition in schema.values()
+        if isinstance(definition, Mapping)
+        and definition.get("type") != "noul"
+        and isinstance(definition.get("criteria"), Mapping | list)
+    )
+    if declared > MAX_OPTIONS:
+        raise UnsupportedInput(
+            f"{FAMILY} accepts at most {MAX_OPTIONS} answer options per request, got {declared}"
+        )
+    return dict(schema)
+
+
+def _state(one: ModelInput) -> str | Mapping[str, Any] | list[Any]:
+    if isinstance(one, str):
+        return one
+    if not isinstance(one, AnnotatedText):
+        raise UnsupportedInput(f"{FAMILY} models take text, not images or pairs")
+    if "state" not in one.metadata:
+        return one.text
+    state = one.metadata["state"]
+    if one.text or not isinstance(state, str | Mapping | list):
+        raise UnsupportedInput(ITEM_ERROR)
+    return state
+
+
+def _answer(question: Question, p: np.ndarray) -> dict[str, Any]:
+    k = len(p)
+    if question.qtype == "choice":
+        keys = list(question.criteria)
+        return {
+            "type": "choice",
+            "choice": keys[int(p.argmax())],
+            "probabilities": {key: float(v) for key, v in zip(keys, p, strict=True)},
+            "confidence": entropy_confidence(p),
+        }
+    if question.qtype == "score":
+        return {
+            "type": "score",
+            "score": float((np.arange(k) * p).sum()),
+            "legend": {str(i): level for i, level in enumerate(question.criteria)},
+            "probabilities": {str(i): float(v) for i, v in enumerate(p)},
+            "confidence": entropy_confidence(p),
+        }
+    true = float(p[1])  # options are (false, true)
+    return {"type": "noul", "noul": true, "answer": bool(p[1] > p[0]), "confidence": max(true, 1.0 - true)}
+
+
+def _classifications(labels: list[str], p: np.ndarray, threshold: float) -> list[Classification]:
+    found = [
+        Classification(label, float(v)) for label, v in zip(labels, p, strict=True) if float(v) >= threshold
+    ]
+    return sorted(found, key=lambda one: -one.score)
