@@ -231,3 +231,40 @@ def test_an_item_may_hold_at_most_32768_tokens_of_rows(splade_dir: Path, tmp_pat
     with pytest.raises(UnsupportedInput, match="at most 32768 tokens per item: send at most 32 questions"):
         decide(wide, ["text"], output_schema=questions)
     assert decide(wide, ["text"], options={"max_len": 512}, output_schema=questions)[0].data  # 33 x 512 fits
+
+
+def test_what_the_public_server_accepts_and_reads_as_it_does(decider: LayaDecider) -> None:
+    """A caller's option_order is not read; empty instructions, null budgets and null noul labels are
+    accepted; a noul question counts its two options toward the request's 1,024."""
+    noul = {"type": "noul", "instructions": "Is it late?"}
+    plain = decide(decider, [STATES[0]], output_schema={"q": noul})[0].data["q"]
+    ordered = decide(decider, [STATES[0]], output_schema={"q": {**noul, "option_order": [1, 0]}})[0].data["q"]
+    assert ordered == plain
+    assert (
+        decide(decider, [STATES[0]], output_schema={"q": {**noul, "instructions": ""}})[0].data["q"]["type"]
+        == "noul"
+    )
+    nulls = decide(
+        decider, [STATES[0]], options={"max_len": None, "head_max_len": None}, output_schema={"q": noul}
+    )
+    assert nulls[0].data["q"] == plain
+    many = {"c": {"type": "choice", "instructions": "x", "criteria": [f"o{i}" for i in range(1000)]}}
+    many |= {f"n{i}": noul for i in range(13)}
+    with pytest.raises(UnsupportedInput, match="at most 1024 answer options per request, got 1026"):
+        decide(decider, ["x"], output_schema=many)
+
+
+def test_a_huge_state_is_cut_before_it_is_read_and_a_deep_one_refused(
+    decider: LayaDecider, library: Any
+) -> None:
+    words = " ".join(f"word{i}" for i in range(60_000))  # far past a row: 128 tokens x 32 bytes are kept
+    forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of([], {}, None, QUESTIONS))
+    (prepared,) = decider.prepare([AnnotatedText("", {"state": {"log": words}})], forward)
+    internal = {qid: library._to_internal(q) for qid, q in QUESTIONS.items()}
+    whole = library._encode_state({"log": words}, list(QUESTIONS), internal)
+    assert [row["ids"] for row in prepared.payload.items] == [row["ids"] for row in whole]
+    deep: Any = "leaf"
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(UnsupportedInput, match="JSON-serializable"):
+        decide(decider, [AnnotatedText("", {"state": deep})], ["a", "b"])

@@ -37,8 +37,7 @@ from typing import Any, Final, Self
 import laya
 import numpy as np
 import torch
-from laya.agent import _option_logits
-from laya.common import QTYPES, collate_items, temp_bucket, unpermute_probs
+from laya.common import QTYPES, build_sequence, collate_items, encode_text, temp_bucket
 from tokenizers import Tokenizer
 
 from sie.adapters.base import (
@@ -58,7 +57,13 @@ from sie.adapters.base import (
 )
 from sie.adapters.registry import LAYA_OPTIONS
 from sie.adapters.tokenizer import TextTokenizer
-from sie.adapters.typed_questions import Question, entropy_confidence, parse_questions
+from sie.adapters.typed_questions import (
+    STATE_BYTES_PER_TOKEN,
+    Question,
+    entropy_confidence,
+    parse_questions,
+    rendered_state,
+)
 from sie.core.extraction import Classification, Extraction
 from sie.core.heap import collect_unloaded
 from sie.core.options import Capability, ComputePrecision, Pooling
@@ -82,7 +87,7 @@ _HALF: Final = {ComputePrecision.FLOAT16: torch.float16, ComputePrecision.BFLOAT
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """A request's questions as the library reads them, and how they are answered."""
+    """A request's questions, the library's form of each, and how they are answered."""
 
     questions: list[Question]
     definitions: dict[str, Any]  # question id -> the library's internal form
@@ -95,7 +100,7 @@ class Request:
 @dataclass(frozen=True, slots=True)
 class Rows:
     request: Request
-    items: list[dict[str, Any]]  # the library's rows of one state, one per question
+    items: list[dict[str, Any]]  # one state's rows, one per question, as the library collates them
 
 
 class LayaDecider:
@@ -127,6 +132,10 @@ class LayaDecider:
             agent = laya.load(str(spec.weights), device=spec.device)
         for warning in said:
             log.warning("%s %s: %s", FAMILY, spec.weights, warning.message)
+        if agent.device.type != torch.device(spec.device).type:  # the library falls back to the CPU
+            raise RuntimeError(
+                f"{FAMILY} could not be placed on {spec.device} (the library chose {agent.device})"
+            )
         # The library autocasts on a GPU; a CPU runs float32, and so does float32 anywhere.
         half = _HALF.get(spec.precision) if not spec.device.startswith("cpu") else None
         agent.amp_enabled = half is not None
@@ -137,20 +146,13 @@ class LayaDecider:
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
         request = self._request(forward)
-        ids = list(request.definitions)
         prepared = []
         for one in inputs:
-            state = _state(one)
+            text, newest = self._state(one)
             try:
                 with self._lock:
-                    items = self._agent._encode_state(
-                        state,
-                        ids,
-                        request.definitions,
-                        max_len=request.max_len,
-                        head_max_len=request.head_max_len,
-                    )
-            except (TypeError, ValueError) as exc:  # a state JSON cannot hold, options that do not fit
+                    items = self._rows(request, text, newest)
+            except (TypeError, ValueError) as exc:  # criteria the library cannot render
                 raise UnsupportedInput(f"{FAMILY}: {exc}") from exc
             weight = sum(len(item["ids"]) for item in items)  # every row is encoded, and metered
             prepared.append(Prepared(payload=Rows(request, items), weight=weight))
@@ -158,17 +160,13 @@ class LayaDecider:
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         states: list[Rows] = [item.payload for item in batch]
-        collated = collate_items([rows.items for rows in states], self._pad)
-        with torch.inference_mode():
-            logits, _ = self._agent._forward(collated)
+        logits = self._logits(collate_items([rows.items for rows in states], self._pad))
         extractions, offset = [], 0
         for rows in states:
             request = rows.request
             answers, found = {}, []
-            for question, raw in zip(
-                request.questions, _option_logits(logits, rows.items, offset), strict=True
-            ):
-                p = self._probabilities(question, request.definitions[question.qid], raw)
+            for index, (question, item) in enumerate(zip(request.questions, rows.items, strict=True)):
+                p = self._probabilities(question, logits[offset + index, : len(item["markers"])])
                 if request.labels is not None:
                     found = _classifications(request.labels, p, request.threshold)
                 else:
@@ -177,17 +175,92 @@ class LayaDecider:
             extractions.append(Extraction(classifications=found, data=answers))
         return BatchOutputs(extractions=extractions)
 
-    def _probabilities(
-        self, question: Question, definition: Mapping[str, Any], raw: np.ndarray
-    ) -> np.ndarray:
-        """The calibrated softmax over a question's options, in their order (float32, as the library)."""
+    def _state(self, one: ModelInput) -> tuple[str, bool]:
+        """An item's state as the text its rows read, and whether its newest (last) part is kept.
+        Only the first (a conversation's last) ``STATE_BYTES_PER_TOKEN`` bytes per token of the
+        model's window are kept, as the public server cuts them, so a huge state costs no more to
+        tokenize than a full row (these tokenizers make at most one token per byte)."""
+        limit = self._max_len * STATE_BYTES_PER_TOKEN
+        if isinstance(one, str):
+            return rendered_state(one, limit, from_end=False), False
+        if not isinstance(one, AnnotatedText):
+            raise UnsupportedInput(f"{FAMILY} models take text, not images or pairs")
+        if "state" not in one.metadata:
+            return rendered_state(one.text, limit, from_end=False), False
+        state = one.metadata["state"]
+        if one.text or not isinstance(state, str | Mapping | list):
+            raise UnsupportedInput(ITEM_ERROR)
+        newest = isinstance(state, list)  # chronological turns
+        try:
+            return rendered_state(state, limit, from_end=newest), newest
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise UnsupportedInput(f"{FAMILY} metadata.state must be JSON-serializable") from exc
+
+    def _rows(self, request: Request, text: str, newest: bool) -> list[dict[str, Any]]:
+        """One state's rows as the library's ``Agent`` builds them: the state tokenized once, then
+        per question its head, its options' markers and the state cut to what is left."""
+        tok = self._agent.tok
+        state_ids = encode_text(tok, text.replace(tok.mask_token, " "), add_special_tokens=False)["input_ids"]
+        rows = []
+        for question in request.questions:
+            ids, markers, stats, *layout = build_sequence(
+                tok,
+                text,
+                request.definitions[question.qid],
+                request.max_len,
+                request.head_max_len,
+                truncate_left=newest,
+                state_ids=state_ids,
+                return_stats=True,
+                return_layout=self._agent.parallel_options,
+            )
+            if len(markers) != stats["options"]:
+                raise UnsupportedInput(
+                    f"{FAMILY} question {question.qid!r}: only {len(markers)} of its {stats['options']} options "
+                    f"fit in max_len={request.max_len} with head_max_len={request.head_max_len}; lower "
+                    "head_max_len, raise max_len, or send fewer options"
+                )
+            row: dict[str, Any] = {"ids": ids, "markers": markers, "qtype": QTYPES[question.qtype]}
+            if layout:
+                row["layout"] = layout[0]
+            rows.append(row)
+        return rows
+
+    def _logits(self, batch: dict[str, torch.Tensor]) -> np.ndarray:
+        """Every row's option logits: the library's model under its autocast, on the device. (The
+        library's own forward retries an out-of-memory batch on the CPU, hidden from the engine,
+        which frees memory and splits the batch itself.)"""
+        agent = self._agent
+        device = agent.device
+        moved = {key: value.to(device) for key, value in batch.items() if isinstance(value, torch.Tensor)}
+        layout = (
+            {"position_ids": moved["position_ids"], "option_ids": moved["option_ids"]}
+            if "option_ids" in moved
+            else {}
+        )
+        with (
+            torch.inference_mode(),
+            torch.autocast(device.type, dtype=agent.dtype, enabled=agent.amp_enabled),
+        ):
+            logits, _ = agent.model(
+                moved["input_ids"],
+                moved["attention_mask"],
+                moved["marker_pos"],
+                moved["marker_mask"],
+                moved["qtype"],
+                **layout,
+            )
+        return np.asarray(logits.float().cpu().numpy())
+
+    def _probabilities(self, question: Question, raw: np.ndarray) -> np.ndarray:
+        """The calibrated softmax over a question's options (float32, as the library computes it)."""
         qtype = QTYPES[question.qtype]
         scale = self._agent.temperature_by_options.get(
             temp_bucket(qtype, len(raw)), self._agent.temperature[qtype]
         )
         z = np.asarray(raw, dtype=np.float32) / scale
         p = np.exp(z - z.max())
-        return np.asarray(unpermute_probs(p / p.sum(), definition.get("option_order")))
+        return np.asarray(p / p.sum())
 
     def _request(self, forward: Forward) -> Request:
         task = forward.task
@@ -222,11 +295,6 @@ class LayaDecider:
         else:
             raise UnsupportedInput(NO_QUESTIONS)
         questions = parse_questions(definitions)
-        for qid, definition in definitions.items():
-            try:
-                self._agent._check_question(qid, definition)
-            except (TypeError, ValueError) as exc:
-                raise UnsupportedInput(f"{FAMILY}: {exc}") from exc
         max_len, head_max_len = self._budget(task)
         if len(questions) * max_len > MAX_ITEM_TOKENS:
             raise UnsupportedInput(
@@ -234,18 +302,24 @@ class LayaDecider:
                 f"accepts at most {MAX_ITEM_TOKENS} tokens per item: send at most {MAX_ITEM_TOKENS // max_len} "
                 f"questions, or a smaller max_len option (got {len(questions)} questions)"
             )
-        internal = {qid: self._agent._to_internal(definition) for qid, definition in definitions.items()}
+        internal = {question.qid: _internal(question) for question in questions}
         threshold = unit_option(task, "threshold", 0.0, FAMILY) if caller_labels is not None else 0.0
         return Request(questions, internal, caller_labels, threshold, max_len, head_max_len)
 
     def _budget(self, task: Task | None) -> tuple[int, int]:
-        max_len = integer_option(task, "max_len", self._max_len, FAMILY)
+        """``max_len`` and ``head_max_len`` of a request (null is the model's own, as the public
+        server reads them)."""
+        max_len = (
+            integer_option(task, "max_len", self._max_len, FAMILY) if _set(task, "max_len") else self._max_len
+        )
         if max_len > self._max_len:
             raise UnsupportedInput(
                 f"{FAMILY} max_len must be at most {self._max_len} for this model, got {max_len}"
             )
+        if not _set(task, "head_max_len"):
+            return max_len, self._head_max_len
         head_max_len = integer_option(task, "head_max_len", self._head_max_len, FAMILY)
-        if task and task.option("head_max_len", None) is not None and head_max_len > max_len:
+        if head_max_len > max_len:
             raise UnsupportedInput(
                 f"{FAMILY} head_max_len must be at most max_len ({max_len}), got {head_max_len}"
             )
@@ -258,6 +332,10 @@ class LayaDecider:
             torch.cuda.empty_cache()
 
 
+def _set(task: Task | None, name: str) -> bool:
+    return task is not None and task.option(name, None) is not None
+
+
 def _schema(schema: Any) -> dict[str, Any]:
     if not isinstance(schema, Mapping):
         raise UnsupportedInput(f"{FAMILY} output_schema must map question ids to question definitions")
@@ -267,13 +345,7 @@ def _schema(schema: Any) -> dict[str, Any]:
         raise UnsupportedInput(
             f"{FAMILY} accepts at most {MAX_QUESTIONS} questions per request, got {len(schema)}"
         )
-    declared = sum(
-        len(definition["criteria"])
-        for definition in schema.values()
-        if isinstance(definition, Mapping)
-        and definition.get("type") != "noul"
-        and isinstance(definition.get("criteria"), Mapping | list)
-    )
+    declared = sum(_declared_options(definition) for definition in schema.values())
     if declared > MAX_OPTIONS:
         raise UnsupportedInput(
             f"{FAMILY} accepts at most {MAX_OPTIONS} answer options per request, got {declared}"
@@ -281,17 +353,22 @@ def _schema(schema: Any) -> dict[str, Any]:
     return dict(schema)
 
 
-def _state(one: ModelInput) -> str | Mapping[str, Any] | list[Any]:
-    if isinstance(one, str):
-        return one
-    if not isinstance(one, AnnotatedText):
-        raise UnsupportedInput(f"{FAMILY} models take text, not images or pairs")
-    if "state" not in one.metadata:
-        return one.text
-    state = one.metadata["state"]
-    if one.text or not isinstance(state, str | Mapping | list):
-        raise UnsupportedInput(ITEM_ERROR)
-    return state
+def _declared_options(definition: Any) -> int:
+    if not isinstance(definition, Mapping):
+        return 0
+    if definition.get("type") == "noul":
+        return 2
+    criteria = definition.get("criteria")
+    return len(criteria) if isinstance(criteria, Mapping | list) else 0
+
+
+def _internal(question: Question) -> dict[str, Any]:
+    """A checked question in the library's internal form (what its ``Agent`` makes of one; a
+    caller's ``option_order`` is not read, as the public server does not read it)."""
+    internal: dict[str, Any] = {"t": question.qtype, "ins": question.instructions, "crit": question.criteria}
+    if question.wording is not None:
+        internal["labels"] = {"false": question.wording[0], "true": question.wording[1]}
+    return internal
 
 
 def _answer(question: Question, p: np.ndarray) -> dict[str, Any]:

@@ -59,7 +59,7 @@ def _input_chars(inputs: Sequence[ModelInput]) -> int:
         if isinstance(one, str)
         else len(one.data)
         if isinstance(one, ImageData)
-        else len(one.text) + (INLINE_TOKENIZE_CHARS if one.metadata else 0)  # metadata: unknown size
+        else len(one.text) + (INLINE_TOKENIZE_CHARS + 1 if one.metadata else 0)  # metadata: to the pool
         if isinstance(one, AnnotatedText)
         else len(one[0]) + len(one[1])
         for one in inputs
