@@ -18,7 +18,7 @@ from typing import Any, Final
 import msgspec
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import KeyNotFoundError, NoKeysError
+from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
 from nats.js.kv import KeyValue
 
 from sie.gateway.workers import WorkerTable
@@ -78,6 +78,12 @@ def parse_spec(body: bytes, configured_gpus: list[str]) -> PoolSpec:
     return msgspec.structs.replace(spec, name=name, queue_pool=queue_pool)
 
 
+# Conditional writes retried by a renewal that lost a race to another writer.
+RENEW_ATTEMPTS: Final = 3
+# JetStream's "wrong last sequence" error codes: a conditional write over a revision that is gone.
+WRONG_LAST_REVISION: Final = (10071, 10164)
+
+
 class Pools:
     def __init__(
         self, jetstream: JetStreamContext, workers: WorkerTable, clock: Callable[[], float] = time.time
@@ -98,13 +104,18 @@ class Pools:
         return self._kv
 
     async def _read(self, name: str) -> PoolRecord | None:
+        found = await self._entry(name)
+        return found[0] if found else None
+
+    async def _entry(self, name: str) -> tuple[PoolRecord, int] | None:
+        """The pool's record and its revision in the bucket, which a write names to be conditional."""
         try:
             entry = await self.kv.get(name)
         except KeyNotFoundError:
             return None
-        if not entry.value:
+        if not entry.value or entry.revision is None:
             return None
-        return msgspec.json.decode(entry.value, type=PoolRecord)
+        return msgspec.json.decode(entry.value, type=PoolRecord), entry.revision
 
     async def create(self, spec: PoolSpec) -> dict[str, Any]:
         """Create, or update and renew: posting a pool again is how a client changes it."""
@@ -130,12 +141,20 @@ class Pools:
         name = name.lower()
         if name == DEFAULT_POOL:
             return True
-        record = await self._read(name)
-        if record is None:
-            return False
-        record.last_renewed = self._clock()
-        await self.kv.put(name, msgspec.json.encode(record))
-        return True
+        # Written only over the revision read: a delete (or a sweep) between the read and the write
+        # would otherwise be undone, bringing a deleted pool back (an SDK renews in the background).
+        for _ in range(RENEW_ATTEMPTS):
+            found = await self._entry(name)
+            if found is None:
+                return False
+            record, revision = found
+            record.last_renewed = self._clock()
+            try:
+                await self.kv.update(name, msgspec.json.encode(record), last=revision)
+            except KeyWrongLastSequenceError:
+                continue  # changed meanwhile (renewed elsewhere, updated or deleted): read it again
+            return True
+        return await self._read(name) is not None  # others kept renewing it
 
     async def delete(self, name: str) -> bool:
         if await self._read(name.lower()) is None:
@@ -161,10 +180,16 @@ class Pools:
         """Delete the pools whose lease lapsed; any gateway may do it, deleting twice is harmless."""
         expired = []
         for name in await self.names():
-            record = await self._read(name)
-            if record is not None and self._expired(record):
-                await self.kv.delete(name)
-                expired.append(name)
+            found = await self._entry(name)
+            if found is None or not self._expired(found[0]):
+                continue
+            try:  # only the revision judged expired: a renewal since keeps the pool
+                await self.kv.delete(name, last=found[1])
+            except APIError as exc:
+                if exc.err_code not in WRONG_LAST_REVISION:
+                    raise
+                continue
+            expired.append(name)
         return expired
 
     def _default(self) -> PoolRecord:
