@@ -22,18 +22,19 @@ structural tokens are refused in the caller's text. Nothing here imports torch.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 import numpy as np
 
-from sie.adapters.base import Task, UnsupportedInput, thawed
+from sie.adapters.base import Task, UnsupportedInput, thawed, unit_option
 from sie.adapters.typed_questions import (
+    MAX_QUESTIONS,
     Question,
     entropy_confidence,
     parse_questions,
+    question_mapping,
     render_criterion,
     shown,
 )
@@ -43,7 +44,7 @@ Kind = Literal["choice", "score", "noul", "group", "labels"]
 Mode = Literal["questions", "groups", "labels"]
 
 FAMILY: Final = "GLiNER2.5-Decide"
-MAX_TASKS: Final = 64  # questions or label groups a request
+MAX_TASKS: Final = MAX_QUESTIONS  # label groups a request, as many as questions
 MAX_LABELS_PER_TASK: Final = 64  # the library's own cap on a task's candidates
 MAX_LABELS: Final = 1024
 MAX_NAME_CHARS: Final = 128  # a question id or group name
@@ -158,7 +159,7 @@ def parse_request(task: Task | None) -> DecisionRequest:
     else:
         prompt = _free_text(task.instruction, "instruction")
         multi_label = multi_label_option(options)
-        threshold = threshold_option(options)
+        threshold = unit_option(task, "threshold", 0.0, FAMILY)
         if groups is not None:
             if task.labels:
                 raise UnsupportedInput(f"{FAMILY} takes either labels or options.label_groups, not both")
@@ -184,14 +185,7 @@ def _refuse_other_encodings(options: Mapping[str, Any]) -> None:
 
 
 def _question_tasks(schema: Any) -> tuple[DecisionTask, ...]:
-    if not isinstance(schema, Mapping):
-        raise UnsupportedInput(f"{FAMILY} output_schema must map question ids to question definitions")
-    if not schema:
-        raise UnsupportedInput(NO_TASK)
-    if len(schema) > MAX_TASKS:
-        raise UnsupportedInput(
-            f"{FAMILY} accepts at most {MAX_TASKS} questions per request, got {len(schema)}"
-        )
+    schema = question_mapping(schema, FAMILY, NO_TASK)
     for qid, definition in schema.items():
         criteria = definition.get("criteria") if isinstance(definition, Mapping) else None
         if (
@@ -376,20 +370,6 @@ def multi_label_option(options: Mapping[str, Any]) -> bool:
     if multi is not None and multi != (kind == "multi-label"):
         raise UnsupportedInput(f"{FAMILY} multi_label contradicts classification_type")
     return bool(kind == "multi-label")
-
-
-def threshold_option(options: Mapping[str, Any]) -> float:
-    value = options.get("threshold", 0.0)
-    message = f"{FAMILY} threshold must be a finite number between 0 and 1"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise UnsupportedInput(message)
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if not math.isfinite(number) or not 0.0 <= number <= 1.0:
-        raise UnsupportedInput(message)
-    return number
 
 
 def probabilities(task: DecisionTask, logits: np.ndarray) -> np.ndarray:

@@ -62,6 +62,7 @@ from sie.adapters.typed_questions import (
     Question,
     entropy_confidence,
     parse_questions,
+    question_mapping,
     rendered_state,
 )
 from sie.core.extraction import Classification, Extraction
@@ -71,7 +72,6 @@ from sie.core.options import Capability, ComputePrecision, Pooling
 log = logging.getLogger(__name__)
 
 FAMILY: Final = "Laya"
-MAX_QUESTIONS: Final = 64
 MAX_OPTIONS: Final = 1024
 MAX_ITEM_TOKENS: Final = 32_768
 LABELS_QUESTION: Final = "label"
@@ -337,14 +337,7 @@ def _set(task: Task | None, name: str) -> bool:
 
 
 def _schema(schema: Any) -> dict[str, Any]:
-    if not isinstance(schema, Mapping):
-        raise UnsupportedInput(f"{FAMILY} output_schema must map question ids to question definitions")
-    if not schema:
-        raise UnsupportedInput(NO_QUESTIONS)
-    if len(schema) > MAX_QUESTIONS:
-        raise UnsupportedInput(
-            f"{FAMILY} accepts at most {MAX_QUESTIONS} questions per request, got {len(schema)}"
-        )
+    schema = question_mapping(schema, FAMILY, NO_QUESTIONS)
     declared = sum(_declared_options(definition) for definition in schema.values())
     if declared > MAX_OPTIONS:
         raise UnsupportedInput(

@@ -24,6 +24,7 @@ import numpy as np
 from sie.adapters.base import UnsupportedInput
 
 QUESTION_TYPES: Final = ("choice", "score", "noul")
+MAX_QUESTIONS: Final = 64  # a request's, as the public decision models bound them
 # UTF-8 bytes of a state kept per token a row has room for: these tokenizers make at most one token
 # per byte, so a state cut there still gives every token the row can hold.
 STATE_BYTES_PER_TOKEN: Final = 32
@@ -158,6 +159,20 @@ def parse_questions(questions: Any) -> list[Question]:
         _checked(qid, definition)
         parsed.append(_question(qid, definition))
     return parsed
+
+
+def question_mapping(schema: Any, family: str, none_sent: str) -> Mapping[str, Any]:
+    """A request's ``output_schema`` as a family reading typed questions takes it, bounded before
+    any question is read: a mapping of at most ``MAX_QUESTIONS`` questions (``none_sent`` when empty)."""
+    if not isinstance(schema, Mapping):
+        raise UnsupportedInput(f"{family} output_schema must map question ids to question definitions")
+    if not schema:
+        raise UnsupportedInput(none_sent)
+    if len(schema) > MAX_QUESTIONS:
+        raise UnsupportedInput(
+            f"{family} accepts at most {MAX_QUESTIONS} questions per request, got {len(schema)}"
+        )
+    return schema
 
 
 def render_criterion(value: Any) -> str:
