@@ -28,6 +28,7 @@ from sie.adapters.laya import LayaDecider
 from sie.adapters.nli_zero_shot import NEEDS_LABELS, NliZeroShotClassifier
 from sie.adapters.owlv2 import Owlv2Detector
 from sie.adapters.token_ner import TorchTokenNer
+from sie.core.extraction import Extraction
 from sie.core.options import Capability, ComputePrecision
 from tests import builders
 from tests.conftest import package_folder, random_png
@@ -461,6 +462,26 @@ def test_pii_redact_under_its_public_id_is_the_union_of_its_members_as_the_adapt
     families.assert_serving()
 
 
+def same_decisions(items: list[dict[str, Any]], expected: list[Extraction]) -> None:
+    """A decision family's wire answers equal its adapter's: classifications in order with their
+    scores, and each ``data`` answer with its keys, type and probabilities (a noul's ``noul``)."""
+    for item, want in zip(items, expected, strict=True):
+        assert set(item) == KEYS and item["entities"] == [] and item["objects"] == []
+        assert [c["label"] for c in item["classifications"]] == [c.label for c in want.classifications]
+        np.testing.assert_allclose(
+            [c["score"] for c in item["classifications"]], [c.score for c in want.classifications], atol=1e-5
+        )
+        assert list(item["data"]) == list(want.data)
+        for key, answer in item["data"].items():
+            wanted = want.data[key]
+            assert answer.keys() == wanted.keys() and answer.get("type") == wanted.get("type")
+            np.testing.assert_allclose(
+                list(answer.get("probabilities", {"noul": answer.get("noul")}).values()),
+                list(wanted.get("probabilities", {"noul": wanted.get("noul")}).values()),
+                atol=1e-5,
+            )
+
+
 def _nested(levels: int) -> dict[str, Any]:
     tree: dict[str, Any] = {"leaf": 1}
     for _ in range(levels):
@@ -506,22 +527,7 @@ def test_gliner2_decide_under_its_public_id_answers_the_three_request_shapes_as_
         assert extract_msgpack(families, DECIDE, body, unpack)["items"] == items
         forward = Forward(frozenset({Capability.EXTRACT}), task=task)
         expected = decider.run(decider.prepare(inputs, forward), forward).extractions or []
-        for item, want in zip(items, expected, strict=True):
-            assert set(item) == KEYS and item["entities"] == [] and item["objects"] == []
-            assert [c["label"] for c in item["classifications"]] == [c.label for c in want.classifications]
-            np.testing.assert_allclose(
-                [c["score"] for c in item["classifications"]],
-                [c.score for c in want.classifications],
-                atol=1e-5,
-            )
-            assert item["data"].keys() == want.data.keys()
-            for key, answer in item["data"].items():
-                assert answer.keys() == want.data[key].keys()
-                np.testing.assert_allclose(
-                    list(answer.get("probabilities", {"noul": answer.get("noul")}).values()),
-                    list(want.data[key].get("probabilities", {"noul": want.data[key].get("noul")}).values()),
-                    atol=1e-5,
-                )
+        same_decisions(items, expected)
     for body, message in (
         ({"items": [{"text": "x"}], "params": {"labels": ["a"], "output_schema": DECISIONS}}, "not both"),
         ({"items": [{"text": "x"}], "params": {"output_schema": {"q": {"type": "rank"}}}}, "unknown type"),
@@ -562,23 +568,7 @@ def test_laya_under_its_public_id_answers_typed_questions_and_labels_as_the_adap
         assert extract_msgpack(families, LAYA, body, unpack)["items"] == items
         forward = Forward(frozenset({Capability.EXTRACT}), task=task)
         expected = decider.run(decider.prepare(inputs, forward), forward).extractions or []
-        for item, want in zip(items, expected, strict=True):
-            assert set(item) == KEYS and item["entities"] == []
-            assert [c["label"] for c in item["classifications"]] == [c.label for c in want.classifications]
-            np.testing.assert_allclose(
-                [c["score"] for c in item["classifications"]],
-                [c.score for c in want.classifications],
-                atol=1e-5,
-            )
-            assert list(item["data"]) == list(want.data)
-            for key, answer in item["data"].items():
-                assert answer.keys() == want.data[key].keys() and answer["type"] == want.data[key]["type"]
-                got = answer.get("probabilities") or {"noul": answer["noul"]}
-                np.testing.assert_allclose(
-                    list(got.values()),
-                    list((want.data[key].get("probabilities") or {"noul": want.data[key]["noul"]}).values()),
-                    atol=1e-5,
-                )
+        same_decisions(items, expected)
     for body, message in (
         ({"items": [{"text": "x"}], "params": {"labels": ["a"], "output_schema": DECISIONS}}, "not both"),
         ({"items": [{"text": "x"}], "params": {"labels": ["a"], "options": {"max_len": 100000}}}, "max_len"),
