@@ -1259,3 +1259,80 @@ def laya(splade_dir: Path, folder: Path, max_len: int = 128, head_max_len: int =
     }
     (folder / "rl_agent_config.json").write_text(json.dumps(config))
     return folder
+
+
+# Qwen3-VL's chat template as its checkpoints ship it, for what the retrieval families send: text and
+# image parts in system and user turns, the assistant turn opened.
+QWEN3_VL_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message.role }}\n"
+    "{% if message.content is string %}{{ message.content }}{% else %}{% for part in message.content %}"
+    "{% if part.type == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part.type == 'text' %}{{ part.text }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def qwen3_vl(splade_dir: Path, folder: Path, processor: bool = True) -> Path:
+    """A tiny Qwen3-VL as Qwen3-VL-Embedding and -Reranker ship it: ``Qwen3VLForConditionalGeneration``
+    (a two-block vision tower of 16-pixel patches merged 2x2, one deepstack layer, a two-layer text
+    model with tied embeddings, weights drawn wider than the default so answers differ), the packaged
+    BERT tokenizer with Qwen's tokens (its vocabulary has "yes" and "no"), and, when ``processor``, the PIL Qwen2-VL
+    image processor and the chat template (the reranker's repository has neither: they come from its
+    base processor model, a second call's folder)."""
+    from transformers import Qwen2VLImageProcessorPil, Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    tokenizer = _bert_tokenizer_with(splade_dir, COLQWEN_TOKENS)
+    tokenizer.pad_token = "<|endoftext|>"
+    tokenizer.model_max_length = 32768
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in COLQWEN_TOKENS}
+    config = Qwen3VLConfig(
+        text_config={
+            "vocab_size": len(tokenizer),
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "max_position_embeddings": 4096,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+            "tie_word_embeddings": True,
+            "pad_token_id": ids["<|endoftext|>"],
+        },
+        vision_config={
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "out_hidden_size": 64,
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "num_position_embeddings": 64,
+            "deepstack_visual_indexes": [0],
+        },
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(17)
+    model = Qwen3VLForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() > 1:
+                parameter.normal_(0.0, 0.08)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    # A page alone passes BERT's 512 tokens: Qwen's tokenizer cuts nothing.
+    settings = json.loads((folder / "tokenizer_config.json").read_text())
+    for key in ("max_length", "truncation_strategy", "truncation_side", "stride"):
+        settings.pop(key, None)
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+    backend = json.loads((folder / "tokenizer.json").read_text())
+    (folder / "tokenizer.json").write_text(json.dumps({**backend, "truncation": None, "padding": None}))
+    if processor:
+        (folder / "chat_template.jinja").write_text(QWEN3_VL_TEMPLATE)
+        Qwen2VLImageProcessorPil(patch_size=16, merge_size=2).save_pretrained(folder)
+    return folder

@@ -2,7 +2,9 @@
 image data URIs on ``/v1/embeddings``, our SDK and the public ``sie-sdk`` sending images, and every
 bad image answered 400 while the server keeps serving. ColPali, ColQwen2.5 and ColSmol pages and queries on
 ``/v1/encode`` and MaxSim on ``/v1/score``; ColQwen2.5 and ColSmol under their shipped YAMLs, each
-LoRA and its base found in the local weight cache.
+LoRA and its base found in the local weight cache; Qwen3-VL-Embedding (texts, images and captioned
+images, the request's instruction in its system turn) and Qwen3-VL-Reranker (text and image documents
+on ``/v1/score``, its processor from its base processor model in the cache) under theirs.
 
 Values are held to the adapter loaded in-process on the same folders (the adapter is held to
 transformers in tests/adapters/test_clip.py), L2-normalised as the engine's default postprocessing.
@@ -24,11 +26,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from sie.adapters.base import Forward, ImageData, LoadSpec
+from sie.adapters.base import Forward, ImageData, LoadSpec, MediaPair, Task
 from sie.adapters.clip import ClipEncoder, DualEncoder, SiglipEncoder
 from sie.adapters.colpali import ColPaliEncoder
 from sie.adapters.colqwen2 import ColQwen2Encoder
 from sie.adapters.colsmol import ColSmolEncoder
+from sie.adapters.qwen3_vl_embedding import Qwen3VlEmbedder
+from sie.adapters.qwen3_vl_reranker import Qwen3VlReranker
 from sie.core.options import Capability, ComputePrecision
 from sie.postprocess.similarity import maxsim
 from sie.weights.disk_cache import folder_name
@@ -310,24 +314,53 @@ def retriever_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tup
     }
 
 
+QWEN3_VL_EMBEDDING = "Qwen/Qwen3-VL-Embedding-2B"
+QWEN3_VL_RERANKER = "Qwen/Qwen3-VL-Reranker-2B"
+# The reranker's base processor model and the revision its shipped YAML pins.
+QWEN3_VL_PROCESSOR = ("Qwen/Qwen3-VL-2B-Instruct", "89644892e4d85e24eaac8bacfd4f463576704203")
+
+
+@pytest.fixture(scope="module")
+def qwen3_vl_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("qwen3-vl")
+    return {
+        QWEN3_VL_EMBEDDING: builders.qwen3_vl(tiny_bert_dir(), root / "embedding"),
+        QWEN3_VL_RERANKER: builders.qwen3_vl(tiny_bert_dir(), root / "reranker", processor=False),
+        QWEN3_VL_PROCESSOR[0]: builders.qwen3_vl(tiny_bert_dir(), root / "processor"),
+    }
+
+
+def _float32_snapshot(models: Path, cache: Path, model: str, folder: Path) -> None:
+    """``folder`` in the cache at the revision ``model``'s shipped YAML pins; the YAML at float32."""
+    yaml = models / f"{model.replace('/', '__')}.yaml"
+    text = yaml.read_text()
+    revision = next(line.split(": ")[1] for line in text.splitlines() if line.startswith("hf_revision"))
+    shutil.copytree(folder, cache / folder_name(model) / "snapshots" / revision)
+    yaml.write_text(text.replace("compute_precision: bfloat16", "compute_precision: float32"))
+
+
 @pytest.fixture(scope="module")
 def retrievers_server(
-    tmp_path_factory: pytest.TempPathFactory, retriever_folders: dict[str, tuple[Path, Path]]
+    tmp_path_factory: pytest.TempPathFactory,
+    retriever_folders: dict[str, tuple[Path, Path]],
+    qwen3_vl_folders: dict[str, Path],
 ) -> Iterator[Server]:
     """The shipped catalogue, nothing but a local weight cache holding each LoRA at its YAML's pinned
-    revision and its base (any snapshot), as a download would have left them; float32."""
+    revision and its base (any snapshot), the Qwen3-VL models at theirs and the reranker's base
+    processor model at the revision its YAML names, as a download would have left them; float32."""
     cache = tmp_path_factory.mktemp("retrievers-cache")
     models = shipped_models(tmp_path_factory.mktemp("retrievers-models"), {})
     for model, (_, base_id, _) in RETRIEVERS.items():
         lora, base = retriever_folders[model]
-        yaml = models / f"{model.replace('/', '__')}.yaml"
-        text = yaml.read_text()
-        revision = next(line.split(": ")[1] for line in text.splitlines() if line.startswith("hf_revision"))
-        shutil.copytree(lora, cache / folder_name(model) / "snapshots" / revision)
+        _float32_snapshot(models, cache, model, lora)
         shutil.copytree(base, cache / folder_name(base_id) / "snapshots" / ("0" * 40))
-        yaml.write_text(text.replace("compute_precision: bfloat16", "compute_precision: float32"))
+    for model in (QWEN3_VL_EMBEDDING, QWEN3_VL_RERANKER):
+        _float32_snapshot(models, cache, model, qwen3_vl_folders[model])
+    processor_id, processor_revision = QWEN3_VL_PROCESSOR
+    processor_snapshot = cache / folder_name(processor_id) / "snapshots" / processor_revision
+    shutil.copytree(qwen3_vl_folders[processor_id], processor_snapshot)
     env = {"SIE_MODELS_DIR": str(models), "SIE_LOCAL_CACHE": str(cache), "SIE_HF_FALLBACK": "false"}
-    preload = ",".join([MINILM, COLQWEN, f"{COLQWEN}:muvera", COLSMOL])
+    preload = ",".join([MINILM, COLQWEN, f"{COLQWEN}:muvera", COLSMOL, QWEN3_VL_EMBEDDING, QWEN3_VL_RERANKER])
     with run_server(tmp_path_factory.mktemp("retrievers-server"), env, "--preload", preload) as server:
         yield server
 
@@ -424,4 +457,84 @@ def test_bad_input_to_the_lora_retrievers_is_a_400_and_they_keep_serving(
         f"/v1/encode/{model}", content=msgpack.packb(fine), headers=MSGPACK_HEADERS
     )
     assert again.status_code == 200, again.text
+    retrievers_server.assert_serving()
+
+
+def unit(vectors: np.ndarray) -> np.ndarray:
+    return vectors / np.linalg.norm(vectors, axis=-1, keepdims=True)
+
+
+def test_qwen3_vl_embedding_embeds_texts_images_and_captioned_images_with_the_instruction(
+    retrievers_server: Server, qwen3_vl_folders: dict[str, Path], unpack: Any
+) -> None:
+    """Under its shipped YAML: a text, an image and an image with its caption in one request, the
+    request's instruction in the system turn, unit vectors (the YAML's ``normalize: true``)."""
+    embedder = Qwen3VlEmbedder.load(
+        LoadSpec(qwen3_vl_folders[QWEN3_VL_EMBEDDING], "cpu", ComputePrecision.FLOAT32, 32768)
+    )
+    items = [{"text": TEXT}, {"images": [{"data": PNG, "format": "png"}]}]
+    items.append({"text": "a caption", "images": [{"data": JPEG, "format": "jpeg"}]})
+    inputs: list[Any] = [TEXT, ImageData(PNG), ImageData(JPEG, None, "a caption")]
+    for instruction, shaped in (
+        (None, "Represent the user's input."),
+        ("Find the product", "Find the product"),
+    ):
+        params = {"instruction": instruction} if instruction else {}
+        response = retrievers_server.client.post(
+            f"/v1/encode/{QWEN3_VL_EMBEDDING}",
+            content=msgpack.packb({"items": items, "params": params}),
+            headers=MSGPACK_HEADERS,
+        )
+        assert response.status_code == 200, response.text
+        got = np.stack([item["dense"]["values"] for item in unpack(response.content)["items"]])
+        forward = Forward(frozenset({Capability.DENSE}), task=Task(instruction=shaped))
+        want = embedder.run(embedder.prepare(inputs, forward), forward).dense
+        assert want is not None and got.shape == (3, 64)
+        np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+        np.testing.assert_allclose(got, unit(want), atol=1e-5)
+
+
+def test_qwen3_vl_reranker_scores_text_and_image_documents(
+    retrievers_server: Server, qwen3_vl_folders: dict[str, Path], unpack: Any
+) -> None:
+    """Under its shipped YAML, its processor read from its base processor model in the cache: a text
+    query against a text, an image and a captioned image, ranked as the adapter scores them."""
+    spec = LoadSpec(
+        qwen3_vl_folders[QWEN3_VL_RERANKER],
+        "cpu",
+        ComputePrecision.FLOAT32,
+        32768,
+        loadtime={"base_processor_model": QWEN3_VL_PROCESSOR[0]},
+        fetch=lambda hf_id, revision, path: qwen3_vl_folders[hf_id],
+    )
+    reranker = Qwen3VlReranker.load(spec)
+    body = {
+        "query": {"text": TEXT},
+        "items": [
+            {"id": "text", "text": "a blue bicycle"},
+            {"id": "image", "images": [{"data": PNG, "format": "png"}]},
+            {"id": "captioned", "text": "a caption", "images": [{"data": JPEG, "format": "jpeg"}]},
+        ],
+    }
+    response = retrievers_server.client.post(
+        f"/v1/score/{QWEN3_VL_RERANKER}", content=msgpack.packb(body), headers=MSGPACK_HEADERS
+    )
+    assert response.status_code == 200, response.text
+    scores = unpack(response.content)["scores"]
+    pairs = [
+        MediaPair(TEXT, "a blue bicycle"),
+        MediaPair(TEXT, ImageData(PNG)),
+        MediaPair(TEXT, ImageData(JPEG, None, "a caption")),
+    ]
+    score = Forward(frozenset({Capability.SCORE}))
+    want = reranker.run(reranker.prepare(pairs, score), score).scores
+    assert want is not None
+    by_id = {entry["item_id"]: entry["score"] for entry in scores}
+    np.testing.assert_allclose([by_id["text"], by_id["image"], by_id["captioned"]], want, atol=1e-5)
+    assert [entry["score"] for entry in scores] == sorted(by_id.values(), reverse=True)
+    blank = {"query": {"text": TEXT}, "items": [{"text": "   "}]}
+    refused = retrievers_server.client.post(
+        f"/v1/score/{QWEN3_VL_RERANKER}", content=msgpack.packb(blank), headers=MSGPACK_HEADERS
+    )
+    assert refused.status_code == 400 and "text or an image" in refused.text, refused.text
     retrievers_server.assert_serving()

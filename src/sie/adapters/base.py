@@ -33,10 +33,13 @@ if TYPE_CHECKING:  # the gateway imports this module (a request's checks) and ha
 
 @dataclass(frozen=True, slots=True)
 class ImageData:
-    """An image as the client sent it (JPEG, PNG, ...): decoded by ``prepare``, on the CPU pool."""
+    """An image as the client sent it (JPEG, PNG, ...): decoded by ``prepare``, on the CPU pool.
+    ``text`` is the item's text beside it, for a family that reads both (``reads_image_text``): a
+    chat VLM embeds an image and its caption as one input; every other family gets the image alone."""
 
     data: bytes
     format: str | None = None
+    text: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,9 +51,19 @@ class AnnotatedText:
     metadata: Mapping[str, Any]
 
 
-# What ``prepare`` takes: a text, a (query, document) pair for models that score pairs, an image, or a
-# text with its item's metadata.
-ModelInput = str | tuple[str, str] | ImageData | AnnotatedText
+@dataclass(frozen=True, slots=True)
+class MediaPair:
+    """A (query, document) pair for a pair scorer that reads images (Qwen3-VL's reranker): each side
+    is its item's text or its image (with the item's text beside it); text-only scorers keep getting
+    plain ``(str, str)`` tuples."""
+
+    query: str | ImageData
+    document: str | ImageData
+
+
+# What ``prepare`` takes: a text, a (query, document) pair for models that score pairs (a
+# ``MediaPair`` for one that reads images), an image, or a text with its item's metadata.
+ModelInput = str | tuple[str, str] | ImageData | AnnotatedText | MediaPair
 
 _NO_IDS = np.zeros(0, dtype=np.int64)
 
@@ -228,7 +241,7 @@ class Forward:
     outputs: frozenset[Capability]
     pooling: Pooling | None = None  # dense pooling; None means the model's own
     is_query: bool = False
-    task: Task | None = None  # extraction only
+    task: Task | None = None  # extraction; a pair scorer's or an instruction-placing encoder's instruction
     lora: str | None = None  # a LoRA the adapter has loaded (``TakesLora``); None is the base model
     # The request's cap on a text's tokens (a ColBERT's ``query_max_length`` / ``max_seq_length``): an
     # adapter that reads it keeps to the smaller of it and its own length; None leaves its own.
@@ -405,6 +418,19 @@ def reads_item_metadata(adapter: object) -> bool:
     ``reads_item_metadata = True`` and then gets its texts as ``AnnotatedText``; optional, like
     ``runs_onnx``, so the other families need not declare it."""
     return bool(getattr(adapter, "reads_item_metadata", False))
+
+
+def reads_image_text(adapter: object) -> bool:
+    """Whether an item's text reaches the family beside its image (``ImageData.text``): a chat VLM
+    (Qwen3-VL) says so with ``reads_image_text = True``; others embed the image alone, as before."""
+    return bool(getattr(adapter, "reads_image_text", False))
+
+
+def places_instruction(adapter: object) -> bool:
+    """Whether the family places an encode request's instruction itself (``places_instruction =
+    True``): it then gets it as ``Forward.task.instruction`` (Qwen3-VL's system turn) and the text
+    bare, instead of the engine's ``"{instruction} {text}"``."""
+    return bool(getattr(adapter, "places_instruction", False))
 
 
 def reads_item_state(adapter: object) -> bool:

@@ -41,6 +41,8 @@ _ST_CROSS_ENCODER = "sie.adapters.st_cross_encoder:SentenceTransformersCrossEnco
 _GLIREL = "sie.adapters.glirel:GlirelExtractor"
 _GLINER_UNION = "sie.adapters.gliner_union:GlinerUnionExtractor"
 _JINA_COLBERT = "sie.adapters.jina_colbert:JinaColbertEncoder"
+_QWEN3_VL_EMBEDDING = "sie.adapters.qwen3_vl_embedding:Qwen3VlEmbedder"
+_QWEN3_VL_RERANKER = "sie.adapters.qwen3_vl_reranker:Qwen3VlReranker"
 
 # The public server splits a family over flash kernels and their fallbacks; here one class runs each
 # family, so every public name of it maps there. Public adapters for models that need code from the
@@ -63,6 +65,8 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.colpali:ColPaliAdapter": _COLPALI,
     "sie_server.adapters.colqwen2:ColQwen2Adapter": _COLQWEN2,
     "sie_server.adapters.colsmol:ColSmolAdapter": _COLSMOL,
+    "sie_server.adapters.qwen3_vl_embedding:Qwen3VLEmbeddingAdapter": _QWEN3_VL_EMBEDDING,
+    "sie_server.adapters.qwen3_vl_reranker:Qwen3VLRerankerAdapter": _QWEN3_VL_RERANKER,
     "sie_server.adapters.colbert_modernbert_flash:ColBERTModernBERTFlashAdapter": _COLBERT,
     "sie_server.adapters.colbert_rotary_flash:ColBERTRotaryFlashAdapter": _JINA_COLBERT,
     "sie_server.adapters.bge_m3_flash:BGEM3FlashAdapter": _BGE_M3,
@@ -107,6 +111,8 @@ CANONICAL: Final = frozenset(
         _COLPALI,
         _COLQWEN2,
         _COLSMOL,
+        _QWEN3_VL_EMBEDDING,
+        _QWEN3_VL_RERANKER,
         _BGE_M3,
         _CROSS_ENCODER,
         _JINA_RERANKER,
@@ -155,8 +161,6 @@ NOT_SERVED: Final[dict[str, str]] = {
     f"{_P}colqwen3": "a visual document retriever (ColQwen3)",
     f"{_P}nemo_colembed": "a visual document retriever (NeMo ColEmbed)",
     f"{_P}topk_embed": "a visual document retriever (topk-embed)",
-    f"{_P}qwen3_vl_embedding": "a multimodal embedder (Qwen3-VL)",
-    f"{_P}qwen3_vl_reranker": "a multimodal reranker (Qwen3-VL)",
     f"{_P}st_sparse_vision": "a visual sparse encoder (v-SPLADE)",
     f"{_P}gliformer": "an extractor (GLiFormer)",
     f"{_P}privacy_filter": "a PII filter (privacy-filter)",

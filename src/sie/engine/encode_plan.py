@@ -10,10 +10,10 @@ model's multivector output (the public server's ``muvera`` profiles).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from sie.adapters.base import Adapter, ModelInput
+from sie.adapters.base import Adapter, ModelInput, Task, places_instruction, reads_image_text
 from sie.core.options import Capability, OutputDType, OutputType, Pooling
 from sie.engine.errors import InvalidInput
 from sie.engine.inputs import image_of, text_of
@@ -37,12 +37,18 @@ class EncodePlan:
     max_length: int | None = None  # ``query_max_length`` for queries, ``max_seq_length`` else
 
     def input_for(self, item: Item, model: str, adapter: Adapter) -> ModelInput:
-        """The item's image for a model that takes images, else ``text_for`` its text."""
+        """The item's image for a model that takes images (with its text beside it for a family that
+        reads both), else ``text_for`` its text."""
         image = image_of(item, model, adapter)
-        return image if image is not None else self.text_for(item, adapter)
+        if image is None:
+            return self.text_for(item, adapter)
+        if item.text is not None and reads_image_text(adapter):
+            return replace(image, text=self.text_for(item, adapter))
+        return image
 
     def text_for(self, item: Item, adapter: Adapter) -> str:
-        """The text the tokenizer sees: templates first, else ``"{instruction} {text}"``."""
+        """The text the tokenizer sees: templates first, else ``"{instruction} {text}"`` (the bare
+        text for a family that places the instruction itself, ``task_for``)."""
         text = text_of(item, adapter)
         template = self.query_template if self.is_query else self.doc_template
         if template:
@@ -50,9 +56,15 @@ class EncodePlan:
                 return template.format(text=text, instruction=self.instruction or "")
             except (KeyError, IndexError, ValueError) as exc:
                 raise InvalidInput(f"Invalid template {template!r}: {exc}") from exc
-        if self.instruction:
+        if self.instruction and not places_instruction(adapter):
             return f"{self.instruction} {text}"
         return text
+
+    def task_for(self, adapter: Adapter) -> Task | None:
+        """The instruction for a family that places it itself (Qwen3-VL's system turn), else None."""
+        if self.instruction and places_instruction(adapter):
+            return Task(instruction=self.instruction)
+        return None
 
 
 def _typed(options: dict[str, Any], key: str, kind: type, default: Any) -> Any:

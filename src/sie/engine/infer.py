@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
 
-from sie.adapters.base import AnnotatedText, ImageData, ModelInput, UnsupportedInput
+from sie.adapters.base import AnnotatedText, ImageData, MediaPair, ModelInput, UnsupportedInput
 from sie.engine.errors import InvalidInput, future_safe
 from sie.engine.registry import Held
 from sie.engine.runner import BatchGroup
@@ -61,6 +61,8 @@ def _input_chars(inputs: Sequence[ModelInput]) -> int:
         if isinstance(one, ImageData)
         else len(one.text) + (INLINE_TOKENIZE_CHARS + 1 if one.metadata else 0)  # metadata: to the pool
         if isinstance(one, AnnotatedText)
+        else INLINE_TOKENIZE_CHARS + 1  # a pair that may hold images: to the pool
+        if isinstance(one, MediaPair)
         else len(one[0]) + len(one[1])
         for one in inputs
     )

@@ -7,11 +7,14 @@ with 400 before any work.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sie.adapters.base import (
     Adapter,
     AnnotatedText,
     ImageData,
     ModelInput,
+    reads_image_text,
     reads_item_metadata,
     reads_item_state,
 )
@@ -33,6 +36,15 @@ def image_of(item: Item, model: str, adapter: Adapter) -> ImageData | None:
         )
     image = item.images[0]
     return ImageData(image.data, image.format)
+
+
+def pair_side(item: Item, model: str, adapter: Adapter) -> str | ImageData:
+    """One side of a pair for a pair scorer that reads images (``MediaPair``): the item's image, with
+    its text beside it for a family that reads both, else its text."""
+    image = image_of(item, model, adapter)
+    if image is None:
+        return text_of(item, adapter)
+    return replace(image, text=item.text) if reads_image_text(adapter) else image
 
 
 def text_of(item: Item, adapter: Adapter) -> str:

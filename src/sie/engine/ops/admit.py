@@ -73,8 +73,9 @@ def admit_score(admission: Admission, model: str, request: ScoreRequest) -> Scor
     request_options.check_known(entry, request_options.SCORE, options)
     merged = overlay(entry.profile.runtime, options)
     plan = plan_score(entry.name, entry.config.tasks.score is not None, entry.config.output_types(), merged)
-    # Embedding similarity over a model that takes images scores images too (ColPali's pages).
-    images_count = not plan.pairs and entry.config.inputs.image
+    # A model that takes images scores images too: ColPali's pages by similarity, Qwen3-VL's reranker
+    # in its pairs.
+    images_count = entry.config.inputs.image
     if any(item.text is None and not (images_count and item.images) for item in [query, *items]):
         raise InvalidInput("Score requires text on the query and on every item")
     return ScoreAdmitted(entry, plan, lora_option(merged))

@@ -38,7 +38,14 @@ async def encode(
         inputs: list[ModelInput] = [plan.input_for(item, name, loaded.adapter) for item in items]
         with parts.registry.lora(held, plan.lora) as lora:
             group = BatchGroup(
-                Forward(computed, plan.pooling, plan.is_query, lora=lora, max_length=plan.max_length),
+                Forward(
+                    computed,
+                    plan.pooling,
+                    plan.is_query,
+                    task=plan.task_for(loaded.adapter),
+                    lora=lora,
+                    max_length=plan.max_length,
+                ),
                 Postprocess(keep, plan.normalize, plan.output_dtype, plan.muvera),
             )
             inference = await parts.infer(held, inputs, group)

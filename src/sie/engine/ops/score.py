@@ -10,10 +10,11 @@ from typing import TypeVar
 
 import numpy as np
 
-from sie.adapters.base import Forward, ModelInput, Task
-from sie.core.options import Capability
+from sie.adapters.base import Forward, MediaPair, ModelInput, Task
+from sie.core.options import Capability, Modality
 from sie.engine.encode_plan import plan_encode
 from sie.engine.infer import Inference
+from sie.engine.inputs import pair_side
 from sie.engine.ops.admit import admit_score
 from sie.engine.ops.parts import Answer, Parts, check_outputs, item_id
 from sie.engine.registry import Held
@@ -45,7 +46,13 @@ async def score(
             task = Task(instruction=request.instruction) if request.instruction else None
             forward = Forward(frozenset({Capability.SCORE}), task=task, lora=lora)
             group = BatchGroup(forward, Postprocess(frozenset()))
-            pairs: list[ModelInput] = [(str(query.text), str(item.text)) for item in items]
+            adapter = held.model.adapter
+            pairs: list[ModelInput]
+            if Modality.IMAGE in adapter.inputs:  # each side its text or its image (Qwen3-VL's reranker)
+                asked = pair_side(query, name, adapter)
+                pairs = [MediaPair(asked, pair_side(item, name, adapter)) for item in items]
+            else:
+                pairs = [(str(query.text), str(item.text)) for item in items]
             inference = await parts.infer(held, pairs, group)
             scores = np.array([r.outputs.score for r in inference.results], dtype=np.float32)
         else:
@@ -65,7 +72,10 @@ async def score(
             documents = [doc_plan.input_for(item, name, adapter) for item in items]
             query_input = query_plan.input_for(query, name, adapter)
             lengths = (query_plan.max_length, doc_plan.max_length)
-            scores, inference = await _similarity(parts, held, plan, query_input, documents, lora, lengths)
+            task = query_plan.task_for(adapter)
+            scores, inference = await _similarity(
+                parts, held, plan, query_input, documents, lora, lengths, task
+            )
     timing = inference.timing(started, postprocessed=False)
     parts.observe(model, "score", timing)
     ids = [item_id(item.id, i) for i, item in enumerate(items)]
@@ -81,6 +91,7 @@ async def _similarity(
     documents: list[ModelInput],
     lora: str | None,
     lengths: tuple[int | None, int | None],
+    task: Task | None,
 ) -> tuple[np.ndarray, Inference]:
     """The weighted sum of each similarity the plan names, one score per document (in order); the
     query and the documents each keep to their own requested length (``lengths``)."""
@@ -91,7 +102,8 @@ async def _similarity(
     def group(is_query: bool) -> BatchGroup:
         length = lengths[0] if is_query else lengths[1]
         return BatchGroup(
-            Forward(outputs, is_query=is_query, lora=lora, max_length=length), Postprocess(outputs)
+            Forward(outputs, is_query=is_query, task=task, lora=lora, max_length=length),
+            Postprocess(outputs),
         )
 
     asked, answered = await asyncio.gather(

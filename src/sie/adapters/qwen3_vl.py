@@ -1,0 +1,215 @@
+"""Qwen3-VL's chat VLM read by a retrieval family (its embedder and its reranker): what both share.
+
+An item becomes a conversation (a system turn, a user turn of images and texts), rendered by the
+checkpoint's own chat template with the assistant turn opened, and read by transformers'
+``Qwen3VLProcessor``: the images' pixels, their grids, and the prompt with each image placeholder
+expanded to its merged patches. The processor runs once per item in ``prepare`` (the CPU pool); a batch
+is then only padding on the left, so the last position of every row is its last real token, and
+concatenated pixels: an item's tensors never depend on what it is batched with.
+
+The processor is built from its parts: the tokenizer, Qwen2-VL's PIL image processor (transformers'
+default one needs torchvision, which is not installed) with the public server's bounds of 256 to 1280
+patches of 28 pixels' area, and the chat template (``chat_template.jinja`` or ``chat_template.json``,
+else the tokenizer's). Its video processor is a placeholder; no video reaches it.
+
+A text that would take the prompt past the model's length is cut at a token boundary (the text alone:
+the template and the images are never cut); a prompt whose fixed parts alone do not fit is refused.
+The processor's fast tokenizer reconfigures itself on every call, so one lock serialises the calls.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Final, Self
+
+import torch
+import transformers
+from PIL import Image
+from transformers import AutoTokenizer, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
+from transformers.models.auto.image_processing_auto import AutoImageProcessor
+
+from sie.adapters.base import Forward, ImageData, LoadSpec, Prepared, UnsupportedInput
+from sie.adapters.clip import TokenizerVocabulary
+from sie.adapters.images import decode_image
+from sie.adapters.peft_checkpoints import load_with_lora
+from sie.adapters.transformer import DeviceModel
+from sie.core.options import Modality
+
+MIN_PIXELS: Final = 256 * 28 * 28
+MAX_PIXELS: Final = 1280 * 28 * 28
+# Qwen2-VL's image processor refuses images whose sides differ by more than this (smart_resize).
+MAX_ASPECT: Final = 200
+# No length cap of the model's own: 2**31 tokens is past any prompt.
+UNBOUNDED: Final = 2**31
+
+# A conversation as the chat template reads it: role and content parts ({"type": "text", "text": ...}
+# or {"type": "image", "image": <PIL image>}).
+Conversation = list[dict[str, Any]]
+
+
+def text_part(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def image_part(image: Image.Image) -> dict[str, Any]:
+    return {"type": "image", "image": image}
+
+
+def page(image: ImageData, family: str) -> Image.Image:
+    """The client's image decoded as RGB, refused when the processor could not resize it."""
+    decoded = decode_image(image).convert("RGB")
+    if max(decoded.size) > MAX_ASPECT * min(decoded.size):
+        raise UnsupportedInput(
+            f"{family} reads images whose sides differ by at most {MAX_ASPECT} times; "
+            f"this one is {decoded.width}x{decoded.height}"
+        )
+    return decoded
+
+
+def _chat_template(folder: Path, tokenizer: Any) -> str:
+    jinja, packed = folder / "chat_template.jinja", folder / "chat_template.json"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    if packed.is_file():
+        return str(json.loads(packed.read_text(encoding="utf-8"))["chat_template"])
+    if isinstance(tokenizer.chat_template, str):
+        return tokenizer.chat_template
+    raise ValueError(f"{folder} has no chat template (chat_template.jinja or chat_template.json)")
+
+
+def load_processor(images_folder: Path, tokenizer_folder: Path) -> Qwen3VLProcessor:
+    """The processor from its parts: the image processor and chat template of ``images_folder``, the
+    tokenizer of ``tokenizer_folder`` (the reranker's repository ships its tokenizer alone)."""
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder))
+    tokenizer.padding_side = "left"
+    images = AutoImageProcessor.from_pretrained(  # type: ignore[no-untyped-call]
+        str(images_folder), backend="pil", min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS
+    )
+    videos = object.__new__(transformers.BaseVideoProcessor)  # a placeholder: no video reaches it
+    return Qwen3VLProcessor(  # type: ignore[no-untyped-call]
+        image_processor=images,
+        tokenizer=tokenizer,
+        video_processor=videos,
+        chat_template=_chat_template(images_folder, tokenizer),
+    )
+
+
+@dataclass(frozen=True)
+class ItemTensors:
+    """One item as the processor gave it: its token ids (image placeholders expanded), its modality
+    map, and its images' pixels and grids (None for a text)."""
+
+    input_ids: torch.Tensor  # [tokens]
+    mm_token_type_ids: torch.Tensor  # [tokens]
+    pixel_values: torch.Tensor | None
+    image_grid_thw: torch.Tensor | None
+
+
+class ChatVlm:
+    """The processor of a loaded Qwen3-VL, with its lock: renders and reads one item at a time."""
+
+    def __init__(self, processor: Qwen3VLProcessor, family: str) -> None:
+        self.processor = processor
+        self.tokenizer: Any = processor.tokenizer
+        self._family = family
+        self._lock = threading.Lock()
+
+    def read(
+        self, conversation: Callable[[str], Conversation], cut: str, images: Sequence[Image.Image], limit: int
+    ) -> ItemTensors:
+        """``conversation(text)`` read by the processor, where ``cut`` is the text cut at a token
+        boundary, as little as needed, for the prompt to fit ``limit`` tokens."""
+        with self._lock:
+            tensors = self._read(conversation(cut), images)
+            over = len(tensors.input_ids) - limit
+            if over <= 0:
+                return tensors
+            offsets = self.tokenizer(cut, add_special_tokens=False, return_offsets_mapping=True)
+            ends = [int(end) for _, end in offsets["offset_mapping"]]
+            keep = len(ends) - over
+            while keep > 0:  # a cut text may tokenize differently inside the template: shorten until it fits
+                tensors = self._read(conversation(cut[: ends[keep - 1]]), images)
+                if len(tensors.input_ids) <= limit:
+                    return tensors
+                keep -= 1
+        raise UnsupportedInput(
+            f"{self._family}'s prompt and images take more than the model's {limit} tokens without any "
+            "of the text; send smaller images or fewer of them"
+        )
+
+    def _read(self, conversation: Conversation, images: Sequence[Image.Image]) -> ItemTensors:
+        prompt = self.processor.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+        out = self.processor(
+            text=[prompt], images=list(images) or None, return_tensors="pt", return_mm_token_type_ids=True
+        )
+        has_images = bool(images)
+        return ItemTensors(
+            out["input_ids"][0],
+            out["mm_token_type_ids"][0],
+            out["pixel_values"] if has_images else None,
+            out["image_grid_thw"] if has_images else None,
+        )
+
+
+def collate(items: Sequence[ItemTensors], pad_id: int) -> dict[str, torch.Tensor]:
+    """The batch's forward inputs: ids, attention and modality map padded on the left (the last
+    position of every row is its last token), pixels and grids concatenated in item order."""
+    width = max(len(item.input_ids) for item in items)
+    ids = torch.full((len(items), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(items), width), dtype=torch.long)
+    types = torch.zeros((len(items), width), dtype=torch.long)
+    for row, item in enumerate(items):
+        length = len(item.input_ids)
+        ids[row, width - length :] = item.input_ids
+        mask[row, width - length :] = 1
+        types[row, width - length :] = item.mm_token_type_ids
+    inputs = {"input_ids": ids, "attention_mask": mask, "mm_token_type_ids": types}
+    pixels = [item.pixel_values for item in items if item.pixel_values is not None]
+    grids = [item.image_grid_thw for item in items if item.image_grid_thw is not None]
+    if pixels:
+        inputs["pixel_values"] = torch.cat(pixels)
+        inputs["image_grid_thw"] = torch.cat(grids)
+    return inputs
+
+
+class Qwen3VlFamily(DeviceModel):
+    """What the embedder and the reranker share: the checkpoint loaded as
+    ``Qwen3VLForConditionalGeneration`` with its base model kept on the device, the processor, the
+    length a forward allows, and a batch's states after the final norm."""
+
+    family: ClassVar[str]
+    request_options: ClassVar[frozenset[str]] = frozenset()
+    inputs = frozenset({Modality.TEXT, Modality.IMAGE})
+    packs_tokens = False
+    reads_image_text = True
+
+    def _load(self, spec: LoadSpec, processor_folder: Path) -> Any:
+        """Loads the processor and the base model; the whole generator, for a family that reads its head."""
+        dtype = self._place(spec)
+        self._vlm = ChatVlm(load_processor(processor_folder, spec.tokenizer_folder), self.family)
+        self.tokenizer = TokenizerVocabulary(self._vlm.tokenizer)
+        self._pad = int(self._vlm.tokenizer.pad_token_id or 0)
+        self._max_length = spec.max_seq_length or UNBOUNDED
+        generator = load_with_lora(Qwen3VLForConditionalGeneration, spec, dtype, self.family)
+        self.model = generator.model.to(self.device)  # the base model: its states after the final norm
+        return generator
+
+    @classmethod
+    def load(cls, spec: LoadSpec) -> Self:
+        return cls(spec)  # type: ignore[call-arg]  # each family's __init__ takes the spec
+
+    def _limit(self, forward: Forward) -> int:
+        return min(self._max_length, forward.max_length or UNBOUNDED)
+
+    def _states(self, batch: Sequence[Prepared]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The batch's last hidden states and its inputs (run inside ``_running``)."""
+        inputs = self._moved(collate([item.payload for item in batch], self._pad))
+        return self.model(**inputs, use_cache=False).last_hidden_state, inputs
+
+    def close(self) -> None:
+        del self._vlm
+        super().close()

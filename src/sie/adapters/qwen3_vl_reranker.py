@@ -1,0 +1,135 @@
+"""Qwen3-VL-Reranker: a (query, document) pair, each side a text, an image or an image with its
+text, scored by the chat VLM's answer to whether the document meets the query.
+
+The prompt is the model card's: a system turn asking for "yes" or "no", one user turn of
+``<Instruct>: {instruction}``, ``<Query>:`` with the query's image and text, ``\\n<Document>:`` with
+the document's, then the assistant turn opened. The score is ``sigmoid(yes - no)`` of the next-token
+logits at the last token; only the output head's two rows are multiplied, in float32, with each pair's
+last state. The instruction is the request's, else the profile's ``default_instruction``, else the
+model card's. A document too long for the model is cut (its text only); the query and the images are
+never cut.
+
+The reranker's repository ships its tokenizer but not its image processor and chat template: those
+come from ``loadtime.base_processor_model`` at ``base_processor_revision`` (Qwen3-VL-2B-Instruct), fetched
+through the engine's weight tiers, as the public server does. ``qwen3_vl`` says how items are read
+and batched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+import torch
+from PIL import Image
+
+from sie.adapters.base import (
+    BatchOutputs,
+    Forward,
+    ImageData,
+    LoadSpec,
+    MediaPair,
+    ModelInput,
+    Prepared,
+    UnsupportedInput,
+)
+from sie.adapters.qwen3_vl import Conversation, Qwen3VlFamily, image_part, page, text_part
+from sie.core.options import Capability, Pooling
+
+DEFAULT_INSTRUCTION: Final = "Retrieve relevant documents for the query."
+SYSTEM_PROMPT: Final = (
+    "Judge whether the Document meets the requirements based on the Query and the Instruct provided. "
+    'Note that the answer can only be "yes" or "no".'
+)
+
+
+def _side(one: str | ImageData, family: str) -> tuple[str, list[Image.Image]]:
+    """A side's text and images; a side with neither is the client's error."""
+    if isinstance(one, ImageData):
+        return one.text or "", [page(one, family)]
+    if not one.strip():
+        raise UnsupportedInput(f"{family} scores a query and documents that each have text or an image")
+    return one, []
+
+
+def _conversation(
+    instruction: str, query: tuple[str, list[Image.Image]], images: list[Image.Image], document: str
+) -> Conversation:
+    query_text, query_images = query
+    content = [text_part(f"<Instruct>: {instruction}"), text_part("<Query>:")]
+    content += [image_part(image) for image in query_images]
+    if query_text:
+        content.append(text_part(query_text))
+    content.append(text_part("\n<Document>:"))
+    content += [image_part(image) for image in images]
+    if document:
+        content.append(text_part(document))
+    return [{"role": "system", "content": [text_part(SYSTEM_PROMPT)]}, {"role": "user", "content": content}]
+
+
+class Qwen3VlReranker(Qwen3VlFamily):
+    family = "Qwen3-VL-Reranker"
+    capabilities = frozenset({Capability.SCORE})
+    dims: dict[Capability, int] = {}  # noqa: RUF012  # nothing but scores
+    default_pooling = Pooling.LAST  # unused: the score is read at each pair's last token
+
+    def __init__(self, spec: LoadSpec) -> None:
+        generator = self._load(spec, self._processor_folder(spec))
+        self._instruction = str(spec.loadtime.get("default_instruction") or DEFAULT_INSTRUCTION)
+        rows = [self._token_id(token) for token in ("no", "yes")]
+        head = generator.get_output_embeddings().weight
+        self._head = head.detach()[rows].float().to(self.device)  # [no, yes] x hidden
+
+    @staticmethod
+    def _processor_folder(spec: LoadSpec) -> Path:
+        """The weights' own folder when it has an image processor, else the base processor model's."""
+        if (spec.weights / "preprocessor_config.json").is_file():
+            return spec.weights
+        base = spec.loadtime.get("base_processor_model")
+        if not base or spec.fetch is None:
+            raise ValueError(f"{spec.weights} has no image processor and names no base_processor_model")
+        revision = spec.loadtime.get("base_processor_revision")
+        return spec.fetch(str(base), str(revision) if revision else None, None)
+
+    def _token_id(self, token: str) -> int:
+        tokenizer = self._vlm.tokenizer
+        found = tokenizer.convert_tokens_to_ids(token)
+        if (
+            found is None
+            or found == tokenizer.unk_token_id
+            or tokenizer.convert_ids_to_tokens(found) != token
+        ):
+            raise ValueError(f"{self.family}'s tokenizer has no '{token}' token to read its answer from")
+        return int(found)
+
+    def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
+        instruction = (forward.task.instruction if forward.task else None) or self._instruction
+        limit = self._limit(forward)
+        prepared = []
+        for one in inputs:
+            if isinstance(one, MediaPair):
+                asked, answer = one.query, one.document
+            elif isinstance(one, tuple):
+                asked, answer = one
+            else:
+                raise UnsupportedInput(f"{self.family} scores (query, document) pairs, not single items")
+            query = _side(asked, self.family)
+            document, images = _side(answer, self.family)
+            read = partial(_conversation, instruction, query, images)
+            tensors = self._vlm.read(read, document, [*query[1], *images], limit)
+            prepared.append(Prepared(tensors.input_ids.numpy(), payload=tensors))
+        return prepared
+
+    def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
+        with self._running():
+            hidden, _ = self._states(batch)
+            logits = hidden[:, -1].float() @ self._head.T  # padded on the left: [pairs, (no, yes)]
+            scores = torch.sigmoid(logits[:, 1] - logits[:, 0])
+            return BatchOutputs(scores=scores.cpu().numpy().astype(np.float32))
+
+    def close(self) -> None:
+        del self._head
+        super().close()

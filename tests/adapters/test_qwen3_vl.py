@@ -1,0 +1,285 @@
+"""Qwen3-VL-Embedding and Qwen3-VL-Reranker against their model cards' recipes run straight on
+transformers (``Qwen3VLForConditionalGeneration`` and the processor's parts, each item or pair alone,
+unpadded), on a tiny checkpoint built in the test (tests/builders.py). Ours batches texts, images and
+images with captions together, padded on the left: each must equal the reference alone."""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from PIL import Image
+from transformers import (
+    AutoTokenizer,
+    Qwen2VLImageProcessorPil,
+    Qwen3VLForConditionalGeneration,
+    Qwen3VLProcessor,
+)
+
+from sie.adapters.base import Forward, ImageData, LoadSpec, MediaPair, Task, UnsupportedInput
+from sie.adapters.qwen3_vl_embedding import Qwen3VlEmbedder
+from sie.adapters.qwen3_vl_reranker import SYSTEM_PROMPT, Qwen3VlReranker
+from sie.core.options import Capability, ComputePrecision, Pooling
+from tests import builders
+from tests.conftest import random_png
+
+DENSE = Forward(frozenset({Capability.DENSE}))
+SCORE = Forward(frozenset({Capability.SCORE}))
+# Under, inside and over the public bounds of 256 and 1280 patches of 28 pixels' area.
+PAGES = [random_png(300, 420, 0), random_png(64, 64, 1), random_png(1800, 1400, 2)]
+TEXTS = ["a red bicycle", "quarterly revenue grew by ten percent across all regions", "ok"]
+BASE_PROCESSOR = "Qwen/Qwen3-VL-2B-Instruct"
+
+
+@pytest.fixture(scope="module")
+def folder(splade_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return builders.qwen3_vl(splade_dir, tmp_path_factory.mktemp("qwen3-vl"))
+
+
+@pytest.fixture(scope="module")
+def reranker_folders(splade_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The reranker's weights (no image processor, no chat template) and its base processor model's."""
+    root = tmp_path_factory.mktemp("qwen3-vl-reranker")
+    weights = builders.qwen3_vl(splade_dir, root / "reranker", processor=False)
+    return weights, builders.qwen3_vl(splade_dir, root / "base")
+
+
+@pytest.fixture(scope="module")
+def embedder(folder: Path) -> Qwen3VlEmbedder:
+    return Qwen3VlEmbedder.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 32768))
+
+
+def reranker_spec(folders: tuple[Path, Path], max_length: int = 32768) -> LoadSpec:
+    weights, base = folders
+
+    def fetch(hf_id: str, revision: str | None, path: str | None) -> Path:
+        assert (hf_id, revision, path) == (BASE_PROCESSOR, "89644892", None)
+        return base
+
+    loadtime = {"base_processor_model": BASE_PROCESSOR, "base_processor_revision": "89644892"}
+    return LoadSpec(weights, "cpu", ComputePrecision.FLOAT32, max_length, loadtime=loadtime, fetch=fetch)
+
+
+@pytest.fixture(scope="module")
+def reranker(reranker_folders: tuple[Path, Path]) -> Qwen3VlReranker:
+    return Qwen3VlReranker.load(reranker_spec(reranker_folders))
+
+
+class Reference:
+    """The model card's recipe: the processor from its parts (transformers' ``AutoProcessor`` wants
+    torchvision for the video side), the chat template rendered with the assistant turn opened, one
+    item alone through ``Qwen3VLForConditionalGeneration``."""
+
+    def __init__(self, folder: Path, processor_folder: Path) -> None:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        images = Qwen2VLImageProcessorPil.from_pretrained(
+            str(processor_folder), min_pixels=256 * 28 * 28, max_pixels=1280 * 28 * 28
+        )
+        template = (processor_folder / "chat_template.jinja").read_text()
+        videos = object.__new__(transformers.BaseVideoProcessor)
+        self.processor = Qwen3VLProcessor(
+            image_processor=images, tokenizer=tokenizer, video_processor=videos, chat_template=template
+        )
+        self.model = Qwen3VLForConditionalGeneration.from_pretrained(str(folder), dtype=torch.float32).eval()
+
+    def inputs(self, conversation: list[dict[str, Any]]) -> Any:
+        prompt = self.processor.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+        images = [
+            part["image"] for turn in conversation for part in turn["content"] if part["type"] == "image"
+        ]
+        return self.processor(text=[prompt], images=images or None, return_tensors="pt")
+
+    def embedding(
+        self, text: str | None, page: bytes | None, instruction: str, mean: bool = False
+    ) -> np.ndarray:
+        content: list[dict[str, Any]] = []
+        if page is not None:
+            content.append({"type": "image", "image": Image.open(io.BytesIO(page)).convert("RGB")})
+        if text:
+            content.append({"type": "text", "text": text})
+        conversation = [
+            {"role": "system", "content": [{"type": "text", "text": instruction}]},
+            {"role": "user", "content": content},
+        ]
+        with torch.no_grad():
+            hidden = self.model.model(**self.inputs(conversation)).last_hidden_state[0]
+        pooled = hidden.mean(dim=0) if mean else hidden[-1]
+        return torch.nn.functional.normalize(pooled, dim=-1).numpy()
+
+    def score(
+        self, query: tuple[str | None, bytes | None], document: tuple[str | None, bytes | None]
+    ) -> float:
+        content: list[dict[str, Any]] = [
+            {"type": "text", "text": "<Instruct>: Retrieve relevant documents for the query."},
+            {"type": "text", "text": "<Query>:"},
+        ]
+        for label, (text, page) in (("query", query), ("document", document)):
+            if label == "document":
+                content.append({"type": "text", "text": "\n<Document>:"})
+            if page is not None:
+                content.append({"type": "image", "image": Image.open(io.BytesIO(page)).convert("RGB")})
+            if text:
+                content.append({"type": "text", "text": text})
+        conversation = [
+            {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
+            {"role": "user", "content": content},
+        ]
+        tokenizer = self.processor.tokenizer
+        yes, no = tokenizer.convert_tokens_to_ids("yes"), tokenizer.convert_tokens_to_ids("no")
+        with torch.no_grad():
+            logits = self.model(**self.inputs(conversation)).logits[0, -1]
+        return float(torch.sigmoid(logits[yes] - logits[no]))
+
+
+@pytest.fixture(scope="module")
+def reference(folder: Path) -> Reference:
+    return Reference(folder, folder)
+
+
+def normalized(vectors: np.ndarray) -> np.ndarray:
+    return vectors / np.linalg.norm(vectors, axis=-1, keepdims=True)
+
+
+def embed(embedder: Qwen3VlEmbedder, inputs: list[Any], forward: Forward = DENSE) -> np.ndarray:
+    dense = embedder.run(embedder.prepare(inputs, forward), forward).dense
+    assert dense is not None
+    return normalized(dense)
+
+
+def test_texts_images_and_captioned_images_in_one_batch_equal_each_alone(
+    embedder: Qwen3VlEmbedder, reference: Reference
+) -> None:
+    inputs: list[Any] = [TEXTS[0], ImageData(PAGES[0], "png"), TEXTS[1], ImageData(PAGES[1], "png", TEXTS[2])]
+    inputs += [ImageData(PAGES[2], "png"), TEXTS[2]]
+    items = [(TEXTS[0], None), (None, PAGES[0]), (TEXTS[1], None), (TEXTS[2], PAGES[1]), (None, PAGES[2])]
+    items += [(TEXTS[2], None)]
+    ours = embed(embedder, inputs)
+    assert ours.shape == (6, embedder.dims[Capability.DENSE]) == (6, 64)
+    for got, (text, page) in zip(ours, items, strict=True):
+        want = reference.embedding(text, page, "Represent the user's input.")
+        assert float(got @ want) >= 0.99999
+        np.testing.assert_allclose(got, want, atol=2e-5)
+    # Each alone gives what it gave in the batch; a caption moves its image's vector.
+    for row in (0, 1, 3):
+        np.testing.assert_allclose(embed(embedder, [inputs[row]])[0], ours[row], atol=2e-5)
+    assert float(embed(embedder, [ImageData(PAGES[1], "png")])[0] @ ours[3]) < 0.999
+
+
+def test_the_instruction_is_the_system_turn_shaped_as_the_model_card_shapes_it(
+    embedder: Qwen3VlEmbedder, reference: Reference
+) -> None:
+    forward = Forward(frozenset({Capability.DENSE}), task=Task(instruction="  Find the matching product "))
+    ours = embed(embedder, [TEXTS[0], ImageData(PAGES[0], "png")], forward)
+    assert float(ours[0] @ reference.embedding(TEXTS[0], None, "Find the matching product.")) >= 0.99999
+    assert float(ours[1] @ reference.embedding(None, PAGES[0], "Find the matching product.")) >= 0.99999
+    punctuated = Forward(frozenset({Capability.DENSE}), task=Task(instruction="Which product is it?"))
+    got = embed(embedder, [TEXTS[0]], punctuated)[0]
+    assert float(got @ reference.embedding(TEXTS[0], None, "Which product is it?")) >= 0.99999
+    assert float(got @ ours[0]) < 0.9999
+
+
+def test_mean_pooling_and_the_pooling_it_refuses(embedder: Qwen3VlEmbedder, reference: Reference) -> None:
+    forward = Forward(frozenset({Capability.DENSE}), pooling=Pooling.MEAN)
+    ours = embed(embedder, [TEXTS[1], ImageData(PAGES[0], "png")], forward)
+    assert (
+        float(ours[0] @ reference.embedding(TEXTS[1], None, "Represent the user's input.", mean=True))
+        >= 0.99999
+    )
+    assert (
+        float(ours[1] @ reference.embedding(None, PAGES[0], "Represent the user's input.", mean=True))
+        >= 0.99999
+    )
+    with pytest.raises(UnsupportedInput, match="last token or the mean"):
+        embedder.prepare([TEXTS[0]], Forward(frozenset({Capability.DENSE}), pooling=Pooling.CLS))
+
+
+def test_a_long_text_is_cut_to_fit_and_what_cannot_fit_is_refused(
+    embedder: Qwen3VlEmbedder, reference: Reference
+) -> None:
+    words = " ".join(f"word{i}" for i in range(400))
+    full = embedder.prepare([words], DENSE)[0]
+    forward = Forward(frozenset({Capability.DENSE}), max_length=60)
+    (cut,) = embedder.prepare([words], forward)
+    assert len(full.ids) > 60 >= len(cut.ids) >= 58
+    # The text kept is its first tokens, as many as the prompt left room for.
+    (empty,) = embedder.prepare([""], DENSE)
+    tokens = embedder._vlm.tokenizer(words, add_special_tokens=False, return_offsets_mapping=True)
+    text = words[: tokens["offset_mapping"][len(cut.ids) - len(empty.ids) - 1][1]]
+    assert 0 < len(text) < len(words)
+    got = embed(embedder, [words], forward)[0]
+    assert float(got @ reference.embedding(text, None, "Represent the user's input.")) >= 0.99999
+    with pytest.raises(UnsupportedInput, match="without any of the text"):
+        embedder.prepare([ImageData(PAGES[0], "png")], forward)  # a page's patches alone pass 60 tokens
+    with pytest.raises(UnsupportedInput, match="differ by at most 200 times"):
+        embedder.prepare([ImageData(random_png(1000, 4, 3), "png")], DENSE)
+    with pytest.raises(UnsupportedInput, match="not an image"):
+        embedder.prepare([ImageData(b"not a png", "png")], DENSE)
+    with pytest.raises(UnsupportedInput, match="embeds a text"):
+        embedder.prepare([("a", "b")], DENSE)
+
+
+def test_reranker_pairs_of_texts_and_images_equal_each_pair_alone(
+    reranker: Qwen3VlReranker, reranker_folders: tuple[Path, Path]
+) -> None:
+    weights, base = reranker_folders
+    reference = Reference(weights, base)
+    sides: list[tuple[str | None, bytes | None]] = [
+        (TEXTS[0], None),
+        (None, PAGES[0]),
+        (TEXTS[1], None),
+        (TEXTS[2], PAGES[1]),
+    ]
+
+    def side(text: str | None, page: bytes | None) -> str | ImageData:
+        return ImageData(page, "png", text) if page is not None else str(text)
+
+    pairs = [(query, document) for query in sides[:2] for document in sides]
+    inputs = [MediaPair(side(*query), side(*document)) for query, document in pairs]
+    scores = reranker.run(reranker.prepare(inputs, SCORE), SCORE).scores
+    assert scores is not None and scores.shape == (len(pairs),)
+    want = np.array([reference.score(query, document) for query, document in pairs])
+    np.testing.assert_allclose(scores, want, atol=2e-6)
+    assert float(np.ptp(want)) > 0.05  # the built model's answers differ from pair to pair
+    # Plain text pairs (what a text-only client's request is) score as their MediaPair.
+    alone = reranker.run(reranker.prepare([(TEXTS[0], TEXTS[1])], SCORE), SCORE).scores
+    assert alone is not None and math.isclose(float(alone[0]), float(scores[2]), abs_tol=2e-6)
+
+
+def test_reranker_instruction_cut_document_and_refusals(
+    reranker: Qwen3VlReranker, reranker_folders: tuple[Path, Path]
+) -> None:
+    instructed = Forward(frozenset({Capability.SCORE}), task=Task(instruction="Find pictures of bikes."))
+    plain = reranker.run(reranker.prepare([MediaPair(TEXTS[0], TEXTS[1])], SCORE), SCORE).scores
+    other = reranker.run(reranker.prepare([MediaPair(TEXTS[0], TEXTS[1])], instructed), instructed).scores
+    assert plain is not None and other is not None and abs(float(plain[0]) - float(other[0])) > 1e-4
+    document = " ".join(f"word{i}" for i in range(300))
+    short = Forward(frozenset({Capability.SCORE}), max_length=80)
+    (cut,) = reranker.prepare([MediaPair(TEXTS[0], document)], short)
+    assert 78 <= len(cut.ids) <= 80
+    # The document is cut, never the query or the template around it.
+    (whole,) = reranker.prepare([MediaPair(TEXTS[0], "word0")], short)
+    doc = reranker._vlm.tokenizer("word0", add_special_tokens=False)["input_ids"]
+    start = next(i for i in range(len(whole.ids)) if list(whole.ids[i : i + len(doc)]) == doc)
+    after = len(whole.ids) - start - len(doc)
+    assert list(cut.ids[:start]) == list(whole.ids[:start])
+    assert (
+        list(cut.ids[-after:]) == list(whole.ids[-after:]) and after >= 3
+    )  # <|im_end|>, <|im_start|>assistant
+    with pytest.raises(UnsupportedInput, match="each have text or an image"):
+        reranker.prepare([MediaPair(TEXTS[0], "   ")], SCORE)
+    with pytest.raises(UnsupportedInput, match="pairs"):
+        reranker.prepare([TEXTS[0]], SCORE)
+
+
+def test_reranker_needs_its_base_processor_model_when_its_folder_has_no_processor(
+    reranker_folders: tuple[Path, Path],
+) -> None:
+    weights, _ = reranker_folders
+    with pytest.raises(ValueError, match="names no base_processor_model"):
+        Qwen3VlReranker.load(LoadSpec(weights, "cpu", ComputePrecision.FLOAT32, 512))
