@@ -8,7 +8,8 @@ Three things the OpenAPI document cannot carry:
 * msgpack responses (the native routes' default) are decoded, msgpack-numpy arrays into number lists,
   so their bodies are validated against the schema like JSON ones instead of being skipped;
 * a model-capability refusal is not a schema mismatch. ``/v1/encode/{model}`` serves every model, and
-  a schema-valid request can still ask one for what it lacks (an image-only item for a text model, a
+  a schema-valid request can still ask one for what it lacks (an image-only item for a text model, an
+  audio, video or document item (no family here reads one), a
   sparse output from a dense one, a score from an embedder, more ``dimensions`` than it has, an option
   its family and profile do not read, an
   ``input`` string that is no image data URI under ``modality: "image"``). The
@@ -34,6 +35,7 @@ CAPABILITY_REFUSALS: Final = re.compile(
     "|".join(
         (
             r"adapters requires text input$",  # the model reads text; the item carries none
+            r" carries (audio|video|document): this release reads text and images; ",
             r"^Model '.*' does not support output types: ",
             r"^Model '.*' does not support (scoring|extraction)\. ",
             r"^Model '.*' does not support reranking \(no score task\)\. ",

@@ -10,6 +10,7 @@ are the public SIE's (msgspec's) words. This table is the one in the README:
 | ``{}`` (no ``items``)                                          | 400    | INVALID_INPUT       | ``Object missing required field `items```                                               |
 | ``{"items": [{"text": 1}]}``                                   | 400    | INVALID_INPUT       | ``Expected `str | null`, got `int` - at `$.items[0].text```                              |
 | ``{"items": [{}]}`` (no text)                                  | 400    | INVALID_INPUT       | ``SentenceTransformer adapters requires text input``                                     |
+| an item with ``audio``, ``video`` or ``document`` (text or not)  | 400    | INVALID_INPUT       | ``Item {i} carries video: this release reads text and images; ...`` (never read silently as its text) |
 | unknown model ``x/y``                                          | 404    | MODEL_NOT_FOUND     | ``Model 'x/y' not found``                                                                |
 | model id with a line break (``x%0Ay``)                         | 404    | MODEL_NOT_FOUND     | ``Model 'x\\ny' not found`` (not FastAPI's bare 404)                                     |
 | malformed msgpack (``c1 ff 00 ...``)                           | 400    | INVALID_INPUT       | ``MessagePack data is malformed: invalid opcode '\\xc1' (byte 0)``                       |
@@ -36,6 +37,7 @@ are the public SIE's (msgspec's) words. This table is the one in the README:
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import random
 import re
@@ -126,6 +128,24 @@ def test_invalid_body(server, case: Case, encoding: str) -> None:
     message = assert_error(post(server.client, case.body), case.status, case.code)
     assert message == case.message
     server.assert_serving()
+
+
+@pytest.mark.parametrize("kind", ["audio", "video", "document"])
+def test_an_item_with_media_no_family_reads_is_refused_not_answered_from_its_text(server, kind: str) -> None:
+    """An item's text beside a video is not embedded as if the video had been seen; a score's query
+    is checked like its items."""
+    media = {"data": b"\x00\x00\x00\x18ftypmp42", "format": "mp4"}
+    body = {"items": [{"text": "fine"}, {"text": "hello", kind: media}]}
+    message = assert_error(post_msgpack(server.client, body), 400, "INVALID_INPUT")
+    assert message == (
+        f"Item 1 carries {kind}: this release reads text and images; "
+        "audio, video and document inputs are not served"
+    )
+    encoded = {**media, "data": base64.b64encode(media["data"]).decode()}
+    score = {"query": {"text": "q", kind: encoded}, "items": [{"text": "d"}]}
+    message = assert_error(post_json(server.client, score, f"/v1/score/{MODEL}"), 400, "INVALID_INPUT")
+    assert message.startswith(f"Query carries {kind}: ")
+    assert post_msgpack(server.client, {"items": [{"text": "hello"}]}).status_code == 200
 
 
 @pytest.mark.parametrize("bogus", ["foo", "Dense", ""])

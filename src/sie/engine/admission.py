@@ -56,11 +56,18 @@ class Admission:
         return entry
 
     def items(self, items: Sequence[Item], query: Item | None = None) -> None:
-        """Items present, no text over ``SIE_MAX_ITEM_TEXT_BYTES`` (413)."""
+        """Items present, no text over ``SIE_MAX_ITEM_TEXT_BYTES`` (413), no audio, video or document:
+        no family here reads them, and an item's text must not be answered as if they had been seen."""
         require_items(items)
         limit = self.max_item_text_bytes
         named = [("Query", query)] if query is not None else []
         for label, item in [*named, *((f"Item {i}", item) for i, item in enumerate(items))]:
+            for kind in ("audio", "video", "document"):
+                if getattr(item, kind) is not None:
+                    raise InvalidInput(
+                        f"{label} carries {kind}: this release reads text and images; "
+                        "audio, video and document inputs are not served"
+                    )
             text = item.text
             # Four bytes a character at most: only a text that could pass the limit is encoded.
             if text is not None and len(text) * 4 > limit and len(text.encode()) > limit:
