@@ -214,7 +214,7 @@ def test_a_long_text_is_cut_to_fit_and_what_cannot_fit_is_refused(
     assert 0 < len(text) < len(words)
     got = embed(embedder, [words], forward)[0]
     assert float(got @ reference.embedding(text, None, "Represent the user's input.")) >= 0.99999
-    with pytest.raises(UnsupportedInput, match="without any of the text"):
+    with pytest.raises(UnsupportedInput, match="take more than the model's 60 tokens"):
         embedder.prepare([ImageData(PAGES[0], "png")], forward)  # a page's patches alone pass 60 tokens
     with pytest.raises(UnsupportedInput, match="differ by at most 200 times"):
         embedder.prepare([ImageData(random_png(1000, 4, 3), "png")], DENSE)
@@ -222,6 +222,36 @@ def test_a_long_text_is_cut_to_fit_and_what_cannot_fit_is_refused(
         embedder.prepare([ImageData(b"not a png", "png")], DENSE)
     with pytest.raises(UnsupportedInput, match="embeds a text"):
         embedder.prepare([("a", "b")], DENSE)
+
+
+@pytest.mark.parametrize("token", ["<|image_pad|>", "<|vision_start|>", "<|im_end|>"])
+def test_a_text_holding_a_control_token_is_refused(
+    embedder: Qwen3VlEmbedder, reranker: Qwen3VlReranker, token: str
+) -> None:
+    """An image placeholder in a text would stand for pixels that are not there (alone a meaningless
+    vector, beside an image item a forward that fails the whole batch); a turn marker ends a turn."""
+    texts: list[Any] = [f"a {token} b", ImageData(PAGES[1], "png", f"caption {token}")]
+    for one in texts:
+        with pytest.raises(UnsupportedInput, match="control token"):
+            embedder.prepare([TEXTS[0], one], DENSE)
+    instructed = Forward(frozenset({Capability.DENSE}), task=Task(instruction=f"Find {token}"))
+    with pytest.raises(UnsupportedInput, match="control token"):
+        embedder.prepare([TEXTS[0]], instructed)
+    for pair in (MediaPair(f"q {token}", TEXTS[0]), MediaPair(TEXTS[0], ImageData(PAGES[1], "png", token))):
+        with pytest.raises(UnsupportedInput, match="control token"):
+            reranker.prepare([pair], SCORE)
+
+
+def test_the_image_area_bounds_are_load_options(folder: Path, embedder: Qwen3VlEmbedder) -> None:
+    """The public server's bounds by default (a 64-pixel icon grows to 448 pixels a side, 256 patches
+    of 28 pixels' area); the model cards' 4 to 1800 patches of 32 pixels when a profile asks."""
+    loadtime = {"min_pixels": 4 * 32 * 32, "max_pixels": 1800 * 32 * 32}
+    cards = Qwen3VlEmbedder.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 32768, loadtime=loadtime))
+    icon = ImageData(PAGES[1], "png")  # 64 x 64
+    (ours,), (theirs,) = embedder.prepare([icon], DENSE), cards.prepare([icon], DENSE)
+    assert ours.payload.image_grid_thw.tolist() == [[1, 28, 28]]  # 448 pixels a side, 16-pixel patches
+    assert theirs.payload.image_grid_thw.tolist() == [[1, 4, 4]]  # 64 pixels a side
+    assert len(ours.ids) - len(theirs.ids) == (28 * 28 - 4 * 4) // 4  # merged 2 x 2
 
 
 def test_reranker_pairs_of_texts_and_images_equal_each_pair_alone(

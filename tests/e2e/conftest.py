@@ -299,6 +299,8 @@ COLPALI = "test/colpali"
 GLINER2 = "test/gliner2"
 DECIDE = "fastino/GLiNER2.5-Decide"
 LAYA = "convaiinnovations/laya"
+QWEN3_VL_EMBEDDING = "Qwen/Qwen3-VL-Embedding-2B"
+QWEN3_VL_RERANKER = "Qwen/Qwen3-VL-Reranker-2B"
 GROUNDING_DINO = "test/grounding-dino"
 # Served under their public ids: the shipped YAMLs, given the built weights (``PUBLIC_WEIGHTS``).
 JINA_RERANKER = "jinaai/jina-reranker-v2-base-multilingual"
@@ -520,6 +522,10 @@ PUBLIC_WEIGHTS = {
     "jinaai__jina-colbert-v2.yaml": "jina_colbert",
     "fastino__GLiNER2.5-Decide.yaml": "gliner2",  # a GLiNER2 with a classification head, as Decide is
     "convaiinnovations__laya.yaml": "laya",
+    # One built Qwen3-VL for both; its folder holds the processor's files, so the reranker fetches no
+    # base processor model.
+    "Qwen__Qwen3-VL-Embedding-2B.yaml": "qwen3_vl",
+    "Qwen__Qwen3-VL-Reranker-2B.yaml": "qwen3_vl",
 }
 
 
@@ -558,6 +564,7 @@ def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "nuner": builders.gliner(splade, root / "nuner", span_mode="token_level"),
         "jina_colbert": builders.jina_colbert(splade, root / "jina-colbert", token_dim=128),
         "laya": builders.laya(splade, root / "laya"),
+        "qwen3_vl": builders.qwen3_vl(splade, root / "qwen3-vl"),
     }
 
 
@@ -604,7 +611,8 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
     a CLIP and a SigLIP, a Qwen3-Reranker-shaped causal LM, a GLiClass (under the public adapter
     name, with a ``multi-label`` profile), an OWLv2 and a Grounding DINO detector, a ColPali and a
     GLiNER2, and jina-reranker-v2, zerank-2, the CORD Donut, Florence-2-base, GLiREL, the pii-redact GLiNER union,
-    jina-colbert-v2, GLiNER2.5-Decide and Laya under their public ids; all preloaded, float32."""
+    jina-colbert-v2, GLiNER2.5-Decide, Laya and Qwen3-VL's embedder and reranker (one built Qwen3-VL)
+    under their public ids; all preloaded, float32."""
     root = tmp_path_factory.mktemp("families")
     env = {"SIE_MODELS_DIR": str(families_models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
     preload = [
@@ -638,6 +646,8 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
         JINA_COLBERT,
         DECIDE,
         LAYA,
+        QWEN3_VL_EMBEDDING,
+        QWEN3_VL_RERANKER,
     ]
     with run_server(root, env, "--preload", ",".join(preload)) as server:
         yield server

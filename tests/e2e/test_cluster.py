@@ -19,12 +19,34 @@ import msgpack
 import numpy as np
 import pytest
 
-from tests.conftest import running_nats
+from tests.conftest import random_png, running_nats
 from tests.e2e.cluster import Gateway, run_gateway, run_worker, worker_env
-from tests.e2e.conftest import COLBERT, DECIDE, GLINER, M3, MINILM, RERANKER, SPLADE, Server, unpack_body
+from tests.e2e.conftest import (
+    COLBERT,
+    DECIDE,
+    GLINER,
+    M3,
+    MINILM,
+    QWEN3_VL_RERANKER,
+    RERANKER,
+    SPLADE,
+    Server,
+    unpack_body,
+)
 from tests.e2e.test_public_sdk import FAMILY_CALLS, FAMILY_SCRIPT
 
-PRELOAD = [MINILM, SPLADE, RERANKER, COLBERT, f"{COLBERT}:muvera", M3, f"{M3}:sparse", GLINER, DECIDE]
+PRELOAD = [
+    MINILM,
+    SPLADE,
+    RERANKER,
+    COLBERT,
+    f"{COLBERT}:muvera",
+    M3,
+    f"{M3}:sparse",
+    GLINER,
+    DECIDE,
+    QWEN3_VL_RERANKER,
+]
 BIG_TEXT_BYTES = 2 * 1024 * 1024  # a 2 MiB item: over NATS's 1 MiB messages, at the text limit
 
 
@@ -200,6 +222,35 @@ def test_typed_decisions_travel_with_their_output_schema_and_state_items(
     got, want = ours.json()["items"], theirs.json()["items"]
     assert [list(item["data"]) for item in got] == [list(questions)] * 2
     _assert_same(_comparable(got), _comparable(want))
+
+
+def test_image_documents_reach_a_reranker_that_reads_images_through_the_queue(
+    gateway: Gateway, families: Server
+) -> None:
+    """Qwen3-VL-Reranker scoring a text query against a text, an image and a captioned image: the
+    images and the caption beside one travel in the work items and score as on the standalone server."""
+    image = {"data": random_png(64, 48, 5), "format": "png"}
+    body = {
+        "query": {"text": "a red bicycle"},
+        "items": [
+            {"id": "text", "text": "a blue car"},
+            {"id": "image", "images": [image]},
+            {"id": "captioned", "text": "a caption", "images": [image]},
+        ],
+    }
+    headers = {"content-type": "application/msgpack", "accept": "application/msgpack"}
+    ours = gateway.client.post(f"/v1/score/{QWEN3_VL_RERANKER}", content=msgpack.packb(body), headers=headers)
+    theirs = families.client.post(
+        f"/v1/score/{QWEN3_VL_RERANKER}", content=msgpack.packb(body), headers=headers
+    )
+    assert ours.status_code == theirs.status_code == 200, ours.text
+    got, want = unpack_body(ours.content)["scores"], unpack_body(theirs.content)["scores"]
+    assert {s["item_id"] for s in got} == {"text", "image", "captioned"}
+    by_id = {s["item_id"]: s["score"] for s in want}
+    for entry in got:
+        assert abs(entry["score"] - by_id[entry["item_id"]]) <= 1e-5, (got, want)
+    # The caption is read beside its image: the two image documents score apart.
+    assert abs(by_id["image"] - by_id["captioned"]) > 1e-4
 
 
 def test_models_and_health_come_from_the_workers_heartbeats(gateway: Gateway, families: Server) -> None:

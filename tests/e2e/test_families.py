@@ -336,6 +336,11 @@ def test_bge_m3_outputs_from_one_request_and_default_dense_score(families: Serve
             "does not support output types",
         ),
         (f"/v1/encode/{RERANKER}", {"items": [{"text": "a"}]}, "does not support output types"),
+        (  # a text cross-encoder reads no images: an image-only document is not scored as "None"
+            f"/v1/score/{RERANKER}",
+            {"query": {"text": "q"}, "items": [{"images": [{"data": "iVBORw==", "format": "png"}]}]},
+            "Score requires text on the query and on every item",
+        ),
         (
             f"/v1/encode/{COLBERT}",
             {"items": [{"text": "a"}], "params": {"options": {"profile": "nope"}}},

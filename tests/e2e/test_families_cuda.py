@@ -50,6 +50,8 @@ from tests.e2e.conftest import (
     OWLV2,
     PII_REDACT,
     QUERY,
+    QWEN3_VL_EMBEDDING,
+    QWEN3_VL_RERANKER,
     RERANKER,
     SIGLIP,
     ZERANK,
@@ -68,8 +70,6 @@ DENSE = "test/dense"
 SPLADE = "test/splade"
 COLQWEN = "test/colqwen2.5"  # the base checkpoints (the LoRA merge runs on the CPU before the copy)
 COLSMOL = "test/colsmol"
-QWEN3_VL = "test/qwen3-vl-embedding"
-QWEN3_VL_RERANKER = "test/qwen3-vl-reranker"  # on the embedder's folder: it has its processor's files
 WHOLE = "test/bidirectional-decoder"  # gte-Qwen2-like: full attention, mean, a Dense layer
 EXTRA_YAMLS = {
     "whole.yaml": f"""
@@ -112,27 +112,6 @@ max_sequence_length: 2048
 profiles:
   default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.colsmol:ColSmolEncoder"}}
 """,
-    "qwen3-vl.yaml": f"""
-sie_id: {QWEN3_VL}
-weights_path: "@qwen3_vl@"
-inputs: {{text: true, image: true}}
-tasks:
-  encode:
-    dense: {{dim: 64}}
-max_sequence_length: 4096
-profiles:
-  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.qwen3_vl_embedding:Qwen3VlEmbedder"}}
-""",
-    "qwen3-vl-reranker.yaml": f"""
-sie_id: {QWEN3_VL_RERANKER}
-weights_path: "@qwen3_vl@"
-inputs: {{text: true, image: true}}
-tasks:
-  score: {{}}
-max_sequence_length: 4096
-profiles:
-  default: {{max_batch_tokens: 8192, adapter_path: "sie.adapters.qwen3_vl_reranker:Qwen3VlReranker"}}
-""",
     "splade.yaml": f"""
 sie_id: {SPLADE}
 weights_path: "@tiny_bert@"
@@ -164,7 +143,7 @@ MODELS = [
     COLPALI,
     COLQWEN,
     COLSMOL,
-    QWEN3_VL,
+    QWEN3_VL_EMBEDDING,
     QWEN3_VL_RERANKER,
     GLINER2,
     JINA_RERANKER,
@@ -293,9 +272,9 @@ def requests(model: str) -> list[dict[str, Any]]:
             documents.append({**images[2], "text": "a caption", "id": "captioned"})
         return [{"query": {"text": QUERY}, "items": documents}]
     batch = texts(model, TEXTS)
-    if model in (CLIP, SIGLIP, COLPALI, COLQWEN, COLSMOL, QWEN3_VL):
+    if model in (CLIP, SIGLIP, COLPALI, COLQWEN, COLSMOL, QWEN3_VL_EMBEDDING):
         batch["items"] += [{"images": [{"data": picture(seed), "format": "png"}]} for seed in (0, 1)]
-    if model == QWEN3_VL:  # an image with its caption
+    if model == QWEN3_VL_EMBEDDING:  # an image with its caption
         batch["items"].append({"images": [{"data": picture(2), "format": "png"}], "text": "a caption"})
     return [batch]
 
@@ -455,13 +434,12 @@ def models_dir(
     """The families' models dir plus a dense BERT and a SPLADE over the tiny BERT (the packaged ones
     are not on the GPU machine), a bidirectional decoder embedder with a Dense layer (gte-Qwen2's
     full-attention mask and stella's projection on the device), ColQwen2.5 and ColSmol (each base
-    with its processor's files), and a Qwen3-VL the embedder and the reranker both read."""
+    with its processor's files)."""
     models = tmp_path_factory.mktemp("device-models")
     shutil.copytree(families_models, models, dirs_exist_ok=True)
     folders = {**family_folders, "tiny_bert": tiny_bert_dir()}
     whole = tmp_path_factory.mktemp("bidirectional-decoder") / "weights"
     folders["whole"] = builders.bidirectional_decoder_embedder(tiny_bert_dir(), whole)
-    folders["qwen3_vl"] = builders.qwen3_vl(tiny_bert_dir(), tmp_path_factory.mktemp("qwen3-vl") / "weights")
     for key, build in (("colqwen", builders.colqwen2_5), ("colsmol", builders.colsmol)):
         lora, base = build(tiny_bert_dir(), tmp_path_factory.mktemp(key))
         folders[key] = base

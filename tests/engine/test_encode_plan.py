@@ -2,7 +2,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sie.adapters.base import TEXT_ONLY, ImageData
+from sie.adapters.base import TEXT_ONLY, ImageData, Task
 from sie.core.options import Capability, Modality, OutputDType, OutputType, Pooling
 from sie.engine.encode_plan import plan_encode
 from sie.engine.errors import InvalidInput
@@ -29,6 +29,13 @@ def planned(runtime: dict | None = None, params: EncodeParams | None = None):
 NAMED_A = SimpleNamespace(family="A", inputs=TEXT_ONLY)
 NAMED_ST = SimpleNamespace(family="SentenceTransformer", inputs=TEXT_ONLY)
 VISION = SimpleNamespace(family="CLIP", inputs=frozenset({Modality.TEXT, Modality.IMAGE}))
+# A chat VLM (Qwen3-VL-Embedding): reads an image with its caption, places the instruction itself.
+CHAT_VLM = SimpleNamespace(
+    family="Qwen3-VL-Embedding",
+    inputs=frozenset({Modality.TEXT, Modality.IMAGE}),
+    reads_image_text=True,
+    places_instruction=True,
+)
 
 
 def test_defaults():
@@ -96,6 +103,22 @@ def test_an_image_goes_to_a_model_that_takes_images_and_text_otherwise():
     image = ImageInput(b"\x89PNG...", "png")
     assert plan.input_for(Item(text="a", images=[image]), "m", VISION) == ImageData(b"\x89PNG...", "png")
     assert plan.input_for(Item(text="a"), "m", VISION) == "q: a"
+
+
+def test_a_family_that_places_the_instruction_gets_it_apart_and_reads_an_images_caption():
+    plan = planned({"default_instruction": "Represent the user's input."}, None)
+    image = ImageInput(b"\x89PNG...", "png")
+    assert plan.text_for(Item(text="x"), CHAT_VLM) == "x"  # not "{instruction} x"
+    assert plan.task_for(CHAT_VLM) == Task(instruction="Represent the user's input.")
+    assert plan.input_for(Item(text="a cat", images=[image]), "m", CHAT_VLM) == ImageData(
+        b"\x89PNG...", "png", "a cat"
+    )
+    assert plan.input_for(Item(images=[image]), "m", CHAT_VLM) == ImageData(b"\x89PNG...", "png")
+    asked = planned({}, EncodeParams(instruction="Find it"))
+    assert asked.task_for(CHAT_VLM) == Task(instruction="Find it")
+    # Everyone else: the instruction stays in front of the text, and no task carries it.
+    assert asked.text_for(Item(text="x"), NAMED_A) == "Find it x" and asked.task_for(NAMED_A) is None
+    assert planned({}, None).task_for(CHAT_VLM) is None
 
 
 def test_an_image_to_a_text_only_model_or_several_images_are_invalid():

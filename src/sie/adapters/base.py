@@ -420,6 +420,13 @@ def reads_item_metadata(adapter: object) -> bool:
     return bool(getattr(adapter, "reads_item_metadata", False))
 
 
+def prepares_on_pool(adapter: object) -> bool:
+    """Whether the family's ``prepare`` always runs on the CPU pool, however short the input
+    (``prepares_on_pool = True``): a chat template and a multimodal processor cost milliseconds even
+    for a short text, too long to hold the event loop."""
+    return bool(getattr(adapter, "prepares_on_pool", False))
+
+
 def reads_image_text(adapter: object) -> bool:
     """Whether an item's text reaches the family beside its image (``ImageData.text``): a chat VLM
     (Qwen3-VL) says so with ``reads_image_text = True``; others embed the image alone, as before."""

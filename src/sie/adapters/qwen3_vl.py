@@ -9,12 +9,14 @@ concatenated pixels: an item's tensors never depend on what it is batched with.
 
 The processor is built from its parts: the tokenizer, Qwen2-VL's PIL image processor (transformers'
 default one needs torchvision, which is not installed) with the public server's bounds of 256 to 1280
-patches of 28 pixels' area, and the chat template (``chat_template.jinja`` or ``chat_template.json``,
+patches of 28 pixels' area (``loadtime.min_pixels`` and ``max_pixels`` change them), and the chat template (``chat_template.jinja`` or ``chat_template.json``,
 else the tokenizer's). Its video processor is a placeholder; no video reaches it.
 
 A text that would take the prompt past the model's length is cut at a token boundary (the text alone:
 the template and the images are never cut); a prompt whose fixed parts alone do not fit is refused.
-The processor's fast tokenizer reconfigures itself on every call, so one lock serialises the calls.
+Only the tokenizer's calls take a lock (a fast tokenizer is one object shared by the pool's threads);
+images are resized outside it. ``prepare`` always runs on the pool: a chat template and a tokenizer
+call cost milliseconds, too much for the event loop.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from sie.adapters.peft_checkpoints import load_with_lora
 from sie.adapters.transformer import DeviceModel
 from sie.core.options import Modality
 
+# The public server's bounds on an image's area (the model cards use 4 to 1800 patches of 32 pixels);
+# ``loadtime.min_pixels`` / ``max_pixels`` choose others.
 MIN_PIXELS: Final = 256 * 28 * 28
 MAX_PIXELS: Final = 1280 * 28 * 28
 # Qwen2-VL's image processor refuses images whose sides differ by more than this (smart_resize).
@@ -81,13 +85,15 @@ def _chat_template(folder: Path, tokenizer: Any) -> str:
     raise ValueError(f"{folder} has no chat template (chat_template.jinja or chat_template.json)")
 
 
-def load_processor(images_folder: Path, tokenizer_folder: Path) -> Qwen3VLProcessor:
+def load_processor(
+    images_folder: Path, tokenizer_folder: Path, min_pixels: int = MIN_PIXELS, max_pixels: int = MAX_PIXELS
+) -> Qwen3VLProcessor:
     """The processor from its parts: the image processor and chat template of ``images_folder``, the
     tokenizer of ``tokenizer_folder`` (the reranker's repository ships its tokenizer alone)."""
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder))
     tokenizer.padding_side = "left"
     images = AutoImageProcessor.from_pretrained(  # type: ignore[no-untyped-call]
-        str(images_folder), backend="pil", min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS
+        str(images_folder), backend="pil", min_pixels=min_pixels, max_pixels=max_pixels
     )
     videos = object.__new__(transformers.BaseVideoProcessor)  # a placeholder: no video reaches it
     return Qwen3VLProcessor(  # type: ignore[no-untyped-call]
@@ -110,49 +116,76 @@ class ItemTensors:
 
 
 class ChatVlm:
-    """The processor of a loaded Qwen3-VL, with its lock: renders and reads one item at a time."""
+    """The processor of a loaded Qwen3-VL: reads one item at a time. An item's images are resized and
+    normalised once, outside any lock (the image processor keeps no state); only the tokenizer's
+    calls are serialised. A text that holds one of the model's control tokens (an image placeholder,
+    a turn marker) is refused: placed in a prompt it would stand for pixels that are not there, or
+    end a turn early."""
 
     def __init__(self, processor: Qwen3VLProcessor, family: str) -> None:
         self.processor = processor
         self.tokenizer: Any = processor.tokenizer
         self._family = family
         self._lock = threading.Lock()
+        markers = ("image_token", "video_token", "vision_start_token", "vision_end_token")
+        reserved = {*self.tokenizer.all_special_tokens, *(getattr(processor, name, None) for name in markers)}
+        self._reserved = tuple(sorted(str(token) for token in reserved if token))
 
     def read(
         self, conversation: Callable[[str], Conversation], cut: str, images: Sequence[Image.Image], limit: int
     ) -> ItemTensors:
         """``conversation(text)`` read by the processor, where ``cut`` is the text cut at a token
         boundary, as little as needed, for the prompt to fit ``limit`` tokens."""
-        with self._lock:
-            tensors = self._read(conversation(cut), images)
-            over = len(tensors.input_ids) - limit
-            if over <= 0:
-                return tensors
-            offsets = self.tokenizer(cut, add_special_tokens=False, return_offsets_mapping=True)
+        pixels, replacements = self._pixels(images)
+        ids = self._ids(conversation(cut), replacements)
+        over = len(ids) - limit
+        if over > 0:
+            with self._lock:
+                offsets = self.tokenizer(cut, add_special_tokens=False, return_offsets_mapping=True)
             ends = [int(end) for _, end in offsets["offset_mapping"]]
             keep = len(ends) - over
             while keep > 0:  # a cut text may tokenize differently inside the template: shorten until it fits
-                tensors = self._read(conversation(cut[: ends[keep - 1]]), images)
-                if len(tensors.input_ids) <= limit:
-                    return tensors
+                ids = self._ids(conversation(cut[: ends[keep - 1]]), replacements)
+                if len(ids) <= limit:
+                    break
                 keep -= 1
-        raise UnsupportedInput(
-            f"{self._family}'s prompt and images take more than the model's {limit} tokens without any "
-            "of the text; send smaller images or fewer of them"
+            else:
+                raise UnsupportedInput(
+                    f"{self._family}'s template, images and the text it cannot cut take more than the "
+                    f"model's {limit} tokens; send a shorter query, or smaller or fewer images"
+                )
+        types = self.processor.create_mm_token_type_ids([ids])[0]
+        return ItemTensors(
+            torch.tensor(ids, dtype=torch.long),
+            torch.tensor(types, dtype=torch.long),
+            pixels["pixel_values"] if pixels is not None else None,
+            pixels["image_grid_thw"] if pixels is not None else None,
         )
 
-    def _read(self, conversation: Conversation, images: Sequence[Image.Image]) -> ItemTensors:
+    def _pixels(self, images: Sequence[Image.Image]) -> tuple[Any, list[str]]:
+        """The images' pixels and grids, and each image's placeholder expanded to its patches."""
+        if not images:
+            return None, []
+        pixels = self.processor.image_processor(images=list(images), return_tensors="pt")
+        return pixels, [
+            str(self.processor.replace_image_token(pixels, image_idx=i)) for i in range(len(images))
+        ]
+
+    def _ids(self, conversation: Conversation, replacements: list[str]) -> list[int]:
+        """The rendered prompt's token ids, each image placeholder expanded, as the processor does."""
+        for turn in conversation:
+            for part in turn["content"]:
+                found = part["type"] == "text" and next(
+                    (t for t in self._reserved if t in part["text"]), None
+                )
+                if found:
+                    raise UnsupportedInput(
+                        f"{self._family} texts may not contain the model's control token {found}"
+                    )
         prompt = self.processor.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
-        out = self.processor(
-            text=[prompt], images=list(images) or None, return_tensors="pt", return_mm_token_type_ids=True
-        )
-        has_images = bool(images)
-        return ItemTensors(
-            out["input_ids"][0],
-            out["mm_token_type_ids"][0],
-            out["pixel_values"] if has_images else None,
-            out["image_grid_thw"] if has_images else None,
-        )
+        (expanded,), _ = self.processor.get_text_with_replacements([prompt], replacements)
+        with self._lock:
+            return [int(i) for i in self.tokenizer(expanded)["input_ids"]]
 
 
 def collate(items: Sequence[ItemTensors], pad_id: int) -> dict[str, torch.Tensor]:
@@ -186,11 +219,17 @@ class Qwen3VlFamily(DeviceModel):
     inputs = frozenset({Modality.TEXT, Modality.IMAGE})
     packs_tokens = False
     reads_image_text = True
+    prepares_on_pool = True
 
     def _load(self, spec: LoadSpec, processor_folder: Path) -> Any:
         """Loads the processor and the base model; the whole generator, for a family that reads its head."""
         dtype = self._place(spec)
-        self._vlm = ChatVlm(load_processor(processor_folder, spec.tokenizer_folder), self.family)
+        bounds = [
+            int(spec.loadtime.get(key, default))
+            for key, default in (("min_pixels", MIN_PIXELS), ("max_pixels", MAX_PIXELS))
+        ]
+        processor = load_processor(processor_folder, spec.tokenizer_folder, *bounds)
+        self._vlm = ChatVlm(processor, self.family)
         self.tokenizer = TokenizerVocabulary(self._vlm.tokenizer)
         self._pad = int(self._vlm.tokenizer.pad_token_id or 0)
         self._max_length = spec.max_seq_length or UNBOUNDED

@@ -10,7 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
 
-from sie.adapters.base import AnnotatedText, ImageData, MediaPair, ModelInput, UnsupportedInput
+from sie.adapters.base import (
+    AnnotatedText,
+    ImageData,
+    MediaPair,
+    ModelInput,
+    UnsupportedInput,
+    prepares_on_pool,
+)
 from sie.engine.errors import InvalidInput, future_safe
 from sie.engine.registry import Held
 from sie.engine.runner import BatchGroup
@@ -78,7 +85,7 @@ class Infer:
         started = time.perf_counter()
         try:
             prepare = future_safe(adapter.prepare)
-            if _input_chars(inputs) <= INLINE_TOKENIZE_CHARS:
+            if not prepares_on_pool(adapter) and _input_chars(inputs) <= INLINE_TOKENIZE_CHARS:
                 prepared = prepare(inputs, group.forward)
             else:
                 loop = asyncio.get_running_loop()

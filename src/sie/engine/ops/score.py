@@ -72,9 +72,9 @@ async def score(
             documents = [doc_plan.input_for(item, name, adapter) for item in items]
             query_input = query_plan.input_for(query, name, adapter)
             lengths = (query_plan.max_length, doc_plan.max_length)
-            task = query_plan.task_for(adapter)
+            tasks = (query_plan.task_for(adapter), doc_plan.task_for(adapter))
             scores, inference = await _similarity(
-                parts, held, plan, query_input, documents, lora, lengths, task
+                parts, held, plan, query_input, documents, lora, lengths, tasks
             )
     timing = inference.timing(started, postprocessed=False)
     parts.observe(model, "score", timing)
@@ -91,18 +91,19 @@ async def _similarity(
     documents: list[ModelInput],
     lora: str | None,
     lengths: tuple[int | None, int | None],
-    task: Task | None,
+    tasks: tuple[Task | None, Task | None],
 ) -> tuple[np.ndarray, Inference]:
     """The weighted sum of each similarity the plan names, one score per document (in order); the
-    query and the documents each keep to their own requested length (``lengths``)."""
+    query and the documents each keep to their own requested length (``lengths``) and instruction
+    (``tasks``, for a family that places it itself)."""
     assert plan.weights is not None
     outputs = frozenset(plan.weights)
     check_outputs(held, outputs)
 
     def group(is_query: bool) -> BatchGroup:
-        length = lengths[0] if is_query else lengths[1]
+        side = 0 if is_query else 1
         return BatchGroup(
-            Forward(outputs, is_query=is_query, task=task, lora=lora, max_length=length),
+            Forward(outputs, is_query=is_query, task=tasks[side], lora=lora, max_length=lengths[side]),
             Postprocess(outputs),
         )
 
