@@ -8,8 +8,8 @@ server's ``503 MODEL_LOADING`` + ``Retry-After`` on its own.
 
 The second half does the same against the ``families`` server (tests/e2e/conftest.py) for every
 other output: SPLADE sparse, ColBERT multivectors and their MUVERA dense form, BGE-M3's three outputs,
-int8/float16 output dtypes, ``score`` (cross-encoder, and embedding models scoring by similarity) and
-``extract`` (GLiNER entities).
+int8/float16 output dtypes, ``score`` (cross-encoder, and embedding models scoring by similarity),
+``extract`` (GLiNER entities) and Qwen3-VL's embedder (with an instruction) and reranker.
 """
 
 from __future__ import annotations
@@ -25,7 +25,18 @@ import numpy as np
 import pytest
 from sentence_transformers import CrossEncoder
 
-from tests.e2e.conftest import CAUSAL_RERANKER, COLBERT, GLICLASS, GLINER, M3, MINILM, RERANKER, SPLADE
+from tests.e2e.conftest import (
+    CAUSAL_RERANKER,
+    COLBERT,
+    GLICLASS,
+    GLINER,
+    M3,
+    MINILM,
+    QWEN3_VL_EMBEDDING,
+    QWEN3_VL_RERANKER,
+    RERANKER,
+    SPLADE,
+)
 from tests.e2e.conftest import DOCS as FAMILY_DOCS
 from tests.e2e.conftest import QUERY as FAMILY_QUERY
 
@@ -261,6 +272,8 @@ FAMILY_CALLS: list[tuple[str, str, str, list[Any], dict[str, Any]]] = [
     ("m3-sparse-profile", "encode", f"{M3}:sparse", [DOC_ITEMS], {}),
     ("m3-default", "encode", M3, [DOC_ITEMS[:2]], {}),
     ("rerank", "score", RERANKER, [FAMILY_QUERY_ITEM, DOC_ITEMS], {}),
+    ("qwen3-vl-embed", "encode", QWEN3_VL_EMBEDDING, [DOC_ITEMS], {"instruction": "Find the passage"}),
+    ("qwen3-vl-rerank", "score", QWEN3_VL_RERANKER, [FAMILY_QUERY_ITEM, DOC_ITEMS], {}),
     ("causal-rerank", "score", CAUSAL_RERANKER, [FAMILY_QUERY_ITEM, DOC_ITEMS], {}),
     (
         "gliclass-extract",
@@ -416,7 +429,9 @@ def test_public_sdk_decodes_the_json_wire_values(
     families, public_family_results, name, operation, model, args, kwargs
 ) -> None:
     """What the public SDK decoded from our msgpack is what our JSON answer says, output by output."""
-    params: dict[str, Any] = {k: kwargs[k] for k in ("output_types", "output_dtype") if k in kwargs}
+    params: dict[str, Any] = {
+        k: kwargs[k] for k in ("output_types", "output_dtype", "instruction") if k in kwargs
+    }
     options = {**kwargs.get("options", {}), **({"is_query": True} if kwargs.get("is_query") else {})}
     if options:
         params["options"] = options
