@@ -240,6 +240,8 @@ def test_a_text_holding_a_control_token_is_refused(
     for pair in (MediaPair(f"q {token}", TEXTS[0]), MediaPair(TEXTS[0], ImageData(PAGES[1], "png", token))):
         with pytest.raises(UnsupportedInput, match="control token"):
             reranker.prepare([pair], SCORE)
+    # Any other special token a document quotes is read as the tokenizer reads it, as transformers does.
+    assert len(embedder.prepare(["the <|endoftext|> marker"], DENSE)) == 1
 
 
 def test_the_image_area_bounds_are_load_options(folder: Path, embedder: Qwen3VlEmbedder) -> None:
@@ -252,6 +254,9 @@ def test_the_image_area_bounds_are_load_options(folder: Path, embedder: Qwen3VlE
     assert ours.payload.image_grid_thw.tolist() == [[1, 28, 28]]  # 448 pixels a side, 16-pixel patches
     assert theirs.payload.image_grid_thw.tolist() == [[1, 4, 4]]  # 64 pixels a side
     assert len(ours.ids) - len(theirs.ids) == (28 * 28 - 4 * 4) // 4  # merged 2 x 2
+    for wrong in ({"min_pixels": None}, {"min_pixels": 4096, "max_pixels": 1024}, {"max_pixels": True}):
+        with pytest.raises(ValueError, match="min_pixels and max_pixels must be positive integers"):
+            Qwen3VlEmbedder.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 512, loadtime=wrong))
 
 
 def test_reranker_pairs_of_texts_and_images_equal_each_pair_alone(

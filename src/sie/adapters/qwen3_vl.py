@@ -47,6 +47,9 @@ MIN_PIXELS: Final = 256 * 28 * 28
 MAX_PIXELS: Final = 1280 * 28 * 28
 # Qwen2-VL's image processor refuses images whose sides differ by more than this (smart_resize).
 MAX_ASPECT: Final = 200
+# The chat template's turn markers: in a text they would end its turn early. Other special tokens (an
+# ``<|endoftext|>`` a document quotes) are read as the tokenizer reads them, as transformers does.
+TURN_MARKERS: Final = ("<|im_start|>", "<|im_end|>")
 # No length cap of the model's own: 2**31 tokens is past any prompt.
 UNBOUNDED: Final = 2**31
 
@@ -118,7 +121,7 @@ class ItemTensors:
 class ChatVlm:
     """The processor of a loaded Qwen3-VL: reads one item at a time. An item's images are resized and
     normalised once, outside any lock (the image processor keeps no state); only the tokenizer's
-    calls are serialised. A text that holds one of the model's control tokens (an image placeholder,
+    calls are serialised. A text that holds one of the model's control tokens (a vision placeholder,
     a turn marker) is refused: placed in a prompt it would stand for pixels that are not there, or
     end a turn early."""
 
@@ -128,8 +131,10 @@ class ChatVlm:
         self._family = family
         self._lock = threading.Lock()
         markers = ("image_token", "video_token", "vision_start_token", "vision_end_token")
-        reserved = {*self.tokenizer.all_special_tokens, *(getattr(processor, name, None) for name in markers)}
-        self._reserved = tuple(sorted(str(token) for token in reserved if token))
+        placeholders = {getattr(processor, name, None) for name in markers}
+        known = {str(token.content) for token in self.tokenizer.added_tokens_decoder.values()}
+        turns = {token for token in TURN_MARKERS if token in known}
+        self._reserved = tuple(sorted(str(token) for token in placeholders | turns if token))
 
     def read(
         self, conversation: Callable[[str], Conversation], cut: str, images: Sequence[Image.Image], limit: int
@@ -225,9 +230,16 @@ class Qwen3VlFamily(DeviceModel):
         """Loads the processor and the base model; the whole generator, for a family that reads its head."""
         dtype = self._place(spec)
         bounds = [
-            int(spec.loadtime.get(key, default))
+            spec.loadtime.get(key, default)
             for key, default in (("min_pixels", MIN_PIXELS), ("max_pixels", MAX_PIXELS))
         ]
+        if (
+            any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in bounds)
+            or bounds[0] > bounds[1]
+        ):
+            raise ValueError(
+                f"{self.family} min_pixels and max_pixels must be positive integers, min <= max: {bounds}"
+            )
         processor = load_processor(processor_folder, spec.tokenizer_folder, *bounds)
         self._vlm = ChatVlm(processor, self.family)
         self.tokenizer = TokenizerVocabulary(self._vlm.tokenizer)
