@@ -286,6 +286,34 @@ def test_reranker_pairs_of_texts_and_images_equal_each_pair_alone(
     assert alone is not None and math.isclose(float(alone[0]), float(scores[2]), abs_tol=2e-6)
 
 
+def test_a_query_image_shared_by_its_pairs_is_read_once(
+    reranker: Qwen3VlReranker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine hands every pair of a score request the same query object: its image is decoded
+    and resized once for the batch, and the scores are those of pairs read apart."""
+    documents: list[str | ImageData] = [TEXTS[0], ImageData(PAGES[1], "png"), TEXTS[1]]
+    apart = [MediaPair(ImageData(PAGES[0], "png"), document) for document in documents]
+    want = reranker.run(reranker.prepare(apart, SCORE), SCORE).scores
+    images = reranker._vlm.processor.image_processor
+    resized: list[int] = []
+
+    class Counted:
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            resized.append(len(kwargs["images"]))
+            return images(*args, **kwargs)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(images, name)
+
+    monkeypatch.setattr(reranker._vlm.processor, "image_processor", Counted())
+    query = ImageData(PAGES[0], "png")
+    shared = [MediaPair(query, document) for document in documents]
+    got = reranker.run(reranker.prepare(shared, SCORE), SCORE).scores
+    assert got is not None and want is not None
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    assert resized == [1, 1]  # the query's image once, the image document once
+
+
 def test_reranker_instruction_cut_document_and_refusals(
     reranker: Qwen3VlReranker, reranker_folders: tuple[Path, Path]
 ) -> None:

@@ -9,8 +9,9 @@ concatenated pixels: an item's tensors never depend on what it is batched with.
 
 The processor is built from its parts: the tokenizer, Qwen2-VL's PIL image processor (transformers'
 default one needs torchvision, which is not installed) with the public server's bounds of 256 to 1280
-patches of 28 pixels' area (``loadtime.min_pixels`` and ``max_pixels`` change them), and the chat template (``chat_template.jinja`` or ``chat_template.json``,
-else the tokenizer's). Its video processor is a placeholder; no video reaches it.
+patches of 28 pixels' area (``loadtime.min_pixels`` and ``max_pixels`` change them), and the chat
+template (``chat_template.jinja`` or ``chat_template.json``, else the tokenizer's). Its video processor
+is a placeholder; no video reaches it. Each image is resized alone, as the processor treats a list.
 
 A text that would take the prompt past the model's length is cut at a token boundary (the text alone:
 the template and the images are never cut); a prompt whose fixed parts alone do not fit is refused.
@@ -118,6 +119,15 @@ class ItemTensors:
     image_grid_thw: torch.Tensor | None
 
 
+@dataclass(frozen=True)
+class Picture:
+    """One image as the processor reads it: its patches, its grid, its expanded placeholder."""
+
+    pixel_values: torch.Tensor
+    grid: torch.Tensor  # [1, 3]: temporal, height and width patches
+    replacement: str
+
+
 class ChatVlm:
     """The processor of a loaded Qwen3-VL: reads one item at a time. An item's images are resized and
     normalised once, outside any lock (the image processor keeps no state); only the tokenizer's
@@ -137,11 +147,19 @@ class ChatVlm:
         self._reserved = tuple(sorted(str(token) for token in placeholders | turns if token))
 
     def read(
-        self, conversation: Callable[[str], Conversation], cut: str, images: Sequence[Image.Image], limit: int
+        self,
+        conversation: Callable[[str], Conversation],
+        cut: str,
+        images: Sequence[Image.Image],
+        limit: int,
+        seen: dict[int, Picture] | None = None,
     ) -> ItemTensors:
         """``conversation(text)`` read by the processor, where ``cut`` is the text cut at a token
-        boundary, as little as needed, for the prompt to fit ``limit`` tokens."""
-        pixels, replacements = self._pixels(images)
+        boundary, as little as needed, for the prompt to fit ``limit`` tokens. ``seen`` keeps each
+        image's pixels by identity across the calls of one batch (a reranker's query image, read
+        once for all its documents)."""
+        pictures = [self._picture(image, seen) for image in images]
+        replacements = [picture.replacement for picture in pictures]
         ids = self._ids(conversation(cut), replacements)
         over = len(ids) - limit
         if over > 0:
@@ -163,18 +181,21 @@ class ChatVlm:
         return ItemTensors(
             torch.tensor(ids, dtype=torch.long),
             torch.tensor(types, dtype=torch.long),
-            pixels["pixel_values"] if pixels is not None else None,
-            pixels["image_grid_thw"] if pixels is not None else None,
+            torch.cat([picture.pixel_values for picture in pictures]) if pictures else None,
+            torch.cat([picture.grid for picture in pictures]) if pictures else None,
         )
 
-    def _pixels(self, images: Sequence[Image.Image]) -> tuple[Any, list[str]]:
-        """The images' pixels and grids, and each image's placeholder expanded to its patches."""
-        if not images:
-            return None, []
-        pixels = self.processor.image_processor(images=list(images), return_tensors="pt")
-        return pixels, [
-            str(self.processor.replace_image_token(pixels, image_idx=i)) for i in range(len(images))
-        ]
+    def _picture(self, image: Image.Image, seen: dict[int, Picture] | None) -> Picture:
+        """One image resized and cut into patches (each image alone, as the processor treats a list),
+        with its placeholder expanded to its merged patches."""
+        if seen is not None and id(image) in seen:
+            return seen[id(image)]
+        pixels = self.processor.image_processor(images=[image], return_tensors="pt")
+        replacement = str(self.processor.replace_image_token(pixels, image_idx=0))
+        picture = Picture(pixels["pixel_values"], pixels["image_grid_thw"], replacement)
+        if seen is not None:
+            seen[id(image)] = picture
+        return picture
 
     def _ids(self, conversation: Conversation, replacements: list[str]) -> list[int]:
         """The rendered prompt's token ids, each image placeholder expanded, as the processor does."""

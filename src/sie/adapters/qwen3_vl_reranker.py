@@ -36,7 +36,7 @@ from sie.adapters.base import (
     Prepared,
     UnsupportedInput,
 )
-from sie.adapters.qwen3_vl import Conversation, Qwen3VlFamily, image_part, page, text_part
+from sie.adapters.qwen3_vl import Conversation, Picture, Qwen3VlFamily, image_part, page, text_part
 from sie.core.options import Capability, Pooling
 
 DEFAULT_INSTRUCTION: Final = "Retrieve relevant documents for the query."
@@ -109,6 +109,9 @@ class Qwen3VlReranker(Qwen3VlFamily):
         instruction = (forward.task.instruction if forward.task else None) or self._instruction
         limit = self._limit(forward)
         prepared = []
+        # A query is one object shared by all its documents' pairs: decoded and resized once.
+        sides: dict[int, tuple[str, list[Image.Image]]] = {}
+        seen: dict[int, Picture] = {}
         for one in inputs:
             if isinstance(one, MediaPair):
                 asked, answer = one.query, one.document
@@ -116,10 +119,12 @@ class Qwen3VlReranker(Qwen3VlFamily):
                 asked, answer = one
             else:
                 raise UnsupportedInput(f"{self.family} scores (query, document) pairs, not single items")
-            query = _side(asked, self.family)
+            if id(asked) not in sides:
+                sides[id(asked)] = _side(asked, self.family)
+            query = sides[id(asked)]
             document, images = _side(answer, self.family)
             read = partial(_conversation, instruction, query, images)
-            tensors = self._vlm.read(read, document, [*query[1], *images], limit)
+            tensors = self._vlm.read(read, document, [*query[1], *images], limit, seen)
             prepared.append(Prepared(tensors.input_ids.numpy(), payload=tensors))
         return prepared
 
