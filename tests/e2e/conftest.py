@@ -42,6 +42,9 @@ MINILM = MODEL
 ENCODE = f"/v1/encode/{MODEL}"
 DIMS = 384
 READY_TIMEOUT_S = 60.0
+# A server preloading every family (30-odd models) takes most of a minute to load them on a slow
+# 2-core machine before /readyz answers; it gets longer, every other server the usual minute.
+PRELOADED_READY_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 10.0
 MSGPACK_HEADERS = {"content-type": "application/msgpack", "accept": "application/msgpack"}
 
@@ -177,10 +180,14 @@ profiles:
 
 @contextlib.contextmanager
 def run_server(
-    log_dir: Path, env: dict[str, str], *extra_args: str, command: list[str] | None = None
+    log_dir: Path,
+    env: dict[str, str],
+    *extra_args: str,
+    command: list[str] | None = None,
+    ready_timeout_s: float = READY_TIMEOUT_S,
 ) -> Iterator[Server]:
-    """Start ``sie-server serve`` on a free port, wait for ``/readyz`` (60 s at most), stop it after.
-    ``command`` is another installation's ``sie-server`` (default: the one beside this Python)."""
+    """Start ``sie-server serve`` on a free port, wait for ``/readyz`` (``ready_timeout_s``), stop it
+    after. ``command`` is another installation's ``sie-server`` (default: the one beside this Python)."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     log_path = log_dir / "server.log"
@@ -201,15 +208,15 @@ def run_server(
         process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, env=child_env)
     server = Server(url, log_path, process)
     try:
-        _wait_ready(server)
+        _wait_ready(server, ready_timeout_s)
         yield server
     finally:
         server.client.close()
         _stop(process)
 
 
-def _wait_ready(server: Server) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
+def _wait_ready(server: Server, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
     last_error = "no answer yet"
     with httpx.Client(timeout=2.0) as probe:
         while time.monotonic() < deadline:
@@ -226,7 +233,7 @@ def _wait_ready(server: Server) -> None:
             time.sleep(0.1)
     _stop(server.process)
     pytest.fail(
-        f"sie-server at {server.url} was not ready within {READY_TIMEOUT_S:.0f} s ({last_error}); "
+        f"sie-server at {server.url} was not ready within {timeout_s:.0f} s ({last_error}); "
         f"log:\n{server.log()}",
         pytrace=False,
     )
@@ -649,7 +656,9 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
         QWEN3_VL_EMBEDDING,
         QWEN3_VL_RERANKER,
     ]
-    with run_server(root, env, "--preload", ",".join(preload)) as server:
+    with run_server(
+        root, env, "--preload", ",".join(preload), ready_timeout_s=PRELOADED_READY_TIMEOUT_S
+    ) as server:
         yield server
 
 
