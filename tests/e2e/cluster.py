@@ -118,9 +118,11 @@ def worker_env(nats_url: str, name: str, **extra: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def run_worker(log_dir: Path, env: dict[str, str], *args: str) -> Iterator[Server]:
+def run_worker(
+    log_dir: Path, env: dict[str, str], *args: str, ready_timeout_s: float = READY_TIMEOUT_S
+) -> Iterator[Server]:
     log_dir.mkdir(parents=True, exist_ok=True)
-    with run_server(log_dir, env, *args) as server:
+    with run_server(log_dir, env, *args, ready_timeout_s=ready_timeout_s) as server:
         yield server
 
 

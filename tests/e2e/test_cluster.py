@@ -27,6 +27,7 @@ from tests.e2e.conftest import (
     GLINER,
     M3,
     MINILM,
+    PRELOADED_READY_TIMEOUT_S,
     QWEN3_VL_RERANKER,
     RERANKER,
     SPLADE,
@@ -57,7 +58,13 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, families_models: Path) -> 
     shared = {"SIE_MODELS_DIR": str(families_models), "SIE_PAYLOAD_STORE_URL": str(store)}
     with running_nats(root) as nats:
         workers = [
-            run_worker(root / name, {**worker_env(nats.url, name), **shared}, "--preload", ",".join(PRELOAD))
+            run_worker(
+                root / name,
+                {**worker_env(nats.url, name), **shared},
+                "--preload",
+                ",".join(PRELOAD),
+                ready_timeout_s=PRELOADED_READY_TIMEOUT_S,  # ten families to load on a 2-core machine
+            )
             for name in ("w1", "w2")
         ]
         gateway_env = {"SIE_NATS_URL": nats.url, "SIE_HEALTH_PUBLISH_INTERVAL_MS": "500", **shared}
