@@ -291,7 +291,9 @@ def test_a_query_image_shared_by_its_pairs_is_read_once(
 ) -> None:
     """The engine hands every pair of a score request the same query object: its image is decoded
     and resized once for the batch, and the scores are those of pairs read apart."""
+    # Image documents of one size: each is read as itself, never as another freed before it.
     documents: list[str | ImageData] = [TEXTS[0], ImageData(PAGES[1], "png"), TEXTS[1]]
+    documents += [ImageData(random_png(64, 64, seed), "png") for seed in (7, 8)]
     apart = [MediaPair(ImageData(PAGES[0], "png"), document) for document in documents]
     want = reranker.run(reranker.prepare(apart, SCORE), SCORE).scores
     images = reranker._vlm.processor.image_processor
@@ -311,7 +313,7 @@ def test_a_query_image_shared_by_its_pairs_is_read_once(
     got = reranker.run(reranker.prepare(shared, SCORE), SCORE).scores
     assert got is not None and want is not None
     np.testing.assert_allclose(got, want, atol=1e-6)
-    assert resized == [1, 1]  # the query's image once, the image document once
+    assert resized == [1, 1, 1, 1]  # the query's image once, each image document once
 
 
 def test_reranker_instruction_cut_document_and_refusals(

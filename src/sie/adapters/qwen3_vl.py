@@ -150,15 +150,12 @@ class ChatVlm:
         self,
         conversation: Callable[[str], Conversation],
         cut: str,
-        images: Sequence[Image.Image],
+        pictures: Sequence[Picture],
         limit: int,
-        seen: dict[int, Picture] | None = None,
     ) -> ItemTensors:
-        """``conversation(text)`` read by the processor, where ``cut`` is the text cut at a token
-        boundary, as little as needed, for the prompt to fit ``limit`` tokens. ``seen`` keeps each
-        image's pixels by identity across the calls of one batch (a reranker's query image, read
-        once for all its documents)."""
-        pictures = [self._picture(image, seen) for image in images]
+        """``conversation(text)`` read by the processor with the ``pictures`` of its images (in the
+        order its image parts come), where ``cut`` is the text cut at a token boundary, as little as
+        needed, for the prompt to fit ``limit`` tokens."""
         replacements = [picture.replacement for picture in pictures]
         ids = self._ids(conversation(cut), replacements)
         over = len(ids) - limit
@@ -185,17 +182,13 @@ class ChatVlm:
             torch.cat([picture.grid for picture in pictures]) if pictures else None,
         )
 
-    def _picture(self, image: Image.Image, seen: dict[int, Picture] | None) -> Picture:
+    def picture(self, image: Image.Image) -> Picture:
         """One image resized and cut into patches (each image alone, as the processor treats a list),
-        with its placeholder expanded to its merged patches."""
-        if seen is not None and id(image) in seen:
-            return seen[id(image)]
+        with its placeholder expanded to its merged patches; outside the lock. A caller reading one
+        image in several prompts (a reranker's query) keeps its picture and reads it once."""
         pixels = self.processor.image_processor(images=[image], return_tensors="pt")
         replacement = str(self.processor.replace_image_token(pixels, image_idx=0))
-        picture = Picture(pixels["pixel_values"], pixels["image_grid_thw"], replacement)
-        if seen is not None:
-            seen[id(image)] = picture
-        return picture
+        return Picture(pixels["pixel_values"], pixels["image_grid_thw"], replacement)
 
     def _ids(self, conversation: Conversation, replacements: list[str]) -> list[int]:
         """The rendered prompt's token ids, each image placeholder expanded, as the processor does."""

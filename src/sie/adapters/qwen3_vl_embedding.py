@@ -73,7 +73,8 @@ class Qwen3VlEmbedder(Qwen3VlFamily):
                 text, images = one.text or "", [page(one, self.family)]
             else:
                 raise UnsupportedInput(f"{self.family} embeds a text, an image or an image with its text")
-            tensors = self._vlm.read(partial(_conversation, instruction, images), text, images, limit)
+            pictures = [self._vlm.picture(image) for image in images]
+            tensors = self._vlm.read(partial(_conversation, instruction, images), text, pictures, limit)
             prepared.append(Prepared(tensors.input_ids.numpy(), payload=tensors))
         return prepared
 

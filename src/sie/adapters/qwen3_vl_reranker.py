@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 import numpy as np
 import torch
@@ -46,23 +46,19 @@ SYSTEM_PROMPT: Final = (
 )
 
 
-def _side(one: str | ImageData, family: str) -> tuple[str, list[Image.Image]]:
-    """A side's text and images; a side with neither is the client's error."""
-    if isinstance(one, ImageData):
-        return one.text or "", [page(one, family)]
-    if not one.strip():
-        raise UnsupportedInput(f"{family} scores a query and documents that each have text or an image")
-    return one, []
+class Side(NamedTuple):
+    """One side of a pair: its text, its decoded images and their pictures."""
+
+    text: str
+    images: list[Image.Image]
+    pictures: list[Picture]
 
 
-def _conversation(
-    instruction: str, query: tuple[str, list[Image.Image]], images: list[Image.Image], document: str
-) -> Conversation:
-    query_text, query_images = query
+def _conversation(instruction: str, query: Side, images: list[Image.Image], document: str) -> Conversation:
     content = [text_part(f"<Instruct>: {instruction}"), text_part("<Query>:")]
-    content += [image_part(image) for image in query_images]
-    if query_text:
-        content.append(text_part(query_text))
+    content += [image_part(image) for image in query.images]
+    if query.text:
+        content.append(text_part(query.text))
     content.append(text_part("\n<Document>:"))
     content += [image_part(image) for image in images]
     if document:
@@ -109,9 +105,9 @@ class Qwen3VlReranker(Qwen3VlFamily):
         instruction = (forward.task.instruction if forward.task else None) or self._instruction
         limit = self._limit(forward)
         prepared = []
-        # A query is one object shared by all its documents' pairs: decoded and resized once.
-        sides: dict[int, tuple[str, list[Image.Image]]] = {}
-        seen: dict[int, Picture] = {}
+        # A query is one object shared by all its documents' pairs (alive in ``inputs`` throughout,
+        # so its identity is its key): decoded and resized once.
+        queries: dict[int, Side] = {}
         for one in inputs:
             if isinstance(one, MediaPair):
                 asked, answer = one.query, one.document
@@ -119,14 +115,25 @@ class Qwen3VlReranker(Qwen3VlFamily):
                 asked, answer = one
             else:
                 raise UnsupportedInput(f"{self.family} scores (query, document) pairs, not single items")
-            if id(asked) not in sides:
-                sides[id(asked)] = _side(asked, self.family)
-            query = sides[id(asked)]
-            document, images = _side(answer, self.family)
-            read = partial(_conversation, instruction, query, images)
-            tensors = self._vlm.read(read, document, [*query[1], *images], limit, seen)
+            if id(asked) not in queries:
+                queries[id(asked)] = self._side(asked)
+            query, document = queries[id(asked)], self._side(answer)
+            read = partial(_conversation, instruction, query, document.images)
+            pictures = [*query.pictures, *document.pictures]
+            tensors = self._vlm.read(read, document.text, pictures, limit)
             prepared.append(Prepared(tensors.input_ids.numpy(), payload=tensors))
         return prepared
+
+    def _side(self, one: str | ImageData) -> Side:
+        """A side's text, images and pictures; a side with neither text nor image is the client's error."""
+        if isinstance(one, ImageData):
+            images = [page(one, self.family)]
+            return Side(one.text or "", images, [self._vlm.picture(image) for image in images])
+        if not one.strip():
+            raise UnsupportedInput(
+                f"{self.family} scores a query and documents that each have text or an image"
+            )
+        return Side(one, [], [])
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         with self._running():
