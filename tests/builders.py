@@ -1276,9 +1276,9 @@ def qwen3_vl(splade_dir: Path, folder: Path, processor: bool = True) -> Path:
     """A tiny Qwen3-VL as Qwen3-VL-Embedding and -Reranker ship it: ``Qwen3VLForConditionalGeneration``
     (a two-block vision tower of 16-pixel patches merged 2x2, one deepstack layer, a two-layer text
     model with tied embeddings, weights drawn wider than the default so answers differ), the packaged
-    BERT tokenizer with Qwen's tokens (its vocabulary has "yes" and "no"), and, when ``processor``, the PIL Qwen2-VL
-    image processor and the chat template (the reranker's repository has neither: they come from its
-    base processor model, a second call's folder)."""
+    BERT tokenizer with Qwen's tokens (its vocabulary has "yes" and "no"), and, when ``processor``,
+    the PIL Qwen2-VL image processor and the chat template (for a reranker without them: its base
+    processor model's, a second call's folder)."""
     from transformers import Qwen2VLImageProcessorPil, Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
     tokenizer = _bert_tokenizer_with(splade_dir, COLQWEN_TOKENS)

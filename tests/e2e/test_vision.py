@@ -42,6 +42,8 @@ from tests.e2e.conftest import (
     COLPALI,
     MINILM,
     MSGPACK_HEADERS,
+    QWEN3_VL_EMBEDDING,
+    QWEN3_VL_RERANKER,
     SIGLIP,
     Server,
     run_server,
@@ -314,8 +316,6 @@ def retriever_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tup
     }
 
 
-QWEN3_VL_EMBEDDING = "Qwen/Qwen3-VL-Embedding-2B"
-QWEN3_VL_RERANKER = "Qwen/Qwen3-VL-Reranker-2B"
 # The reranker's base processor model and the revision its shipped YAML pins.
 QWEN3_VL_PROCESSOR = ("Qwen/Qwen3-VL-2B-Instruct", "89644892e4d85e24eaac8bacfd4f463576704203")
 
