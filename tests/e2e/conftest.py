@@ -42,8 +42,9 @@ MINILM = MODEL
 ENCODE = f"/v1/encode/{MODEL}"
 DIMS = 384
 READY_TIMEOUT_S = 60.0
-# A server preloading every family (30-odd models) takes most of a minute to load them on a slow
-# 2-core machine before /readyz answers; it gets longer, every other server the usual minute.
+# A server preloading many families (the families server's 30-odd models, a cluster worker's ten, the
+# visual retrievers' six VLM checkpoints) takes about a minute on a slow or busy 2-core machine before
+# /readyz answers; those get longer, every other server the usual minute.
 PRELOADED_READY_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 10.0
 MSGPACK_HEADERS = {"content-type": "application/msgpack", "accept": "application/msgpack"}
