@@ -20,9 +20,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import Server, _free_port, _stop, run_server
-
-READY_TIMEOUT_S = 60.0
+from tests.e2e.conftest import READY_TIMEOUT_S, Server, _free_port, _stop, run_server
 
 
 def _script(name: str) -> list[str]:

@@ -19,10 +19,9 @@ import pytest
 
 from sie.engine.catalog import Catalog
 from tests.conftest import MODELS_DIR
-from tests.e2e.conftest import MSGPACK_HEADERS, Server
+from tests.e2e.conftest import MSGPACK_HEADERS, READY_TIMEOUT_S, Server
 
 CATALOG = Catalog.from_directory(MODELS_DIR)
-LOAD_TIMEOUT_S = 60.0
 
 
 def expected_info(name: str, runtime_instance_id: str) -> dict[str, Any]:
@@ -159,7 +158,7 @@ def test_absent_weights_fail_naming_every_place_searched(
     empty_cache_server: Server, empty_cache: Path, model: str, route: str, body: dict[str, Any]
 ) -> None:
     server = empty_cache_server
-    deadline = time.monotonic() + LOAD_TIMEOUT_S
+    deadline = time.monotonic() + READY_TIMEOUT_S
     response = post(server, route, model, body)
     while response.status_code == 503 and time.monotonic() < deadline:
         assert response.json()["detail"]["code"] == "MODEL_LOADING"
@@ -192,7 +191,7 @@ def test_absent_weights_fail_naming_every_place_searched(
 
 def test_packaged_splade_loads_offline(empty_cache_server: Server, unpack: Any) -> None:
     body = {"items": [{"text": "what causes high blood pressure"}], "params": {"output_types": ["sparse"]}}
-    deadline = time.monotonic() + LOAD_TIMEOUT_S
+    deadline = time.monotonic() + READY_TIMEOUT_S
     response = post(empty_cache_server, "encode", "rasyosef/splade-tiny", body)
     while response.status_code == 503 and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -27,7 +27,6 @@ from tests.e2e.conftest import (
     GLINER,
     M3,
     MINILM,
-    PRELOADED_READY_TIMEOUT_S,
     QWEN3_VL_RERANKER,
     RERANKER,
     SPLADE,
@@ -63,7 +62,6 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, families_models: Path) -> 
                 {**worker_env(nats.url, name), **shared},
                 "--preload",
                 ",".join(PRELOAD),
-                ready_timeout_s=PRELOADED_READY_TIMEOUT_S,  # ten families to load on a 2-core machine
             )
             for name in ("w1", "w2")
         ]

@@ -19,14 +19,13 @@ import numpy as np
 import pytest
 
 from tests.conftest import MODELS_DIR
-from tests.e2e.conftest import MODEL, Server, run_server
+from tests.e2e.conftest import MODEL, READY_TIMEOUT_S, Server, run_server
 from tests.s3 import S3, hub_prefix, moto_s3
 
 CLUSTER = "test/minilm-cluster"  # in the bucket; copied on first use
 CLUSTER_LATER = "test/minilm-cluster-later"  # in the bucket; first asked for once the store is down
 ABSENT = "test/minilm-absent"  # nowhere
 REVISION = "0123abcd"
-LOAD_TIMEOUT_S = 60.0
 TEXTS = ["a model copied from the cluster cache", "weights in three tiers"]
 
 
@@ -79,7 +78,7 @@ def cluster_server(s3: S3, local_cache: Path, tmp_path_factory: pytest.TempPathF
 
 
 def encode_when_loaded(server: Server, model: str) -> Any:
-    deadline = time.monotonic() + LOAD_TIMEOUT_S
+    deadline = time.monotonic() + READY_TIMEOUT_S
     response = server.encode_raw([{"text": t} for t in TEXTS], model)
     while response.status_code == 503 and time.monotonic() < deadline:
         assert response.json()["detail"]["code"] == "MODEL_LOADING"

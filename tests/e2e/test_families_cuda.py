@@ -49,7 +49,6 @@ from tests.e2e.conftest import (
     NLI,
     OWLV2,
     PII_REDACT,
-    PRELOADED_READY_TIMEOUT_S,
     QUERY,
     QWEN3_VL_EMBEDDING,
     QWEN3_VL_RERANKER,
@@ -456,9 +455,7 @@ def models_dir(
 
 def serve(tmp: Path, models_dir: Path, device: str, precision: str) -> Any:
     env = {"SIE_MODELS_DIR": str(models_dir), "SIE_DEFAULT_COMPUTE_PRECISION": precision}
-    return run_server(
-        tmp, env, "--device", device, "--preload", ",".join(MODELS), ready_timeout_s=PRELOADED_READY_TIMEOUT_S
-    )
+    return run_server(tmp, env, "--device", device, "--preload", ",".join(MODELS))
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,6 @@ from tests.e2e.conftest import (
     COLPALI,
     MINILM,
     MSGPACK_HEADERS,
-    PRELOADED_READY_TIMEOUT_S,
     QWEN3_VL_EMBEDDING,
     QWEN3_VL_RERANKER,
     SIGLIP,
@@ -362,13 +361,11 @@ def retrievers_server(
     shutil.copytree(qwen3_vl_folders[processor_id], processor_snapshot)
     env = {"SIE_MODELS_DIR": str(models), "SIE_LOCAL_CACHE": str(cache), "SIE_HF_FALLBACK": "false"}
     preload = ",".join([MINILM, COLQWEN, f"{COLQWEN}:muvera", COLSMOL, QWEN3_VL_EMBEDDING, QWEN3_VL_RERANKER])
-    # Six models, four of them VLMs: past the usual minute to load on a busy 2-core machine.
     with run_server(
         tmp_path_factory.mktemp("retrievers-server"),
         env,
         "--preload",
         preload,
-        ready_timeout_s=PRELOADED_READY_TIMEOUT_S,
     ) as server:
         yield server
 
