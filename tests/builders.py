@@ -1336,3 +1336,80 @@ def qwen3_vl(splade_dir: Path, folder: Path, processor: bool = True) -> Path:
         (folder / "chat_template.jinja").write_text(QWEN3_VL_TEMPLATE)
         Qwen2VLImageProcessorPil(patch_size=16, merge_size=2).save_pretrained(folder)
     return folder
+
+
+# Drawn at this width (seed 2), the heads find a few entities, a dozen relations and schema fields
+# in each sentence below at threshold 0.3, alone: narrower, every span covers the whole text.
+GLIFORMER_HEAD_STD = 0.15
+GLIFORMER_SENTENCES = (
+    "Ada Lovelace worked with Charles Babbage in London on the Analytical Engine.",
+    "Alice Smith works at Acme Corporation and lives in Berlin, Germany.",
+    "The meeting with Bob Jones is on Monday at the Paris office of Globex.",
+    "Marie Curie was born in Warsaw and won the Nobel Prize in Physics and Chemistry.",
+    "person city organization country date prize lives in works at born in name email tags",
+)
+
+
+def gliformer(folder: Path, seed: int = 2) -> Path:
+    """A GLiFormer on a tiny DeBERTa-v2 (the backbone of the knowledgator checkpoints) with every text
+    head of theirs: entities, classification, joint entities and relations, multi-level structuring
+    (a ``$root`` template decodes into one object) and a 16-dimension embedding; saved as
+    ``GLiFormer.save_pretrained`` writes one. Its tokenizer is a SentencePiece model trained here on
+    a few sentences; the heads are drawn wider than the library's initialisation so that scores spread
+    across a threshold instead of all sitting near 0.5."""
+    from gliformer import GLiFormer  # imported here: only GLiFormer tests pay for it
+    from transformers import DebertaV2Tokenizer
+
+    tokenizer_dir = folder / "tokenizer"
+    tokenizer_dir.mkdir(parents=True, exist_ok=True)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(list(GLIFORMER_SENTENCES) * 40),
+        model_prefix=str(tokenizer_dir / "spm"),
+        vocab_size=120,
+        pad_id=0,
+        bos_id=1,
+        eos_id=2,
+        unk_id=3,
+        pad_piece="[PAD]",
+        bos_piece="[CLS]",
+        eos_piece="[SEP]",
+        unk_piece="[UNK]",
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    DebertaV2Tokenizer(vocab_file=str(tokenizer_dir / "spm.model")).save_pretrained(str(tokenizer_dir))
+    encoder = {
+        "model_type": "deberta-v2",
+        "vocab_size": 128,
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "max_position_embeddings": 512,
+        "type_vocab_size": 0,
+        "relative_attention": True,
+        "position_buckets": 16,
+        "pos_att_type": ["p2c", "c2p"],
+    }
+    config = {
+        "model_name": str(tokenizer_dir),
+        "encoder_config": encoder,
+        "hidden_size": 32,
+        "max_len": 128,
+        "max_width": 8,
+        "ner_config": {},
+        "classification_config": {},
+        "joint_relex_config": {},
+        "structuring_config": {"multi_level": True},
+        "embedding_config": {"projection_dim": 16},
+    }
+    torch.manual_seed(seed)
+    model = GLiFormer.from_config(config, backbone_from_pretrained=False, local_files_only=True)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.model.named_parameters():
+            if not name.startswith("token_rep_layer") and param.dim() == 2:
+                param.normal_(0.0, GLIFORMER_HEAD_STD, generator=generator)
+    model.save_pretrained(str(folder / "model"))
+    shutil.rmtree(tokenizer_dir)
+    return folder / "model"

