@@ -317,6 +317,8 @@ ZERANK = "zeroentropy/zerank-2-reranker"
 GLIREL = "jackboyla/glirel-large-v0"
 JINA_COLBERT = "jinaai/jina-colbert-v2"
 PII_REDACT = "superlinked/pii-redact"  # a GLiNER union: the built GLiNER and a token-level one
+STABLEBRIDGE = "sugiv/stablebridge-pruner-highlighter"  # the built XLM-R reranker and pruning head
+GLIFORMER = "knowledgator/gliformer-base-v1"
 QUERY = "what causes high blood pressure"
 DOCS = [
     "The film ran for three hours and the popcorn was stale.",
@@ -526,9 +528,11 @@ PUBLIC_WEIGHTS = {
     "zeroentropy__zerank-2-reranker.yaml": "zerank",
     "jackboyla__glirel-large-v0.yaml": "glirel",
     "superlinked__pii-redact.yaml": "gliner",
+    "sugiv__stablebridge-pruner-highlighter.yaml": "stablebridge",
     "jinaai__jina-colbert-v2.yaml": "jina_colbert",
     "fastino__GLiNER2.5-Decide.yaml": "gliner2",  # a GLiNER2 with a classification head, as Decide is
     "convaiinnovations__laya.yaml": "laya",
+    "knowledgator__gliformer-base-v1.yaml": "gliformer",
     # One built Qwen3-VL for both; its folder holds the processor's files, so the reranker fetches no
     # base processor model.
     "Qwen__Qwen3-VL-Embedding-2B.yaml": "qwen3_vl",
@@ -569,9 +573,17 @@ def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "zerank": builders.st_causal_reranker(splade, root / "zerank"),
         "glirel": builders.glirel(splade, root / "glirel"),
         "nuner": builders.gliner(splade, root / "nuner", span_mode="token_level"),
+        **dict(
+            zip(
+                ("stablebridge", "stablebridge_head"),
+                builders.stablebridge(splade, root / "stablebridge"),
+                strict=True,
+            )
+        ),
         "jina_colbert": builders.jina_colbert(splade, root / "jina-colbert", token_dim=128),
         "laya": builders.laya(splade, root / "laya"),
         "qwen3_vl": builders.qwen3_vl(splade, root / "qwen3-vl"),
+        "gliformer": builders.gliformer(root / "gliformer"),
     }
 
 
@@ -589,6 +601,14 @@ def families_models(tmp_path_factory: pytest.TempPathFactory, family_folders: di
         union.read_text().replace(
             member, f"{member}          weights_path: {json.dumps(str(family_folders['nuner']))}\n"
         )
+    )
+    # The pruner's head comes from another repository: the built head's folder, sized to the built reranker.
+    pruner = models / "sugiv__stablebridge-pruner-highlighter.yaml"
+    head = json.dumps(str(family_folders["stablebridge_head"]))
+    pruner.write_text(
+        pruner.read_text()
+        .replace("pruning_head_path: sugiv/stablebridge-pruner-highlighter", f"pruning_head_path: {head}")
+        .replace("hidden_size: 1024", "hidden_size: 64")
     )
     for name, text in YAMLS.items():
         for key, folder in family_folders.items():
@@ -618,8 +638,9 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
     a CLIP and a SigLIP, a Qwen3-Reranker-shaped causal LM, a GLiClass (under the public adapter
     name, with a ``multi-label`` profile), an OWLv2 and a Grounding DINO detector, a ColPali and a
     GLiNER2, and jina-reranker-v2, zerank-2, the CORD Donut, Florence-2-base, GLiREL, the pii-redact GLiNER union,
-    jina-colbert-v2, GLiNER2.5-Decide, Laya and Qwen3-VL's embedder and reranker (one built Qwen3-VL)
-    under their public ids; all preloaded, float32."""
+    the Stablebridge context pruner (with its ``aggressive`` profile),
+    jina-colbert-v2, GLiNER2.5-Decide, Laya, Qwen3-VL's embedder and reranker (one built Qwen3-VL)
+    and GLiFormer under their public ids; all preloaded, float32."""
     root = tmp_path_factory.mktemp("families")
     env = {"SIE_MODELS_DIR": str(families_models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
     preload = [
@@ -650,11 +671,14 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
         ZERANK,
         GLIREL,
         PII_REDACT,
+        STABLEBRIDGE,
+        f"{STABLEBRIDGE}:aggressive",
         JINA_COLBERT,
         DECIDE,
         LAYA,
         QWEN3_VL_EMBEDDING,
         QWEN3_VL_RERANKER,
+        GLIFORMER,
     ]
     with run_server(root, env, "--preload", ",".join(preload)) as server:
         yield server
