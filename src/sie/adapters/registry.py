@@ -88,8 +88,8 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.gliner2.classification:GLiNER2ClassificationAdapter": _GLINER2,
     "sie_server.adapters.gliner2.decide:GLiNER2DecideAdapter": _GLINER2_DECIDE,
     "sie_server.adapters.laya:LayaAdapter": _LAYA,
-    "sie_server.adapters.gliclass:GLiClassAdapter": _GLICLASS,
     "sie_server.adapters.gliformer:GLiFormerAdapter": _GLIFORMER,
+    "sie_server.adapters.gliclass:GLiClassAdapter": _GLICLASS,
     "sie_server.adapters.glirel:GLiRELAdapter": _GLIREL,
     "sie_server.adapters.gliner_union:GLiNERUnionAdapter": _GLINER_UNION,
     "sie_server.adapters.owlv2:Owlv2Adapter": _OWLV2,
@@ -124,9 +124,9 @@ CANONICAL: Final = frozenset(
         _GLINER2,
         _GLINER2_DECIDE,
         _LAYA,
+        _GLIFORMER,
         _GLICLASS,
         _GLIREL,
-        _GLIFORMER,
         _GLINER_UNION,
         _OWLV2,
         _GROUNDING_DINO,
@@ -222,9 +222,6 @@ GLINER_UNION_OPTIONS: Final = frozenset(
 )
 GLINER2_OPTIONS: Final = frozenset({"threshold"})
 LAYA_OPTIONS: Final = frozenset({"threshold", "max_len", "head_max_len"})
-DECIDE_OPTIONS: Final = frozenset(
-    {
-        "label_groups",
 GLIFORMER_OPTIONS: Final = frozenset(
     {
         "threshold",
@@ -238,6 +235,9 @@ GLIFORMER_OPTIONS: Final = frozenset(
         "relations",  # refused with the public server's message: relation types go in relation_labels
     }
 )
+DECIDE_OPTIONS: Final = frozenset(
+    {
+        "label_groups",
         "classification_task",
         "classification_type",
         "multi_label",
@@ -260,10 +260,10 @@ _REQUEST_OPTIONS: Final[dict[str, frozenset[str]]] = {
     _GLINER2: GLINER2_OPTIONS,
     _GLINER2_DECIDE: DECIDE_OPTIONS,
     _LAYA: LAYA_OPTIONS,
+    _GLIFORMER: GLIFORMER_OPTIONS,
     _GLIREL: GLIREL_OPTIONS,
     _GLINER_UNION: GLINER_UNION_OPTIONS,
     _OWLV2: DETECTION_OPTIONS,
-    _GLIFORMER: GLIFORMER_OPTIONS,
     _GROUNDING_DINO: GROUNDING_OPTIONS,
     _DONUT: DONUT_OPTIONS,
     _COLBERT: COLBERT_OPTIONS,
