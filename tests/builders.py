@@ -65,13 +65,91 @@ def bert_reranker(splade_dir: Path, folder: Path) -> Path:
     return folder
 
 
-def xlm_roberta_reranker(splade_dir: Path, folder: Path) -> Path:
+def xlm_roberta_reranker(splade_dir: Path, folder: Path, xlm_r_pairs: bool = False) -> Path:
+    """A seeded tiny XLM-RoBERTa reranker with the packaged BERT's vocabulary; ``xlm_r_pairs``: with
+    XLM-R's pair layout (``_xlm_r_pair_tokenizer``) and one token type, as bge-reranker-v2-m3, and a
+    wider head, so the scores of different pairs differ well beyond tolerance."""
     torch.manual_seed(1)
     config = _tiny_xlm_roberta()
     config.num_labels = 1
-    XLMRobertaForSequenceClassification(config).save_pretrained(folder)
-    _copy_tokenizer(splade_dir, folder)
+    if xlm_r_pairs:
+        config.type_vocab_size = 1
+    model = XLMRobertaForSequenceClassification(config)
+    if xlm_r_pairs:
+        with torch.no_grad():
+            model.classifier.out_proj.weight.mul_(50.0)
+    model.save_pretrained(folder)
+    if xlm_r_pairs:
+        _xlm_r_pair_tokenizer(splade_dir, folder)
+    else:
+        _copy_tokenizer(splade_dir, folder)
     return folder
+
+
+def _xlm_r_pair_tokenizer(splade_dir: Path, target: Path) -> None:
+    """The packaged BERT's tokenizer with XLM-R's pair template (two separators between the texts,
+    every token type 0, as ``type_vocab_size`` is 1)."""
+    tokenizer = Tokenizer.from_file(str(splade_dir / "tokenizer.json"))
+    tokenizer.post_processor = TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] [SEP] $B:0 [SEP]:0",
+        special_tokens=[("[CLS]", 101), ("[SEP]", 102)],
+    )
+    tokenizer.save(str(target / "tokenizer.json"))
+    tokenizer_config = json.loads((splade_dir / "tokenizer_config.json").read_text())
+    tokenizer_config["tokenizer_class"] = "PreTrainedTokenizerFast"  # the template as written
+    tokenizer_config["model_input_names"] = ["input_ids", "attention_mask"]
+    (target / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+
+
+# How trainers leave a pruning head's weights (sie.adapters.stablebridge reads each).
+PRUNING_HEAD_LAYOUTS = ("pruning_head", "model_state_dict", "classifier_keys", "state_dict", "bare")
+
+
+def pruning_head(
+    file: Path, hidden: int, layout: str = "pruning_head", intermediate: int = 512, seed: int = 7
+) -> dict[str, torch.Tensor]:
+    """A seeded pruning head (Linear(hidden, intermediate), GELU, Dropout, Linear(intermediate, 1),
+    under ``classifier``) saved by ``torch.save`` in one of ``PRUNING_HEAD_LAYOUTS``; its output
+    layer is widened so token probabilities spread over (0, 1) instead of all sitting near 0.5.
+    Returns the head's own state dict."""
+    torch.manual_seed(seed)
+    head = torch.nn.Sequential(
+        torch.nn.Linear(hidden, intermediate),
+        torch.nn.GELU(),
+        torch.nn.Dropout(0.2),
+        torch.nn.Linear(intermediate, 1),
+    )
+    with torch.no_grad():
+        head[3].weight.mul_(12.0)
+        head[3].bias.fill_(0.5)
+    state = {f"classifier.{key}": value for key, value in head.state_dict().items()}
+    saved: dict[str, Any] = {
+        "pruning_head": {"pruning_head": state, "epoch": 3},
+        # A whole model's state: the head's keys prefixed, beside the reranker's.
+        "model_state_dict": {
+            "model_state_dict": {
+                **{f"pruning_head.{key}": value for key, value in state.items()},
+                "reranker.roberta.embeddings.word_embeddings.weight": torch.zeros(4, hidden),
+            },
+            "optimizer": {},
+        },
+        "classifier_keys": {"model_state_dict": dict(state)},
+        "state_dict": {"state_dict": state},
+        "bare": state,
+    }
+    file.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(saved[layout], file)
+    return state
+
+
+def stablebridge(splade_dir: Path, folder: Path) -> tuple[Path, Path]:
+    """sugiv/stablebridge-pruner-highlighter's two repositories: the tiny XLM-R reranker in
+    bge-reranker-v2-m3's layout, and a folder holding its pruning head as ``best.pt``."""
+    reranker = xlm_roberta_reranker(splade_dir, folder / "reranker", xlm_r_pairs=True)
+    hidden = json.loads((reranker / "config.json").read_text())["hidden_size"]
+    pruning_head(folder / "head" / "best.pt", hidden)
+    return reranker, folder / "head"
 
 
 def modernbert_reranker(splade_dir: Path, folder: Path) -> Path:
@@ -145,17 +223,7 @@ def jina_reranker(splade_dir: Path, folder: Path) -> tuple[Path, Path]:
     }
     (jina / "config.json").write_text(json.dumps(hub_config))
     for target in (reference, jina):
-        tokenizer = Tokenizer.from_file(str(splade_dir / "tokenizer.json"))
-        tokenizer.post_processor = TemplateProcessing(
-            single="[CLS] $A [SEP]",
-            pair="[CLS] $A [SEP] [SEP] $B:0 [SEP]:0",
-            special_tokens=[("[CLS]", 101), ("[SEP]", 102)],
-        )
-        tokenizer.save(str(target / "tokenizer.json"))
-        tokenizer_config = json.loads((splade_dir / "tokenizer_config.json").read_text())
-        tokenizer_config["tokenizer_class"] = "PreTrainedTokenizerFast"  # the template as written
-        tokenizer_config["model_input_names"] = ["input_ids", "attention_mask"]
-        (target / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+        _xlm_r_pair_tokenizer(splade_dir, target)
     return reference, jina
 
 

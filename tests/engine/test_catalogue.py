@@ -48,6 +48,7 @@ LAYA = "sie.adapters.laya:LayaDecider"
 GLIFORMER = "sie.adapters.gliformer:GliformerModel"
 GLIREL = "sie.adapters.glirel:GlirelExtractor"
 GLINER_UNION = "sie.adapters.gliner_union:GlinerUnionExtractor"
+STABLEBRIDGE = "sie.adapters.stablebridge:StablebridgePruner"
 OWLV2 = "sie.adapters.owlv2:Owlv2Detector"
 GROUNDING_DINO = "sie.adapters.grounding_dino:GroundingDinoDetector"
 DONUT = "sie.adapters.donut:DonutExtractor"
@@ -179,6 +180,7 @@ EXPECTED = {
     GLIREL: {"jackboyla/glirel-large-v0"},
     JINA_COLBERT: {"jinaai/jina-colbert-v2"},
     GLINER_UNION: {"superlinked/pii-redact"},
+    STABLEBRIDGE: {"sugiv/stablebridge-pruner-highlighter"},
     GLINER2: {
         "fastino/gliguard-LLMGuardrails-300M",
         "fastino/gliner2-base-v1",
@@ -251,7 +253,7 @@ EXPECTED = {
     },
 }
 # The public ids of families this release does not run: listed, refused with MODEL_NOT_SERVED.
-NOT_SERVED_COUNT = 53
+NOT_SERVED_COUNT = 52
 
 CONFIGS = [config for _, config in load_model_dir(MODELS_DIR)]
 BY_ID = {config.sie_id: config for config in CONFIGS}
@@ -440,6 +442,22 @@ def test_rerankers_score_and_do_not_encode():
         assert plan_score(config.sie_id, True, config.output_types(), {}).pairs
     assert BY_ID["cross-encoder/ms-marco-MiniLM-L-6-v2"].max_sequence_length == 512
     assert BY_ID["BAAI/bge-reranker-v2-m3"].max_sequence_length == 8192
+
+
+def test_the_context_pruner_scores_and_extracts_with_the_public_profiles():
+    config = BY_ID["sugiv/stablebridge-pruner-highlighter"]
+    assert config.hf_id == "BAAI/bge-reranker-v2-m3" and config.max_sequence_length == 8192
+    assert config.tasks.score == {} and config.tasks.extract == {} and config.tasks.encode is None
+    thresholds = {
+        name: (profile.runtime["prune_threshold"], profile.runtime["highlight_threshold"])
+        for name in config.profiles
+        for profile in [config.resolve_profile(name)]
+    }
+    assert thresholds == {"default": (0.6, 0.9), "aggressive": (0.4, 0.8), "conservative": (0.7, 0.95)}
+    for name in config.profiles:  # every profile reads the head from its own repository
+        loadtime = config.resolve_profile(name).loadtime
+        assert loadtime["pruning_head_path"] == "sugiv/stablebridge-pruner-highlighter"
+        assert loadtime["pruning_head_file"] == "best.pt"
 
 
 def test_gliner_models_extract_only_with_the_public_profile_options():

@@ -331,9 +331,10 @@ class LoadSpec:
     threads: int | None = None
     tokenizer_weights: Path | None = None
     attention: AttentionBackend = AttentionBackend.AUTO
-    # Another repository's weights a composite model loads (GLiNER union's members), resolved through
-    # the same tiers as the model's own: ``fetch(hf_id, revision, weights_path) -> folder``.
-    fetch: Callable[[str, str | None, str | None], Path] | None = None
+    # Another repository's weights a composite model loads (GLiNER union's members, a pruner's head),
+    # resolved through the same tiers as the model's own: ``fetch(hf_id, revision, weights_path) ->
+    # folder`` (or the file ``weights_path`` names); a None ``hf_id`` looks at ``weights_path`` alone.
+    fetch: Callable[[str | None, str | None, str | None], Path] | None = None
 
     @property
     def tokenizer_folder(self) -> Path:

@@ -44,6 +44,7 @@ _GLINER_UNION = "sie.adapters.gliner_union:GlinerUnionExtractor"
 _JINA_COLBERT = "sie.adapters.jina_colbert:JinaColbertEncoder"
 _QWEN3_VL_EMBEDDING = "sie.adapters.qwen3_vl_embedding:Qwen3VlEmbedder"
 _QWEN3_VL_RERANKER = "sie.adapters.qwen3_vl_reranker:Qwen3VlReranker"
+_STABLEBRIDGE = "sie.adapters.stablebridge:StablebridgePruner"
 
 # The public server splits a family over flash kernels and their fallbacks; here one class runs each
 # family, so every public name of it maps there. Public adapters for models that need code from the
@@ -92,6 +93,7 @@ ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.gliclass:GLiClassAdapter": _GLICLASS,
     "sie_server.adapters.glirel:GLiRELAdapter": _GLIREL,
     "sie_server.adapters.gliner_union:GLiNERUnionAdapter": _GLINER_UNION,
+    "sie_server.adapters.stablebridge_pruner:StablebridgePrunerAdapter": _STABLEBRIDGE,
     "sie_server.adapters.owlv2:Owlv2Adapter": _OWLV2,
     "sie_server.adapters.donut:DonutAdapter": _DONUT,
     "sie_server.adapters.florence2:Florence2Adapter": _FLORENCE2,
@@ -128,6 +130,7 @@ CANONICAL: Final = frozenset(
         _GLICLASS,
         _GLIREL,
         _GLINER_UNION,
+        _STABLEBRIDGE,
         _OWLV2,
         _GROUNDING_DINO,
         _DONUT,
@@ -166,7 +169,6 @@ NOT_SERVED: Final[dict[str, str]] = {
     f"{_P}topk_embed": "a visual document retriever (topk-embed)",
     f"{_P}st_sparse_vision": "a visual sparse encoder (v-SPLADE)",
     f"{_P}privacy_filter": "a PII filter (privacy-filter)",
-    f"{_P}stablebridge_pruner": "a context pruner (Stablebridge)",
     f"{_P}docling": "a document parser (Docling)",
     f"{_P}rope_flash": "an embedder on Alibaba's GTE 'NewModel' Hub code",
     f"{_P}nomic_flash": "an embedder on Nomic's nomic-bert Hub code",
@@ -221,6 +223,7 @@ GLINER_UNION_OPTIONS: Final = frozenset(
     {"score_floor", "window_words", "window_overlap", "propagate_label", "name_min_letters", "default_labels"}
 )
 GLINER2_OPTIONS: Final = frozenset({"threshold"})
+STABLEBRIDGE_OPTIONS: Final = frozenset({"prune_threshold", "highlight_threshold"})
 LAYA_OPTIONS: Final = frozenset({"threshold", "max_len", "head_max_len"})
 GLIFORMER_OPTIONS: Final = frozenset(
     {
@@ -263,6 +266,7 @@ _REQUEST_OPTIONS: Final[dict[str, frozenset[str]]] = {
     _GLIFORMER: GLIFORMER_OPTIONS,
     _GLIREL: GLIREL_OPTIONS,
     _GLINER_UNION: GLINER_UNION_OPTIONS,
+    _STABLEBRIDGE: STABLEBRIDGE_OPTIONS,
     _OWLV2: DETECTION_OPTIONS,
     _GROUNDING_DINO: GROUNDING_OPTIONS,
     _DONUT: DONUT_OPTIONS,

@@ -24,6 +24,17 @@ class TokenSpans:
     special: np.ndarray  # [tokens] bool
 
 
+@dataclass(frozen=True, slots=True)
+class PairSpans:
+    """A (first, second) pair's ids and segment ids, each token's ``[start, end)`` character span in
+    its own text, and which tokens are the second text's (the template's separators are neither's)."""
+
+    ids: np.ndarray
+    type_ids: np.ndarray
+    offsets: np.ndarray  # [tokens, 2] int64
+    second: np.ndarray  # [tokens] bool
+
+
 class TextTokenizer:
     def __init__(self, tokenizer: Tokenizer, max_length: int | None) -> None:
         tokenizer.no_padding()
@@ -82,6 +93,21 @@ class TextTokenizer:
         encodings = self._tokenizer.encode_batch(pairs, add_special_tokens=True)
         return [
             (np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64)) for e in encodings
+        ]
+
+    def encode_pair_spans(self, pairs: list[tuple[str, str]]) -> list[PairSpans]:
+        """Each pair as ``encode_pairs`` joins it, with the spans that map the second text's tokens
+        back onto it (a pruner's keep probabilities onto its passage). Which tokens are the second
+        text's comes from the tokenizer, not from counting separators, which a text may contain."""
+        encodings = self._tokenizer.encode_batch(pairs, add_special_tokens=True)
+        return [
+            PairSpans(
+                np.asarray(e.ids, dtype=np.int64),
+                np.asarray(e.type_ids, dtype=np.int64),
+                np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2),
+                np.asarray([sequence == 1 for sequence in e.sequence_ids], dtype=np.bool_),
+            )
+            for e in encodings
         ]
 
     def encode_spans(self, texts: list[str]) -> list[TokenSpans]:
