@@ -146,6 +146,12 @@ ABSENT = [
         "encode",
         {"items": [{"images": [{"data": b"\x89PNG", "format": "png"}]}]},
     ),
+    # The context pruner's reranker (hf_id BAAI/bge-reranker-v2-m3) is looked for before its head.
+    (
+        "sugiv/stablebridge-pruner-highlighter",
+        "extract",
+        {"items": [{"text": "hello"}], "params": {"instruction": "greeting"}},
+    ),
 ]
 
 
@@ -169,7 +175,9 @@ def test_absent_weights_fail_naming_every_place_searched(
     detail = response.json()["detail"]
     assert detail["code"] == "MODEL_LOAD_FAILED"
     assert detail["permanent"] is True
-    hf_id = model.partition(":")[0]
+    entry = CATALOG.get(model)
+    assert entry is not None
+    hf_id = entry.config.hf_id
     message = detail["message"]
     assert message.startswith(f"Model '{model}' failed to load: WeightsNotFound: no weights for '{hf_id}'")
     snapshots = empty_cache / f"models--{hf_id.replace('/', '--')}" / "snapshots"
