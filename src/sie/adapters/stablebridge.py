@@ -14,8 +14,9 @@ pruned, scored by the rerank score.
 
 What the public adapter leaves undefined is refused (400) instead: an extract without a query, a
 passage with no tokens, and a pair longer than the model reads (the public one truncates it, and
-the passage's tail then gets no span at all). Tokens covering no character of the passage, and the
-tokenizer's separators, padding and start tokens typed into it, get no span, as publicly.
+the passage's tail then gets no span at all). The tokenizer's separators, padding and start tokens
+typed into a passage get no span, as publicly, nor does a token covering no character of it (the
+public adapter drops only those at its start).
 
 The head's weights come from another repository (``loadtime.pruning_head_path``, a Hub id or a local
 folder or file, through ``LoadSpec.fetch``; ``pruning_head_file`` inside it), a torch checkpoint read
