@@ -222,6 +222,15 @@ def test_an_item_alone_equals_it_inside_a_batch_of_mixed_lengths(pruner: Stableb
         same(entities(pruner, [passage], forward), [batch[index]], atol=1e-6)
 
 
+def test_the_padded_forward_answers_as_the_packed_one(
+    pruner: StablebridgePruner, reranker: Path, head: tuple[Path, dict[str, torch.Tensor]]
+) -> None:
+    padded = load(reranker, head[0], packed=False)
+    assert pruner.packs_tokens and not padded.packs_tokens
+    forward = extract(QUERY)
+    same(entities(padded, PASSAGES, forward), entities(pruner, PASSAGES, forward), atol=1e-6)
+
+
 def test_the_passage_is_found_by_the_tokenizer_not_by_counting_separators(
     pruner: StablebridgePruner,
 ) -> None:
