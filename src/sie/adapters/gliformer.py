@@ -61,6 +61,10 @@ DEFAULT_MAX_PROMPT_TOKENS: Final = 512
 # Distinct task prompts whose token counts are kept: a repeated task is not measured again.
 _MEASURED: Final = 256
 NO_TEXT: Final = "GLiFormer requires non-blank text"
+# The joint head relates every pair of the entities it keeps: the most confident this many per
+# document (the public server's bound; the library ranks and cuts them itself), so a long document at
+# a low threshold scores at most 9,900 pairs a relation type, not millions.
+MAX_RELATION_ENTITIES: Final = 100
 # The heads that run a NER pass of their own for their entity candidates, and the method that does.
 _NER_PASSES: Final = {"joint_relex": "_forward_ner", "structuring": "_forward_entity_ner"}
 
@@ -129,6 +133,7 @@ class GliformerModel:
             )
         place_for_thresholds(model, spec)
         _mask_padding(model.model)
+        _bound_relation_entities(model.model)
         library_tokenizer = model.data_processor.transformer_tokenizer
         # ``embed_text`` cuts at the tokenizer's own limit, which a saved tokenizer may leave unbounded.
         library_tokenizer.model_max_length = int(model.config.max_len)
@@ -298,6 +303,15 @@ def _mask_padding(model: Any) -> None:
         method = _NER_PASSES.get(name)
         if method is not None and getattr(head, "_owns_ner_head", False):
             vars(head)[method] = _masking(getattr(head, method))
+
+
+def _bound_relation_entities(model: Any) -> None:
+    for name, head in model.heads.items():
+        if name == "joint_relex":
+            kept = getattr(head, "max_relation_entities", None)
+            head.max_relation_entities = (
+                MAX_RELATION_ENTITIES if kept is None else min(kept, MAX_RELATION_ENTITIES)
+            )
 
 
 def _masking(ner_pass: Callable[..., Any]) -> Callable[..., Any]:
