@@ -495,7 +495,9 @@ def test_gliner_models_extract_only_with_the_public_profile_options():
 
 
 def test_gliformer_models_embed_and_extract_at_their_public_dims():
-    dims = {config.sie_id: config.tasks.encode.dims() for config in of_family(GLIFORMER) if config.tasks.encode}
+    dims = {
+        config.sie_id: config.tasks.encode.dims() for config in of_family(GLIFORMER) if config.tasks.encode
+    }
     assert dims == {
         "knowledgator/gliformer-base-v1": {"dense": 768},
         "knowledgator/gliformer-large-v1": {"dense": 1024},
