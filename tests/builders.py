@@ -599,24 +599,16 @@ def nli(splade_dir: Path, folder: Path, order: str = "mnli") -> Path:
     return folder
 
 
-def deberta_nli(folder: Path) -> Path:
-    """A tiny DeBERTa-v2 NLI classifier (entailment first) whose folder ships only ``spm.model`` and
-    ``tokenizer_config.json``, as DeBERTa-v3 repositories may: a SentencePiece model trained here on a
-    few sentences, so the conversion to a fast tokenizer is exercised too."""
-    import sentencepiece
-    from transformers import DebertaV2Config, DebertaV2ForSequenceClassification, DebertaV2Tokenizer
+def _deberta_tokenizer(folder: Path, corpus: list[str], pieces: int) -> Any:
+    """A DeBERTa-v3 tokenizer over a SentencePiece model of ``pieces`` pieces trained here on
+    ``corpus`` (``folder/spm.model``), with BERT's special pieces ([PAD], [CLS], [SEP], [UNK])."""
+    from transformers import DebertaV2Tokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
-    corpus = [
-        "The central bank raised interest rates again to fight inflation.",
-        "Messi scored twice in the final of the league.",
-        "This text is about economy, sports, health and weather.",
-        "A new vaccine trial reported strong results against the flu.",
-    ]
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(corpus * 50),
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus),
         model_prefix=str(folder / "spm"),
-        vocab_size=60,
+        vocab_size=pieces,
         pad_id=0,
         bos_id=1,
         eos_id=2,
@@ -625,9 +617,25 @@ def deberta_nli(folder: Path) -> Path:
         bos_piece="[CLS]",
         eos_piece="[SEP]",
         unk_piece="[UNK]",
+        hard_vocab_limit=False,
         minloglevel=2,
     )
-    tokenizer = DebertaV2Tokenizer(vocab_file=str(folder / "spm.model"))
+    return DebertaV2Tokenizer(vocab_file=str(folder / "spm.model"))
+
+
+def deberta_nli(folder: Path) -> Path:
+    """A tiny DeBERTa-v2 NLI classifier (entailment first) whose folder ships only ``spm.model`` and
+    ``tokenizer_config.json``, as DeBERTa-v3 repositories may: a SentencePiece model trained here on a
+    few sentences, so the conversion to a fast tokenizer is exercised too."""
+    from transformers import DebertaV2Config, DebertaV2ForSequenceClassification
+
+    corpus = [
+        "The central bank raised interest rates again to fight inflation.",
+        "Messi scored twice in the final of the league.",
+        "This text is about economy, sports, health and weather.",
+        "A new vaccine trial reported strong results against the flu.",
+    ]
+    tokenizer = _deberta_tokenizer(folder, corpus * 50, 60)
     tokenizer.save_pretrained(str(folder))
     (folder / "tokenizer.json").unlink()
     torch.manual_seed(5)
@@ -1426,26 +1434,9 @@ def gliformer(folder: Path, seed: int = 2) -> Path:
     a few sentences; the heads are drawn wider than the library's initialisation so that scores spread
     across a threshold instead of all sitting near 0.5."""
     from gliformer import GLiFormer  # imported here: only GLiFormer tests pay for it
-    from transformers import DebertaV2Tokenizer
 
     tokenizer_dir = folder / "tokenizer"
-    tokenizer_dir.mkdir(parents=True, exist_ok=True)
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(list(GLIFORMER_SENTENCES) * 40),
-        model_prefix=str(tokenizer_dir / "spm"),
-        vocab_size=120,
-        pad_id=0,
-        bos_id=1,
-        eos_id=2,
-        unk_id=3,
-        pad_piece="[PAD]",
-        bos_piece="[CLS]",
-        eos_piece="[SEP]",
-        unk_piece="[UNK]",
-        hard_vocab_limit=False,
-        minloglevel=2,
-    )
-    DebertaV2Tokenizer(vocab_file=str(tokenizer_dir / "spm.model")).save_pretrained(str(tokenizer_dir))
+    _deberta_tokenizer(tokenizer_dir, list(GLIFORMER_SENTENCES) * 40, 120).save_pretrained(str(tokenizer_dir))
     encoder = {
         "model_type": "deberta-v2",
         "vocab_size": 128,
