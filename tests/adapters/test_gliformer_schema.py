@@ -156,3 +156,10 @@ def test_nesting_and_size_are_bounded() -> None:
     fan = {**obj(**{f"p{i}": {"$ref": "#/$defs/A"} for i in range(600)}), "$defs": {"A": obj(x=STRING)}}
     with pytest.raises(UnsupportedInput, match="more than 1000"):
         compile_schema(fan)
+
+
+def test_keys_that_are_not_strings_are_refused_as_unsupported_keywords() -> None:
+    """A msgpack schema may hold integer keys beside string ones: naming them sorted them, and an
+    integer does not sort with a string (a TypeError, the server's 500)."""
+    with pytest.raises(UnsupportedInput, match=r"output_schema\.a has unsupported keywords: \[1, 'zz'\]"):
+        compile_schema(obj(a={"type": "string", 1: "x", "zz": 2}))

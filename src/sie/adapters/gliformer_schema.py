@@ -252,7 +252,9 @@ class _Compiler:
 def _allow(node: Mapping[str, Any], allowed: frozenset[str], path: str) -> None:
     extra = set(node) - allowed
     if extra:
-        raise UnsupportedInput(f"GLiFormer {clip(path)} has unsupported keywords: {clip(str(sorted(extra)))}")
+        # Sorted as text: a msgpack schema's keys need not be strings, nor comparable with each other.
+        named = sorted(extra, key=str)
+        raise UnsupportedInput(f"GLiFormer {clip(path)} has unsupported keywords: {clip(str(named))}")
 
 
 def _choices(values: Any, path: str) -> tuple[str, ...]:
