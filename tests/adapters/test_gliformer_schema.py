@@ -163,3 +163,18 @@ def test_keys_that_are_not_strings_are_refused_as_unsupported_keywords() -> None
     integer does not sort with a string (a TypeError, the server's 500)."""
     with pytest.raises(UnsupportedInput, match=r"output_schema\.a has unsupported keywords: \[1, 'zz'\]"):
         compile_schema(obj(a={"type": "string", 1: "x", "zz": 2}))
+
+
+def test_a_document_missing_a_required_root_property_answers_no_data() -> None:
+    """The public server answers such a document as its error, with nothing in it; here (no per-item
+    errors) ``data`` is empty, as docs/extract.md says, not the properties that were found."""
+    plan = compile_schema(
+        {**obj(name=STRING, city=STRING, tone={"enum": ["formal", "casual"]}), "required": ["name", "tone"]}
+    )
+    assert shape(plan, {"name": "Ada", "city": "London"}, {"tone": "formal"}) == {
+        "name": "Ada",
+        "city": "London",
+        "tone": "formal",
+    }
+    assert shape(plan, {"city": "London"}, {"tone": "formal"}) == {}  # no name
+    assert shape(plan, {"name": "Ada", "city": "London"}, {}) == {}  # no choice passed the threshold

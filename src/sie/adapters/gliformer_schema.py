@@ -15,7 +15,8 @@ writes), so this module reads the subset the two heads can answer, as the public
 
 The answer keeps a property only when the model found a value: a string is the best of the values
 found, an array of strings drops blank ones, and an object (or a record of an array) missing one of
-its ``required`` properties is left out, as GLiFormer leaves out such records itself. Nothing here
+its ``required`` properties is left out, as GLiFormer leaves out such records itself; a document
+missing a ``required`` property of the root answers no ``data`` at all. Nothing here
 imports the library, so the contract is tested without a model.
 """
 
@@ -104,6 +105,8 @@ def shape(plan: SchemaPlan, structured: Any, choices: Mapping[str, str]) -> dict
         value = choices.get(name) if child.kind is FieldKind.CHOICE else _value(child, found.get(name))
         if value is not None:
             data[name] = value
+    if any(name not in data for name in plan.root.required):
+        return {}  # the public server answers such a document as its error, with nothing in it
     return data
 
 
