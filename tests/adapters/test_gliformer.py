@@ -339,6 +339,17 @@ def test_cost_is_the_document_tokens_the_model_reads(adapter: GliformerModel) ->
             {"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"enum": ["x"]}}}}},
             "only at the schema root",
         ),
+        # Property names the library's template reader takes as its markers once it has unescaped
+        # them: its prompt or its answer's formatter fails (the formatter in ``run``: the batch's 500).
+        *(
+            (
+                [],
+                {},
+                {"type": "object", "properties": {name: {"type": "string"}, "other": {"type": "string"}}},
+                "cannot build the task prompt",
+            )
+            for name in ("$type", "$items", "$enum", "$required", "!")
+        ),
     ],
 )
 def test_requests_the_public_server_refuses_are_refused_before_any_work(

@@ -49,6 +49,7 @@ from sie.adapters.base import (
     Prepared,
     UnsupportedInput,
 )
+from sie.adapters.gliformer_schema import clip
 from sie.adapters.gliformer_tasks import FAMILY, MAX_TYPE_SETS, Plan, named_entities
 from sie.adapters.registry import GLIFORMER_OPTIONS
 from sie.adapters.tokenizer import TextTokenizer
@@ -206,9 +207,20 @@ class GliformerModel:
         return self._window - self._specials - used
 
     def _prompt_tokens(self, heads: dict[str, Any]) -> int:
-        """The tokens of the library's prompt for ``heads``, built by its processor on a one-word text."""
+        """The tokens of the library's prompt for ``heads``, built by its processor on a one-word text;
+        the structuring answer's formatter ``run`` builds is built here too, so that a template the
+        library cannot read is the client's 400 here, not the whole batch's 500 there."""
         processor = self._measurer
-        raw = processor.collate_raw_batch(self._model._build_inference_input([["x"]], **_normalised(heads)))
+        try:
+            raw = processor.collate_raw_batch(
+                self._model._build_inference_input([["x"]], **_normalised(heads))
+            )
+            if heads.get("structures"):
+                build_structuring_output_formatter(heads["structures"])
+        except (TypeError, ValueError) as exc:
+            # The library reads a template more than once and unescapes it each time: a property named
+            # "$type", "$items", "$enum", "$required" or "!" reaches a later reading as a marker it refuses.
+            raise UnsupportedInput(f"GLiFormer cannot build the task prompt: {clip(str(exc))}") from exc
         sequences, lengths = processor.prepare_inputs(raw["tokens"], raw["classes_mapping"])
         prompt = list(sequences[0][: lengths[0]])
         encoded = processor.transformer_tokenizer(
