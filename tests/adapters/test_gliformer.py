@@ -388,3 +388,23 @@ def test_blank_text_is_refused_for_both_operations(adapter: GliformerModel) -> N
         adapter.prepare(["  "], DENSE)
     with pytest.raises(UnsupportedInput, match="non-blank text"):
         adapter.prepare([AnnotatedText("\n", {})], forward(["person"], {}))
+
+
+def test_the_labels_of_named_entities_count_against_the_request_budget(adapter: GliformerModel) -> None:
+    """Each distinct label of the items' ``metadata.entities`` becomes prompt text: with the request's
+    labels they may be 1,000 in all, as the public server counts them; 64 sets of 16 (each set a
+    prompt that fits) were accepted, 1,025 labels in all."""
+    items = [
+        AnnotatedText(
+            "Ada lived in London.",
+            {
+                "entities": [
+                    {"text": "Ada", "start": 0, "end": 3, "label": f"t{k * 16 + j}"} for j in range(16)
+                ]
+            },
+        )
+        for k in range(64)
+    ]
+    with pytest.raises(UnsupportedInput, match="at most 1000 labels, relation types"):
+        adapter.prepare(items, forward(["lives in"], {}))
+    adapter.prepare(items[:62], forward(["lives in"], {}))  # 992 labels and the relation type

@@ -155,6 +155,9 @@ class GliformerModel:
                 "GLiFormer relation extraction requires non-empty entities in every item metadata"
             )
         plan = Plan.of(forward.task, any(supplied))
+        plan.check_named_labels(
+            len({entity.label for document in documents for entity in document.named or ()})
+        )
         sets = {document.entity_types for document in documents}
         if len(sets) > MAX_TYPE_SETS:
             raise UnsupportedInput(

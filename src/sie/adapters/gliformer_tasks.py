@@ -12,7 +12,8 @@ One request may ask several heads at once, each from its own field, as the publi
 ``threshold`` (0.5) applies to every head; a request that decodes spans needs at least 0.1 (below it
 the candidate spans of a long document grow without bound), a classification-only one takes any.
 Labels, relation types, group names and choices are unique, non-blank and at most 128 characters,
-1,000 of them in all, 20 relation types at most. The answers are the library's, sorted as the public
+1,000 of them in all (the distinct labels of items' named entities included), 20 relation types at
+most. The answers are the library's, sorted as the public
 server sorts them: entities by position, relations by score (then relation, head, tail),
 classifications by score.
 """
@@ -42,6 +43,10 @@ MAX_RELATION_TYPES: Final = 20
 # Distinct entity-type sets among a batch's ``metadata.entities``: each is a prompt of its own.
 MAX_TYPE_SETS: Final = 64
 NO_TASK: Final = "GLiFormer requires labels, label_groups, or output_schema for extraction"
+TOO_MANY_ITEMS: Final = (
+    f"GLiFormer requests may carry at most {MAX_SCHEMA_ITEMS} labels, relation types, class labels, "
+    "and schema fields in total"
+)
 
 
 def _strings(value: Any, name: str) -> list[str]:
@@ -189,10 +194,7 @@ class Plan:
             + (schema.prompt_items if schema else 0)
         )
         if items > MAX_SCHEMA_ITEMS:
-            raise UnsupportedInput(
-                f"GLiFormer requests may carry at most {MAX_SCHEMA_ITEMS} labels, relation types, class labels, "
-                "and schema fields in total"
-            )
+            raise UnsupportedInput(TOO_MANY_ITEMS)
         threshold = unit_option(task, "threshold", DEFAULT_THRESHOLD, FAMILY)
         spans = entity_types is not None or relations is not None or bool(schema and schema.template)
         if spans and threshold < MIN_SPAN_THRESHOLD:
@@ -222,6 +224,12 @@ class Plan:
             _multi_label(task),
             items,
         )
+
+    def check_named_labels(self, labels: int) -> None:
+        """Refuses a request whose items' ``metadata.entities`` carry ``labels`` distinct labels in all
+        beyond what the budget leaves: each becomes prompt text, and the public server counts them."""
+        if self.prompt_items + labels > MAX_SCHEMA_ITEMS:
+            raise UnsupportedInput(TOO_MANY_ITEMS)
 
     def heads(self, entity_types: Sequence[str] | None) -> dict[str, Any]:
         """``GLiFormer.inference``'s task arguments for items prompted with ``entity_types`` (the
