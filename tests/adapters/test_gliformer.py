@@ -294,6 +294,7 @@ def test_cost_is_the_document_tokens_the_model_reads(adapter: GliformerModel) ->
     [
         ([], {}, None, "requires labels, label_groups, or output_schema"),
         (["person"], {"relations": ["x"]}, None, "relation types as options.relation_labels"),
+        (["person"], {"relations": None}, None, "relation types as options.relation_labels"),
         (["person", "person"], {}, None, "labels must be unique"),
         (["x" * 129], {}, None, "at most 128 characters"),
         (["person"], {"threshold": 0.05}, None, "at least 0.1 when extracting"),

@@ -128,7 +128,7 @@ class Plan:
         ``UnsupportedInput`` with the public server's message for any request it cannot answer."""
         if task is None:
             raise UnsupportedInput(NO_TASK)
-        if task.option("relations", None) is not None:
+        if any(name == "relations" for name, _ in task.options):  # even null, as the public server
             raise UnsupportedInput(
                 "GLiFormer takes relation types as options.relation_labels, not options.relations"
             )
