@@ -409,3 +409,13 @@ def test_the_labels_of_named_entities_count_against_the_request_budget(adapter: 
     with pytest.raises(UnsupportedInput, match="at most 1000 labels, relation types"):
         adapter.prepare(items, forward(["lives in"], {}))
     adapter.prepare(items[:62], forward(["lives in"], {}))  # 992 labels and the relation type
+
+
+def test_a_null_multi_label_is_the_default(adapter: GliformerModel) -> None:
+    """The public server reads ``multi_label: null`` as unset (its other flags it refuses when null)."""
+    asked = forward(["science", "business"], {"classification_task": "topic", "multi_label": None})
+    assert extract(adapter, [TEXTS[1]], asked) == extract(
+        adapter, [TEXTS[1]], forward(["science", "business"], {"classification_task": "topic"})
+    )
+    with pytest.raises(UnsupportedInput, match="flat_ner must be boolean"):
+        adapter.prepare([AnnotatedText(TEXTS[1], {})], forward(["person"], {"flat_ner": None}))

@@ -74,8 +74,8 @@ def _flag(task: Task, name: str, default: bool) -> bool:
 def _multi_label(task: Task) -> bool:
     """``multi_label``, or GLiClass's ``classification_type`` spelling of it."""
     kind = task.option("classification_type", None)
-    if kind is None:
-        return _flag(task, "multi_label", False)
+    if kind is None:  # a null multi_label is the default, as the public server reads it
+        return task.option("multi_label", None) is not None and _flag(task, "multi_label", False)
     if kind not in ("single-label", "multi-label"):
         raise UnsupportedInput("GLiFormer classification_type must be 'single-label' or 'multi-label'")
     multi = bool(kind == "multi-label")
