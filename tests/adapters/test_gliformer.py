@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from gliformer import GLiFormer
 from gliformer.processing.schema import build_structuring_output_formatter
 
@@ -419,3 +420,25 @@ def test_a_null_multi_label_is_the_default(adapter: GliformerModel) -> None:
     )
     with pytest.raises(UnsupportedInput, match="flat_ner must be boolean"):
         adapter.prepare([AnnotatedText(TEXTS[1], {})], forward(["person"], {"flat_ner": None}))
+
+
+def test_half_precision_scores_reach_the_decoders_in_float32(folder: Path) -> None:
+    """On a GPU the profiles run float16: a sigmoid of a logit above about 8.3 would round to 1.0
+    there, tying near-certain spans. The model's score outputs are cast before the decoders read
+    them (bfloat16 here, the half type a CPU runs)."""
+    adapter = GliformerModel.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, None))
+    torch.nn.Module.to(adapter._model, dtype=torch.bfloat16)
+    seen: dict[str, torch.dtype] = {}
+    adapter._model.model.register_forward_hook(
+        lambda _module, _args, output: seen.update(
+            {k: v.dtype for k, v in output.items() if k.endswith("_logits")}
+        )
+    )
+    extract(
+        adapter,
+        TEXTS[:2],
+        forward(ENTITY_TYPES[:2], {"threshold": THRESHOLD, "relation_labels": RELATION_TYPES}),
+    )
+    extract(adapter, TEXTS[:2], forward([], {"threshold": 0.2}, SCHEMA))
+    assert {"ner_logits", "joint_rel_logits", "structuring_logits"} <= set(seen)
+    assert set(seen.values()) == {torch.float32}

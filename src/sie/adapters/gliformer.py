@@ -135,6 +135,7 @@ class GliformerModel:
         place_for_thresholds(model, spec)
         _mask_padding(model.model)
         _bound_relation_entities(model.model)
+        model.model.register_forward_hook(lambda _module, _args, output: _float32_scores(output))
         library_tokenizer = model.data_processor.transformer_tokenizer
         # ``embed_text`` cuts at the tokenizer's own limit, which a saved tokenizer may leave unbounded.
         library_tokenizer.model_max_length = int(model.config.max_len)
@@ -318,6 +319,20 @@ def _mask_padding(model: Any) -> None:
         method = _NER_PASSES.get(name)
         if method is not None and getattr(head, "_owns_ner_head", False):
             vars(head)[method] = _masking(getattr(head, method))
+
+
+def _float32_scores(output: Any) -> Any:
+    """The model's score outputs (``*_logits``, ``*_scores``) in float32 before the library's decoders
+    read them: in float16 (the profiles' GPU precision) a sigmoid of a logit above about 8.3 rounds
+    to exactly 1.0, so near-certain spans tie and a single-label question answers its first class."""
+    for name, value in list(output.items()):
+        if (
+            name.endswith(("_logits", "_scores"))
+            and isinstance(value, torch.Tensor)
+            and value.is_floating_point()
+        ):
+            output[name] = value.float()
+    return output
 
 
 def _bound_relation_entities(model: Any) -> None:
