@@ -1426,13 +1426,15 @@ GLIFORMER_SENTENCES = (
 )
 
 
-def gliformer(folder: Path, seed: int = 2) -> Path:
+def gliformer(folder: Path, seed: int = 2, absolute_positions: bool = True) -> Path:
     """A GLiFormer on a tiny DeBERTa-v2 (the backbone of the knowledgator checkpoints) with every text
     head of theirs: entities, classification, joint entities and relations, multi-level structuring
     (a ``$root`` template decodes into one object) and a 16-dimension embedding; saved as
     ``GLiFormer.save_pretrained`` writes one. Its tokenizer is a SentencePiece model trained here on
     a few sentences; the heads are drawn wider than the library's initialisation so that scores spread
-    across a threshold instead of all sitting near 0.5."""
+    across a threshold instead of all sitting near 0.5. Beside its relative positions it holds a table
+    of 512 absolute ones (transformers' DeBERTa-v2 default); ``absolute_positions=False`` leaves
+    them out, as DeBERTa-v3 checkpoints do."""
     from gliformer import GLiFormer  # imported here: only GLiFormer tests pay for it
 
     tokenizer_dir = folder / "tokenizer"
@@ -1449,6 +1451,7 @@ def gliformer(folder: Path, seed: int = 2) -> Path:
         "relative_attention": True,
         "position_buckets": 16,
         "pos_att_type": ["p2c", "c2p"],
+        "position_biased_input": absolute_positions,
     }
     config = {
         "model_name": str(tokenizer_dir),

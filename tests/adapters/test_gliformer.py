@@ -442,3 +442,18 @@ def test_half_precision_scores_reach_the_decoders_in_float32(folder: Path) -> No
     extract(adapter, TEXTS[:2], forward([], {"threshold": 0.2}, SCHEMA))
     assert {"ner_logits", "joint_rel_logits", "structuring_logits"} <= set(seen)
     assert set(seen.values()) == {torch.float32}
+
+
+def test_a_backbone_with_absolute_positions_reads_at_most_its_table(folder: Path) -> None:
+    """The built backbone holds 512 absolute positions: with the YAML's 2,048-token window a longer
+    document reached the embeddings past the table (a RuntimeError, the batch's 500); the window
+    stops at the table, and the library cuts the document there."""
+    adapter = GliformerModel.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 2048))
+    text = " ".join(TEXTS * 12)  # about 800 tokens
+    asked = forward(["person"], {"threshold": 0.5})
+    (prepared,) = adapter.prepare([AnnotatedText(text, {})], asked)
+    assert prepared.cost < 512
+    (found,) = adapter.run([prepared], asked).extractions or []
+    assert all(entity.end is not None and entity.end <= len(text) for entity in found.entities)
+    dense = adapter.run(adapter.prepare([text], DENSE), DENSE).dense
+    assert dense is not None and dense.shape == (1, 16)

@@ -30,7 +30,7 @@ import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, Self
 
 import numpy as np
@@ -53,7 +53,7 @@ from sie.adapters.gliformer_schema import clip
 from sie.adapters.gliformer_tasks import FAMILY, MAX_TYPE_SETS, Plan, named_entities
 from sie.adapters.registry import GLIFORMER_OPTIONS
 from sie.adapters.tokenizer import TextTokenizer
-from sie.adapters.transformer import place_for_thresholds
+from sie.adapters.transformer import absolute_positions, place_for_thresholds
 from sie.core.extraction import Entity, Extraction
 from sie.core.heap import collect_unloaded
 from sie.core.options import Capability, Pooling
@@ -132,6 +132,11 @@ class GliformerModel:
                 map_location="cpu",
                 max_length=spec.max_seq_length,
             )
+        # A backbone with a table of absolute positions cannot place more tokens than it holds: the
+        # window the library cuts prompt and document to (its ``max_len``) stops there.
+        positions = absolute_positions(model.model.token_rep_layer.bert_layer.model)
+        if positions is not None and positions < int(model.config.max_len):
+            model.config.max_len = positions
         place_for_thresholds(model, spec)
         _mask_padding(model.model)
         _bound_relation_entities(model.model)
@@ -166,14 +171,14 @@ class GliformerModel:
             )
         with self._measure_lock:
             rooms = {types: self._room(plan, types) for types in sets}
-            counts = self._document_tokens([document.text for document in documents])
+            read = self._read([document.text for document in documents])
         return [
             Prepared(
                 np.zeros(0, dtype=np.int64),
-                payload=document,
+                payload=replace(document, text=text),
                 weight=min(count, rooms[document.entity_types]) + self._specials,
             )
-            for document, count in zip(documents, counts, strict=True)
+            for document, (text, count) in zip(documents, read, strict=True)
         ]
 
     def _text(self, one: ModelInput) -> str:
@@ -232,13 +237,19 @@ class GliformerModel:
         )
         return len(encoded["input_ids"][0])
 
-    def _document_tokens(self, texts: list[str]) -> list[int]:
-        """Each text's tokens as the library reads it: its words (at most ``max_len``), each tokenized
-        on its own, so the count does not depend on the prompt in front."""
+    def _read(self, texts: list[str]) -> list[tuple[str, int]]:
+        """Each text as the library reads it, and its tokens: its first ``max_len`` words (the rest
+        cut here, where the library would cut it with a warning for every document), each word
+        tokenized on its own, so the count does not depend on the prompt in front."""
         processor = self._measurer
-        words = [[word for word, _, _ in processor.words_splitter(text)][: self._window] for text in texts]
+        cut, words = [], []
+        for text in texts:
+            found = list(processor.words_splitter(text))
+            kept = found[: self._window]
+            cut.append(text[: kept[-1][2]] if len(found) > len(kept) else text)
+            words.append([word for word, _, _ in kept])
         encoded = processor.transformer_tokenizer(words, is_split_into_words=True, add_special_tokens=False)
-        return [len(ids) for ids in encoded["input_ids"]]
+        return [(text, len(ids)) for text, ids in zip(cut, encoded["input_ids"], strict=True)]
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         documents: list[_Document] = [prepared.payload for prepared in batch]
