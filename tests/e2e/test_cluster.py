@@ -24,6 +24,7 @@ from tests.e2e.cluster import Gateway, run_gateway, run_worker, worker_env
 from tests.e2e.conftest import (
     COLBERT,
     DECIDE,
+    GLIFORMER,
     GLINER,
     M3,
     MINILM,
@@ -46,6 +47,7 @@ PRELOAD = [
     GLINER,
     DECIDE,
     QWEN3_VL_RERANKER,
+    GLIFORMER,
 ]
 BIG_TEXT_BYTES = 2 * 1024 * 1024  # a 2 MiB item: over NATS's 1 MiB messages, at the text limit
 
@@ -227,6 +229,38 @@ def test_typed_decisions_travel_with_their_output_schema_and_state_items(
     got, want = ours.json()["items"], theirs.json()["items"]
     assert [list(item["data"]) for item in got] == [list(questions)] * 2
     _assert_same(_comparable(got), _comparable(want))
+
+
+def test_a_model_that_embeds_and_extracts_answers_both_and_a_json_schema_through_the_queue(
+    gateway: Gateway, families: Server
+) -> None:
+    """GLiFormer embeds and extracts: its vectors, its joint entities and relations, and a JSON
+    Schema ``output_schema`` answered in ``data`` come back through the queue as from the standalone
+    server."""
+    texts = [
+        {"text": "Ada Lovelace worked with Charles Babbage in London."},
+        {"text": "Alice lives in Berlin."},
+    ]
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "topic": {"enum": ["science", "travel"]}},
+    }
+    for route, params in (
+        ("encode", {}),
+        (
+            "extract",
+            {"labels": ["person", "city"], "options": {"threshold": 0.25, "relation_labels": ["lives in"]}},
+        ),
+        ("extract", {"output_schema": schema, "options": {"threshold": 0.2}}),
+    ):
+        body = {"items": texts, "params": params}
+        headers = {"accept": "application/json"}
+        ours = gateway.client.post(f"/v1/{route}/{GLIFORMER}", json=body, headers=headers)
+        theirs = families.client.post(f"/v1/{route}/{GLIFORMER}", json=body, headers=headers)
+        assert ours.status_code == theirs.status_code == 200, ours.text
+        items = ours.json()["items"]
+        assert any(item.get("dense") or item["entities"] or item["data"] for item in items), items
+        _assert_same(_comparable(items), _comparable(theirs.json()["items"]))
 
 
 def test_image_documents_reach_a_reranker_that_reads_images_through_the_queue(
