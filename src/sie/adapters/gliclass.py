@@ -39,9 +39,8 @@ from sie.adapters.base import (
 )
 from sie.adapters.registry import GLICLASS_OPTIONS
 from sie.adapters.tokenizer import TextTokenizer
-from sie.adapters.transformer import place_for_thresholds
+from sie.adapters.transformer import place_for_thresholds, release_unloaded
 from sie.core.extraction import Classification, Extraction
-from sie.core.heap import collect_unloaded
 from sie.core.options import Capability, Pooling
 
 NO_LABELS: Final = "Zero-shot classification requires labels parameter."
@@ -177,6 +176,4 @@ class GliclassClassifier:
 
     def close(self) -> None:
         del self._pipe
-        collect_unloaded()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        release_unloaded()

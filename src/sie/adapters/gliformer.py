@@ -53,9 +53,8 @@ from sie.adapters.gliformer_schema import clip
 from sie.adapters.gliformer_tasks import FAMILY, MAX_TYPE_SETS, Plan, named_entities
 from sie.adapters.registry import GLIFORMER_OPTIONS
 from sie.adapters.tokenizer import TextTokenizer
-from sie.adapters.transformer import absolute_positions, place_for_thresholds
+from sie.adapters.transformer import absolute_positions, place_for_thresholds, release_unloaded
 from sie.core.extraction import Entity, Extraction
-from sie.core.heap import collect_unloaded
 from sie.core.options import Capability, Pooling
 
 DEFAULT_MAX_PROMPT_TOKENS: Final = 512
@@ -288,9 +287,7 @@ class GliformerModel:
 
     def close(self) -> None:
         del self._model
-        collect_unloaded()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        release_unloaded()
 
 
 def _normalised(heads: dict[str, Any]) -> dict[str, Any]:

@@ -41,10 +41,9 @@ from sie.adapters.base import (
 )
 from sie.adapters.registry import GLINER_OPTIONS
 from sie.adapters.tokenizer import TextTokenizer
-from sie.adapters.transformer import place_for_thresholds
+from sie.adapters.transformer import place_for_thresholds, release_unloaded
 from sie.adapters.word_windows import MAX_WINDOWS, Window, overlap_for, owned, plan_windows, resolve_overlaps
 from sie.core.extraction import Entity, Extraction, Relation
-from sie.core.heap import collect_unloaded
 from sie.core.options import Capability, Pooling
 
 _FAMILY: Final = "GLiNER"
@@ -229,11 +228,8 @@ class GlinerExtractor:
         return arguments
 
     def close(self) -> None:
-        on_cuda = self._model.device.type == "cuda"
         del self._model
-        collect_unloaded()
-        if on_cuda:
-            torch.cuda.empty_cache()
+        release_unloaded()
 
 
 @dataclass(frozen=True)

@@ -46,9 +46,8 @@ from sie.adapters.base import (
 )
 from sie.adapters.registry import GLINER2_OPTIONS
 from sie.adapters.tokenizer import TextTokenizer
-from sie.adapters.transformer import absolute_positions
+from sie.adapters.transformer import absolute_positions, release_unloaded
 from sie.core.extraction import Classification, Entity, Extraction
-from sie.core.heap import collect_unloaded
 from sie.core.options import Capability, Pooling
 
 NO_LABELS: Final = "GLiNER2 requires labels parameter for extraction"
@@ -180,6 +179,4 @@ class Gliner2Extractor:
 
     def close(self) -> None:
         del self._model
-        collect_unloaded()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        release_unloaded()

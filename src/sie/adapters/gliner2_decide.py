@@ -56,10 +56,9 @@ from sie.adapters.decisions import FAMILY, DecisionRequest, answer, classificati
 from sie.adapters.gliner2_words import words
 from sie.adapters.registry import DECIDE_OPTIONS
 from sie.adapters.tokenizer import TextTokenizer
-from sie.adapters.transformer import place_for_thresholds
+from sie.adapters.transformer import place_for_thresholds, release_unloaded
 from sie.adapters.typed_questions import STATE_BYTES_PER_TOKEN, rendered_state
 from sie.core.extraction import Extraction
-from sie.core.heap import collect_unloaded
 from sie.core.options import Capability, Pooling
 
 DEFAULT_WINDOW: Final = 512
@@ -316,6 +315,4 @@ class Gliner2Decider:
 
     def close(self) -> None:
         del self._model
-        collect_unloaded()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        release_unloaded()

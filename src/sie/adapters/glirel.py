@@ -50,10 +50,9 @@ from sie.adapters.base import (
 from sie.adapters.registry import GLIREL_OPTIONS
 from sie.adapters.state_dicts import folder_state_dict
 from sie.adapters.tokenizer import TextTokenizer
-from sie.adapters.transformer import absolute_positions, place_for_thresholds
+from sie.adapters.transformer import absolute_positions, place_for_thresholds, release_unloaded
 from sie.adapters.word_windows import WORD
 from sie.core.extraction import Entity, Extraction, Relation
-from sie.core.heap import collect_unloaded
 from sie.core.options import Capability, Pooling
 
 _FAMILY: Final = "GLiREL"
@@ -211,9 +210,7 @@ class GlirelExtractor:
 
     def close(self) -> None:
         del self._model
-        collect_unloaded()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        release_unloaded()
 
 
 def _entity_list(metadata: Mapping[str, Any]) -> list[Any]:

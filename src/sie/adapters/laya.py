@@ -57,6 +57,7 @@ from sie.adapters.base import (
 )
 from sie.adapters.registry import LAYA_OPTIONS
 from sie.adapters.tokenizer import TextTokenizer
+from sie.adapters.transformer import release_unloaded
 from sie.adapters.typed_questions import (
     STATE_BYTES_PER_TOKEN,
     Question,
@@ -66,7 +67,6 @@ from sie.adapters.typed_questions import (
     rendered_state,
 )
 from sie.core.extraction import Classification, Extraction
-from sie.core.heap import collect_unloaded
 from sie.core.options import Capability, ComputePrecision, Pooling
 
 log = logging.getLogger(__name__)
@@ -327,9 +327,7 @@ class LayaDecider:
 
     def close(self) -> None:
         del self._agent
-        collect_unloaded()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        release_unloaded()
 
 
 def _set(task: Task | None, name: str) -> bool:

@@ -61,6 +61,14 @@ def place_for_thresholds(model: Any, spec: LoadSpec) -> None:
     model.eval()
 
 
+def release_unloaded() -> None:
+    """After an adapter drops its model: the model's cycles collected (``collect_unloaded``) and the
+    blocks the CUDA allocator caches returned to the device, so the next load has them."""
+    collect_unloaded()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def absolute_positions(encoder: Any) -> int | None:
     """How many tokens ``encoder`` can place when it holds a table of absolute positions (a RoBERTa's
     starts after its padding index); None when its positions are relative or rotary."""
@@ -117,9 +125,7 @@ class DeviceModel:
 
     def close(self) -> None:
         del self.model
-        collect_unloaded()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        release_unloaded()
 
 
 def linear_weights_to(model: torch.nn.Module, dtype: torch.dtype) -> None:
@@ -377,9 +383,7 @@ class Transformer:
 
     def close(self) -> None:
         del self.model, self.base, self.packed
-        collect_unloaded()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        release_unloaded()
 
 
 class TransformerAdapter:
