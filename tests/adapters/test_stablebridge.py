@@ -330,6 +330,34 @@ def test_the_head_resolves_through_the_weight_tiers(
         load(reranker, head[0].parent, pruning_head_file="other.pt")
 
 
+@pytest.mark.parametrize(
+    ("where", "hub_id"),
+    [
+        ("sugiv/stablebridge-pruner-highlighter", "sugiv/stablebridge-pruner-highlighter"),
+        ("heads/best.pt", "heads/best.pt"),  # as a Hub id would be: a local path first, then the tiers
+        ("./heads", None),
+        ("../heads", None),
+        ("/srv/heads", None),
+    ],
+)
+def test_only_a_hub_id_is_asked_of_the_hub(
+    reranker: Path, head: tuple[Path, dict[str, torch.Tensor]], where: str, hub_id: str | None
+) -> None:
+    """A path written relative to the YAML ("./heads") is not a repository: asked of the Hub, its
+    missing folder failed the load as the Hub unreachable (retried), not as the path absent."""
+    asked: list[tuple[str | None, str | None]] = []
+
+    def fetch(hf_id: str | None, revision: str | None, path: str | None) -> Path:
+        asked.append((hf_id, path))
+        return head[0].parent
+
+    options = {"pruning_head_path": where, "hidden_size": HIDDEN}
+    StablebridgePruner.load(
+        LoadSpec(reranker, "cpu", ComputePrecision.FLOAT32, 8192, loadtime=options, fetch=fetch)
+    )
+    assert asked == [(hub_id, where)]
+
+
 def test_a_head_that_does_not_fit_fails_the_load(
     reranker: Path, head: tuple[Path, dict[str, torch.Tensor]], tmp_path: Path
 ) -> None:

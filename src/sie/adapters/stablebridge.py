@@ -65,7 +65,9 @@ INTERMEDIATE_SIZE: Final = 512
 NO_QUERY: Final = f"{FAMILY} needs the query: send it as the request's instruction"
 # The tokens whose role a passage's span never covers (the public adapter's list).
 _SKIPPED_ROLES: Final = ("pad_token", "sep_token", "cls_token", "bos_token")
-_HUB_ID: Final = re.compile(r"[\w.-]+/[\w.-]+")
+# A Hub id's owner starts with a letter, digit or underscore (the Hub's rule), so a local path written
+# "./heads" or "../heads" is never asked of the Hub, where its missing folder read as the Hub unreachable.
+_HUB_ID: Final = re.compile(r"\w[\w.-]*/[\w.-]+")
 
 
 class PruningHead(torch.nn.Module):
