@@ -12,6 +12,7 @@ summary are worked out from those probabilities.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from sie.adapters.registry import adapter_class
 from sie.adapters.stablebridge import NO_QUERY, StablebridgePruner
 from sie.core.extraction import Entity
 from sie.core.options import Capability, ComputePrecision
+from sie.engine.load_errors import LoadErrorClass, LoadFailureClass, classify
 from sie.weights.sources import WeightsNotFound, WeightSources
 from tests import builders
 
@@ -377,6 +379,40 @@ def test_a_head_that_does_not_fit_fails_the_load(
     torch.save(torch.zeros(3), tensor)
     with pytest.raises(ValueError, match="holds a Tensor, not a pruning head's state dict"):
         load(reranker, tensor)
+
+
+class _RunsCode:
+    """Pickled, it would make a folder when unpickled: a checkpoint that runs code."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return os.mkdir, (str(self.marker),)
+
+
+@pytest.mark.parametrize("kind", ["code", "garbage", "truncated", "integer_keys"])
+def test_a_checkpoint_that_is_not_tensors_fails_the_load_for_good(
+    reranker: Path, head: tuple[Path, dict[str, torch.Tensor]], tmp_path: Path, kind: str
+) -> None:
+    """torch's own errors (an UnpicklingError that advises loading without weights_only, an
+    AttributeError from load_state_dict) were UNKNOWN load failures, retried up to 8 times, each after
+    loading the reranker again; a head that cannot be read is the configuration's error (permanent)."""
+    file, marker = tmp_path / "best.pt", tmp_path / "ran"
+    if kind == "code":
+        torch.save({"pruning_head": _RunsCode(marker)}, file)
+    elif kind == "garbage":
+        file.write_bytes(b"not a checkpoint " * 8)
+    elif kind == "truncated":
+        file.write_bytes(head[0].read_bytes()[:200])
+    else:
+        torch.save({"pruning_head": {0: torch.zeros(3)}}, file)
+    with pytest.raises(
+        ValueError, match=r"not a checkpoint of tensors alone|holds no pruning head"
+    ) as failed:
+        load(reranker, file)
+    assert not marker.exists()
+    assert classify(failed.value, 1) == LoadFailureClass(LoadErrorClass.CONFIG, True, 0.0)
 
 
 def test_the_summary_counts_spans_not_tokens() -> None:

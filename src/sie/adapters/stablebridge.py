@@ -27,6 +27,7 @@ with ``weights_only``: its state under ``pruning_head``, under ``model_state_dic
 from __future__ import annotations
 
 import logging
+import pickle
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -103,7 +104,7 @@ def head_state(checkpoint: object, file: Path) -> Mapping[str, Any]:
             } or whole
     elif "state_dict" in checkpoint:
         state = checkpoint["state_dict"]
-    if not isinstance(state, Mapping):
+    if not isinstance(state, Mapping) or not all(isinstance(key, str) for key in state):
         raise ValueError(f"{file} holds no pruning head's state dict")
     return state
 
@@ -112,7 +113,14 @@ def load_head(file: Path, hidden_size: int, intermediate_size: int, dropout: flo
     """The head from a torch checkpoint (``weights_only``: no code runs); a missing weight or one of
     another shape fails the load, which would otherwise serve a randomly initialised layer."""
     head = PruningHead(hidden_size, intermediate_size, dropout)
-    state = head_state(torch.load(file, map_location="cpu", weights_only=True), file)
+    try:
+        checkpoint = torch.load(file, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError) as exc:  # code, other objects, a damaged archive
+        reason = str(exc).split(".", 1)[0]
+        raise ValueError(
+            f"{file} is not a checkpoint of tensors alone (nothing in it ran): {reason}"
+        ) from exc
+    state = head_state(checkpoint, file)
     sizes = f"hidden_size {hidden_size}, intermediate_size {intermediate_size}"
     try:
         loaded = head.load_state_dict(dict(state), strict=False)
