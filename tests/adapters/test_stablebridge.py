@@ -375,6 +375,11 @@ def test_a_head_that_does_not_fit_fails_the_load(
     assert load(reranker, wider, intermediate_size=32) is not None
     with pytest.raises(ValueError, match="hidden_size 1024 is not the reranker's \\(64\\)"):
         load(reranker, head[0], hidden_size=1024)
+    for bad in (math.nan, math.inf):  # loaded: every token pruned with a null score, or one label
+        broken = tmp_path / "broken.pt"
+        torch.save({**head[1], "classifier.3.bias": torch.tensor([bad])}, broken)
+        with pytest.raises(ValueError, match=r"weights that are not finite: classifier\.3\.bias"):
+            load(reranker, broken)
     tensor = tmp_path / "tensor.pt"
     torch.save(torch.zeros(3), tensor)
     with pytest.raises(ValueError, match="holds a Tensor, not a pruning head's state dict"):

@@ -130,6 +130,9 @@ def load_head(file: Path, hidden_size: int, intermediate_size: int, dropout: flo
         raise ValueError(
             f"the pruning head in {file} has no weights for {', '.join(loaded.missing_keys)} ({sizes})"
         )
+    broken = [name for name, weight in head.named_parameters() if not torch.isfinite(weight).all()]
+    if broken:  # every token's probability would be NaN: all pruned, each span's score null
+        raise ValueError(f"the pruning head in {file} has weights that are not finite: {', '.join(broken)}")
     if loaded.unexpected_keys:
         log.warning("pruning head %s: ignoring %s", file, ", ".join(loaded.unexpected_keys))
     return head.eval()
