@@ -326,6 +326,9 @@ def test_the_head_resolves_through_the_weight_tiers(
         assert found[1].text == "salt"
     with pytest.raises(WeightsNotFound, match=f"no weights for '{repository}'.*local cache"):
         load(reranker, repository, tmp_path / "cache", pruning_head_revision="def456")
+    # An unquoted commit of digits, as YAML reads it: a TypeError deep in the cache lookup (retried)
+    with pytest.raises(ValueError, match=r"pruning_head_revision must be a string \(quote it\), got 1234567"):
+        load(reranker, repository, tmp_path / "cache", pruning_head_revision=1234567)
     with pytest.raises(WeightsNotFound, match=r"weights_path /nowhere/best\.pt \(absent\)"):
         load(reranker, "/nowhere/best.pt")
     with pytest.raises(FileNotFoundError, match=r"no pruning head 'other\.pt'"):

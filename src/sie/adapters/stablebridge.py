@@ -146,6 +146,8 @@ def head_file(spec: LoadSpec) -> Path:
     revision = spec.loadtime.get("pruning_head_revision")
     if not isinstance(where, str) or not where or not isinstance(name, str) or not name:
         raise ValueError("loadtime pruning_head_path and pruning_head_file must be non-empty strings")
+    if revision is not None and not isinstance(revision, str):  # YAML reads a commit of digits as a number
+        raise ValueError(f"loadtime pruning_head_revision must be a string (quote it), got {revision!r}")
     if spec.fetch is None:
         raise ValueError("this load cannot fetch the pruning head's weights")
     found = spec.fetch(where if _HUB_ID.fullmatch(where) else None, revision, where)
