@@ -276,8 +276,10 @@ def test_bad_thresholds_are_refused(pruner: StablebridgePruner, options: dict[st
     assert str(refused.value) == BAD_THRESHOLD.format(name)
 
 
-@pytest.mark.parametrize("query", [None, "", "   "])
+@pytest.mark.parametrize("query", [None, "", "   ", "\x00", "\u200b\u0301"])
 def test_an_extract_without_a_query_is_refused(pruner: StablebridgePruner, query: str | None) -> None:
+    """An instruction the tokenizer reads as nothing (control, zero-width and combining characters)
+    pruned against an empty query, what no instruction at all is refused for."""
     with pytest.raises(UnsupportedInput) as refused:
         pruner.prepare(["some passage"], extract(query))
     assert str(refused.value) == NO_QUERY

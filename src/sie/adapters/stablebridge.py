@@ -248,6 +248,8 @@ class StablebridgePruner(CrossEncoderScorer):
             return super().prepare(inputs, forward)
         Thresholds.of(forward.task)  # refused here, before the items queue
         query = _query(forward)
+        if not len(self._pairs.encode([query], special_tokens=False)[0]):  # "\x01": all normalised away
+            raise UnsupportedInput(NO_QUERY)
         texts = texts_only(inputs, self.family)
         prepared = []
         for index, (text, pair) in enumerate(
