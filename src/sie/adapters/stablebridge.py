@@ -225,6 +225,7 @@ class StablebridgePruner(CrossEncoderScorer):
     capabilities = frozenset({Capability.SCORE, Capability.EXTRACT})
 
     def __init__(self, spec: LoadSpec) -> None:
+        head = head_file(spec)  # before the reranker loads: a missing head then costs no load
         super().__init__(spec)
         if self._head is None:
             raise ValueError(f"{spec.weights}: the pruner needs a BERT or XLM-RoBERTa reranker")
@@ -237,7 +238,7 @@ class StablebridgePruner(CrossEncoderScorer):
         if not 0 <= dropout < 1:
             raise ValueError(f"loadtime dropout must be a number in [0, 1), got {spec.loadtime['dropout']!r}")
         intermediate = _size(spec.loadtime, "intermediate_size", INTERMEDIATE_SIZE)
-        self._pruning = load_head(head_file(spec), hidden, intermediate, dropout).to(self.backbone.device)
+        self._pruning = load_head(head, hidden, intermediate, dropout).to(self.backbone.device)
         limits = (spec.max_seq_length, absolute_positions(self.backbone.base))
         self._limit = min((limit for limit in limits if limit), default=None)
         self._pairs = self.tokenizer.untruncated()
