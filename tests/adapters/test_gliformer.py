@@ -18,6 +18,7 @@ import torch
 from gliformer import GLiFormer
 from gliformer.processing.schema import build_structuring_output_formatter
 
+from sie.adapters import gliformer as gliformer_adapter
 from sie.adapters.base import AnnotatedText, Forward, LoadSpec, Task, UnsupportedInput
 from sie.adapters.gliformer import MAX_RELATION_ENTITIES, GliformerModel
 from sie.adapters.gliformer_schema import compile_schema, shape
@@ -72,13 +73,13 @@ def adapter(folder: Path) -> GliformerModel:
     return GliformerModel.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, None))
 
 
-def reference(folder: Path, max_length: int | None = None, bounded: bool = True) -> Any:
-    """The library's model on the same folder; ``bounded``: relating the 100 most confident
-    entities of a document, as the adapter has it (the library's own knob, unset by default)."""
+def reference(folder: Path, max_length: int | None = None, bound: int | None = MAX_RELATION_ENTITIES) -> Any:
+    """The library's model on the same folder, relating at most ``bound`` entities of a document (the
+    library's own knob, unset by default; the adapter sets it to 100)."""
     model = GLiFormer.from_pretrained(
         str(folder), model_dir=str(folder), load_tokenizer=True, map_location="cpu", max_length=max_length
     )
-    model.model.heads["joint_relex"].max_relation_entities = MAX_RELATION_ENTITIES if bounded else None
+    model.model.heads["joint_relex"].max_relation_entities = bound
     return model
 
 
@@ -181,18 +182,25 @@ def test_relations_are_the_joint_heads_sorted_by_score(adapter: GliformerModel, 
     assert 0 < sum(len(one.relations) for one in raised) < sum(len(one.relations) for one in found)
 
 
-def test_a_long_document_relates_only_its_most_confident_hundred_entities(folder: Path) -> None:
-    """Every word is an entity at threshold 0.1: a 150-word document would relate 22,000 pairs a
-    relation type; the joint head keeps the best 100 entities, as the public server has it."""
-    adapter = GliformerModel.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 512))
-    text = " ".join(TEXTS * 3)
+def test_a_document_relates_only_its_most_confident_entities(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The joint head relates every pair of the entities it keeps, the best 100 of a document (a
+    150-word document at threshold 0.1 would relate 22,000 pairs a relation type); here with a bound
+    of 10 on a 40-word document whose every word is an entity."""
+    monkeypatch.setattr(gliformer_adapter, "MAX_RELATION_ENTITIES", 10)
+    adapter = GliformerModel.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, None))
+    text = " ".join(" ".join(TEXTS).split()[:40])
     asked = forward(["person"], {"threshold": 0.1, "relation_labels": ["works at"]})
     (ours,) = extract(adapter, [text], asked)
     heads = {"joint_relations": {None: {"entities": ["person"], "relations": ["works at"]}}, "threshold": 0.1}
-    assert len(alone(reference(folder, 512), text, **heads)["joint_relex"]) == len(ours.relations)
-    unbounded = alone(reference(folder, 512, bounded=False), text, **heads)["joint_relex"]
-    assert len(ours.entities) > MAX_RELATION_ENTITIES
-    assert len(ours.relations) <= MAX_RELATION_ENTITIES * (MAX_RELATION_ENTITIES - 1) < len(unbounded)
+    bounded = alone(reference(folder, bound=10), text, **heads)["joint_relex"]
+    assert sorted((r.head, r.tail, r.relation) for r in ours.relations) == sorted(
+        (one["head"]["text"], one["tail"]["text"], one["relation"]) for one in bounded
+    )
+    unbounded = alone(reference(folder, bound=None), text, **heads)["joint_relex"]
+    assert len(ours.entities) > 10
+    assert 0 < len(ours.relations) <= 10 * 9 < len(unbounded)
 
 
 def test_relations_between_the_entities_an_item_names(adapter: GliformerModel, library: Any) -> None:

@@ -3,7 +3,7 @@ classifications and structured ``data`` from one prompt (``gliformer_tasks``, ``
 
 The ``gliformer`` library owns the model: its word splitting, task prompt, heads and decoders are
 what the checkpoints were trained with, so ``run`` calls its ``embed_text`` and ``inference`` and the
-answers are the library's. Three things are ours:
+answers are the library's. Four things are ours:
 
 - **Batching.** The library pads a batch's documents to the longest, and its NER head scores padded
   word positions as any other (logit 0): a span ending a shorter document took the padding as its
@@ -17,6 +17,9 @@ answers are the library's. Three things are ours:
   by the library, as the public server cuts it.
 - **Usage.** An item costs, and bills, the document tokens the model reads plus the two specials,
   not the prompt (the public server's count).
+- **Bounded decoding.** The library's span decoders do work quadratic in a document's candidate
+  spans; ``gliformer_decoding`` puts bounded tensor versions in their place (the same answers below
+  the public server's bounds), and the joint head relates at most 100 entities a document.
 
 ``encode`` returns the embedding head's vector of the bare text (an instruction is not read, as by the
 public server); the engine normalises it unless ``options.normalize`` is false. CPU runs float32
@@ -39,6 +42,7 @@ from gliformer import GLiFormer
 from gliformer.processing.schema import build_structuring_output_formatter
 from tokenizers import Tokenizer
 
+from sie.adapters import gliformer_decoding
 from sie.adapters.base import (
     TEXT_ONLY,
     AnnotatedText,
@@ -119,6 +123,7 @@ class GliformerModel:
         tokenizer), its window the YAML's ``max_sequence_length`` when it sets one."""
         if spec.threads and spec.device.startswith("cpu"):
             torch.set_num_threads(spec.threads)
+        gliformer_decoding.install()
         with warnings.catch_warnings():
             # The checkpoints ask for the optional flashdeberta kernels; the library's own attention
             # runs without them, as on the public server.
