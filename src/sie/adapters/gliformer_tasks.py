@@ -106,6 +106,105 @@ def _groups(raw: Any) -> dict[str, list[str]]:
 
 
 @dataclass(frozen=True)
+class _Asked:
+    """The fields of an extract task that ask GLiFormer's heads, each checked on its own."""
+
+    task: Task
+    labels: list[str] | None
+    question: str | None  # ``options.classification_task``
+    groups: dict[str, list[str]] | None  # ``options.label_groups``
+    relations: list[str] | None  # ``options.relation_labels``
+    schema: SchemaPlan | None
+
+    @classmethod
+    def of(cls, task: Task | None) -> _Asked:
+        if task is None:
+            raise UnsupportedInput(NO_TASK)
+        if any(name == "relations" for name, _ in task.options):  # even null, as the public server
+            raise UnsupportedInput(
+                "GLiFormer takes relation types as options.relation_labels, not options.relations"
+            )
+        question = task.option("classification_task", None)
+        groups = task.option("label_groups", None)
+        relations = task.option("relation_labels", None)
+        return cls(
+            task,
+            _strings(task.labels, "labels") if task.labels else None,
+            None if question is None else _name(question, "classification_task"),
+            None if groups is None else _groups(groups),
+            None if relations in (None, [], ()) else _strings(relations, "relation_labels"),
+            None if task.output_schema is None else compile_schema(thawed(task.output_schema)),
+        )
+
+    def questions(self) -> dict[str, list[str]]:
+        """The classification head's questions: the task's, the label groups, the schema's enums."""
+        classes: dict[str, list[str]] = {}
+        if self.question is not None:
+            if self.labels is None:
+                raise UnsupportedInput("GLiFormer classification_task requires labels")
+            if self.groups is not None:
+                raise UnsupportedInput("GLiFormer label_groups cannot be combined with classification_task")
+            classes[self.question] = self.labels
+        if self.groups is not None:
+            if self.schema is not None:
+                raise UnsupportedInput(
+                    "GLiFormer label_groups cannot be combined with output_schema; declare enum properties instead"
+                )
+            classes.update(self.groups)
+        for name, choices in (self.schema.choice_groups if self.schema else {}).items():
+            if name in classes:
+                raise UnsupportedInput(
+                    "GLiFormer classification_task must differ from output_schema enum property names"
+                )
+            classes[name] = choices
+        return classes
+
+    def roles(self, supplied: bool) -> tuple[list[str] | None, list[str] | None]:
+        """The entity types and relation types the labels and options make, for items that name
+        their entities (``supplied``: the labels are relation types) or not."""
+        entity_types, relations = None, self.relations
+        if supplied:
+            if self.question is not None or relations is not None:
+                raise UnsupportedInput(
+                    "GLiFormer item metadata.entities cannot be combined with classification_task or relation_labels"
+                )
+            if self.labels is None:
+                raise UnsupportedInput("GLiFormer relation extraction requires relation labels")
+            relations = self.labels
+        elif self.question is None:
+            entity_types = self.labels
+            if relations is not None and entity_types is None:
+                raise UnsupportedInput("GLiFormer relation_labels require labels as entity types")
+        elif relations is not None:
+            raise UnsupportedInput("GLiFormer relation_labels cannot be combined with classification_task")
+        if relations is not None and len(relations) > MAX_RELATION_TYPES:
+            raise UnsupportedInput(
+                f"GLiFormer relation extraction accepts at most {MAX_RELATION_TYPES} relation types"
+            )
+        return entity_types, relations
+
+
+def _thresholds(task: Task, spans: bool, relations: bool) -> tuple[float, float | None]:
+    """``threshold`` (at least 0.1 when spans are decoded) and ``relation_threshold`` (at least
+    ``threshold``: the library decodes entities and relations with one threshold)."""
+    threshold = unit_option(task, "threshold", DEFAULT_THRESHOLD, FAMILY)
+    if spans and threshold < MIN_SPAN_THRESHOLD:
+        raise UnsupportedInput(
+            f"GLiFormer threshold must be at least {MIN_SPAN_THRESHOLD} when extracting entities, relations, "
+            "or output_schema fields; classification-only requests accept any threshold"
+        )
+    if task.option("relation_threshold", None) is None:
+        return threshold, None
+    relation_threshold = unit_option(task, "relation_threshold", 0.0, FAMILY)
+    if relations and relation_threshold < threshold:
+        raise UnsupportedInput(
+            "GLiFormer relation_threshold must be at least threshold: entities and relations are "
+            "decoded with one threshold, so relation_threshold can only raise it for relations"
+        )
+    return threshold, relation_threshold
+
+
+@dataclass(frozen=True)
 class Plan:
     """One extract task read once: what each head is asked (``heads``) and how its answers are kept."""
 
@@ -126,63 +225,12 @@ class Plan:
     def of(cls, task: Task | None, supplied: bool) -> Plan:
         """The plan of ``task`` for items that name entities (``supplied``) or not; raises
         ``UnsupportedInput`` with the public server's message for any request it cannot answer."""
-        if task is None:
+        asked = _Asked.of(task)
+        classes = asked.questions()
+        entity_types, relations = asked.roles(supplied)
+        if entity_types is None and not supplied and not classes and asked.schema is None:
             raise UnsupportedInput(NO_TASK)
-        if any(name == "relations" for name, _ in task.options):  # even null, as the public server
-            raise UnsupportedInput(
-                "GLiFormer takes relation types as options.relation_labels, not options.relations"
-            )
-        labels = _strings(task.labels, "labels") if task.labels else None
-        raw_question = task.option("classification_task", None)
-        question = None if raw_question is None else _name(raw_question, "classification_task")
-        raw_groups = task.option("label_groups", None)
-        groups = None if raw_groups is None else _groups(raw_groups)
-        raw_relations = task.option("relation_labels", None)
-        relations = None if raw_relations in (None, [], ()) else _strings(raw_relations, "relation_labels")
-        schema = None if task.output_schema is None else compile_schema(thawed(task.output_schema))
-
-        classes: dict[str, list[str]] = {}
-        if question is not None:
-            if labels is None:
-                raise UnsupportedInput("GLiFormer classification_task requires labels")
-            if groups is not None:
-                raise UnsupportedInput("GLiFormer label_groups cannot be combined with classification_task")
-            classes[question] = labels
-        if groups is not None:
-            if schema is not None:
-                raise UnsupportedInput(
-                    "GLiFormer label_groups cannot be combined with output_schema; declare enum properties instead"
-                )
-            classes.update(groups)
-        for name, choices in (schema.choice_groups if schema else {}).items():
-            if name in classes:
-                raise UnsupportedInput(
-                    "GLiFormer classification_task must differ from output_schema enum property names"
-                )
-            classes[name] = choices
-
-        entity_types = None
-        if supplied:
-            if question is not None or relations is not None:
-                raise UnsupportedInput(
-                    "GLiFormer item metadata.entities cannot be combined with classification_task or relation_labels"
-                )
-            if labels is None:
-                raise UnsupportedInput("GLiFormer relation extraction requires relation labels")
-            relations = labels
-        elif question is None:
-            entity_types = labels
-            if relations is not None and entity_types is None:
-                raise UnsupportedInput("GLiFormer relation_labels require labels as entity types")
-        elif relations is not None:
-            raise UnsupportedInput("GLiFormer relation_labels cannot be combined with classification_task")
-        if entity_types is None and not supplied and not classes and schema is None:
-            raise UnsupportedInput(NO_TASK)
-        if relations is not None and len(relations) > MAX_RELATION_TYPES:
-            raise UnsupportedInput(
-                f"GLiFormer relation extraction accepts at most {MAX_RELATION_TYPES} relation types"
-            )
-
+        schema = asked.schema
         items = (
             len(entity_types or [])
             + len(relations or [])
@@ -195,33 +243,20 @@ class Plan:
         )
         if items > MAX_SCHEMA_ITEMS:
             raise UnsupportedInput(TOO_MANY_ITEMS)
-        threshold = unit_option(task, "threshold", DEFAULT_THRESHOLD, FAMILY)
         spans = entity_types is not None or relations is not None or bool(schema and schema.template)
-        if spans and threshold < MIN_SPAN_THRESHOLD:
-            raise UnsupportedInput(
-                f"GLiFormer threshold must be at least {MIN_SPAN_THRESHOLD} when extracting entities, relations, "
-                "or output_schema fields; classification-only requests accept any threshold"
-            )
-        relation_threshold = None
-        if task.option("relation_threshold", None) is not None:
-            relation_threshold = unit_option(task, "relation_threshold", 0.0, FAMILY)
-            if relations is not None and relation_threshold < threshold:
-                raise UnsupportedInput(
-                    "GLiFormer relation_threshold must be at least threshold: entities and relations are "
-                    "decoded with one threshold, so relation_threshold can only raise it for relations"
-                )
+        threshold, relation_threshold = _thresholds(asked.task, spans, relations is not None)
         return cls(
             entity_types,
             relations,
             classes,
-            question,
-            groups is not None,
+            asked.question,
+            asked.groups is not None,
             schema,
             supplied,
             threshold,
             relation_threshold,
-            _flag(task, "flat_ner", True),
-            _multi_label(task),
+            _flag(asked.task, "flat_ner", True),
+            _multi_label(asked.task),
             items,
         )
 
