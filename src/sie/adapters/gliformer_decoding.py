@@ -25,7 +25,7 @@ scores.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, Final
 
 import gliformer.tasks.anchored_extraction as anchored_extraction
@@ -99,6 +99,42 @@ def _pairs(
         begin = end
 
 
+def _reach(stops: torch.Tensor) -> torch.Tensor:
+    """For each word and class, the first word at or after it where ``stops`` holds (a span cannot
+    reach it); the number of words when none."""
+    words = stops.shape[0]
+    positions = torch.arange(words).unsqueeze(1).expand_as(stops)
+    marked = torch.where(stops, positions, torch.full_like(positions, words))
+    return torch.flip(torch.cummin(torch.flip(marked, (0,)), 0).values, (0,))
+
+
+def _class_pairs(
+    starts: tuple[torch.Tensor, torch.Tensor],
+    ends: tuple[torch.Tensor, torch.Tensor],
+    reach: torch.Tensor,
+    max_width: int | None = None,
+    classes: Collection[int] | None = None,
+) -> Iterator[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The (start, end) word pairs of one class a span may join, class by class (those in
+    ``classes`` when given) and a few at a time: (class, each pair's start entry (its index in
+    ``starts``, the library's order), its start word, its end word). ``starts`` and ``ends`` are
+    (words, classes) in the library's order; an end lies before ``reach`` of its start."""
+    start_words, start_classes = starts
+    end_words, end_classes = ends
+    entry = torch.arange(len(start_words))
+    for column in torch.unique(start_classes).tolist():
+        if classes is not None and column not in classes:
+            continue
+        mine = start_classes == column
+        first_words, entries = start_words[mine], entry[mine]
+        last_words = end_words[end_classes == column]
+        limits = reach[first_words, column]
+        if max_width is not None:
+            limits = torch.minimum(limits, first_words + max_width)
+        for rows, at in _pairs(first_words, last_words, limits):
+            yield column, entries[rows], first_words[rows], last_words[at]
+
+
 class _Best:
     """The best ``keep`` of a stream of scored candidates, ties in order of their ``rank`` (the
     library's order); all of them when fewer."""
@@ -153,34 +189,21 @@ def span_candidates(
         scores.detach().float().cpu() for scores in (scores_inside, scores_start, scores_end)
     )
     words = inside.shape[0]
-    start_words, start_classes = torch.tensor(start_idx[0]), torch.tensor(start_idx[1])
-    end_words, end_classes = torch.tensor(end_idx[0]), torch.tensor(end_idx[1])
-    positions = torch.arange(words).unsqueeze(1).expand_as(inside)
-    # The first word at or after each word whose inside score is below the threshold (a span
-    # cannot reach it), ``words`` when none.
-    below = torch.where(inside < threshold, positions, torch.full_like(positions, words))
-    blocked = torch.flip(torch.cummin(torch.flip(below, (0,)), 0).values, (0,))
+    starts = (torch.tensor(start_idx[0]), torch.tensor(start_idx[1]))
+    ends = (torch.tensor(end_idx[0]), torch.tensor(end_idx[1]))
     outside = torch.full((1, inside.shape[1]), float("inf"))
     left = torch.cat([outside, 1.0 - inside[:-1]])  # one minus the inside score before a word
     right = torch.cat([1.0 - inside[1:], outside])  # ... and after it
     minimum = _RangeMinimum(inside)
     best = _Best(MAX_SPANS)
-    rank = torch.arange(len(start_words))
-    for column in torch.unique(start_classes).tolist():
-        if id_to_classes and column not in id_to_classes:
-            continue
-        mine = start_classes == column
-        starts, ranks = start_words[mine], rank[mine]
-        ends = end_words[end_classes == column]
-        limits = blocked[starts, column]
-        if max_width is not None:
-            limits = torch.minimum(limits, starts + max_width)
-        for rows, at in _pairs(starts, ends, limits):
-            first, last = starts[rows], ends[at]
-            score = torch.minimum(minimum(first, last, column), start[first, column])
-            score = torch.minimum(score, end[last, column])
-            score = torch.minimum(score, torch.minimum(left[first, column], right[last, column]))
-            best.add(score, ranks[rows] * words + last, first, last, torch.full_like(first, column))
+    classes = set(id_to_classes) if id_to_classes else None
+    for column, entries, first, last in _class_pairs(
+        starts, ends, _reach(inside < threshold), max_width, classes
+    ):
+        score = torch.minimum(minimum(first, last, column), start[first, column])
+        score = torch.minimum(score, end[last, column])
+        score = torch.minimum(score, torch.minimum(left[first, column], right[last, column]))
+        best.add(score, entries * words + last, first, last, torch.full_like(first, column))
     found = best.in_rank_order()
     if not found:
         return []
@@ -243,28 +266,21 @@ def propose_spans(
 
 
 def _proposals(sample: torch.Tensor, threshold: float) -> torch.Tensor:
-    words, classes, _ = sample.shape
+    words = sample.shape[0]
     start, end, inside = sample[..., 0], sample[..., 1], sample[..., 2]
     start_words, start_classes = (start > threshold).nonzero(as_tuple=True)
     end_words, end_classes = (end > threshold).nonzero(as_tuple=True)
     if not len(start_words) or not len(end_words):
         return torch.empty(0, 2, dtype=torch.long)
-    positions = torch.arange(words).unsqueeze(1).expand(words, classes)
-    below = torch.where(inside > threshold, torch.full_like(positions, words), positions)
-    blocked = torch.flip(torch.cummin(torch.flip(below, (0,)), 0).values, (0,))
     minimum = _RangeMinimum(inside)
     best = _Best(MAX_PROPOSALS)
-    rank = torch.arange(len(start_words))
-    for column in torch.unique(start_classes).tolist():
-        mine = start_classes == column
-        starts, ranks = start_words[mine], rank[mine]
-        ends = end_words[end_classes == column]
-        for rows, at in _pairs(starts, ends, blocked[starts, column]):
-            first, last = starts[rows], ends[at]
-            score = torch.minimum(
-                minimum(first, last, column), torch.minimum(start[first, column], end[last, column])
-            )
-            best.add(score.float(), ranks[rows] * words + last, first, last)
+    for column, entries, first, last in _class_pairs(
+        (start_words, start_classes), (end_words, end_classes), _reach(~(inside > threshold))
+    ):
+        score = torch.minimum(
+            minimum(first, last, column), torch.minimum(start[first, column], end[last, column])
+        )
+        best.add(score.float(), entries * words + last, first, last)
     found = best.in_rank_order()
     if not found:
         return torch.empty(0, 2, dtype=torch.long)
