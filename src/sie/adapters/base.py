@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeGuard, runtime_checkable
 
 import numpy as np
 
@@ -222,6 +222,11 @@ def eager_cuda_graphs(loadtime: Mapping[str, Any], family: str) -> str:
             "%s: cuda_graphs=%s is accepted; the encoder runs eagerly", family, mode
         )
     return str(mode)
+
+
+def is_offset(value: Any) -> TypeGuard[int]:
+    """Whether a client's character offset is an integer (a bool is not one, though Python says so)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def finite_number(value: Any) -> float:

@@ -23,9 +23,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeGuard
+from typing import Any, Final
 
-from sie.adapters.base import AnnotatedText, Task, UnsupportedInput, finite_number, thawed, unit_option
+from sie.adapters.base import (
+    AnnotatedText,
+    Task,
+    UnsupportedInput,
+    finite_number,
+    is_offset,
+    thawed,
+    unit_option,
+)
 from sie.adapters.gliformer_schema import (
     MAX_NAME_CHARS,
     MAX_SCHEMA_ITEMS,
@@ -270,20 +278,17 @@ class Plan:
         """``GLiFormer.inference``'s task arguments for items prompted with ``entity_types`` (the
         request's, or the set an item's named entities carry)."""
         types = list(entity_types) if entity_types is not None else None
+        joint = None
         if self.relation_types is not None:
             # An unnamed group shares the plain NER prompt: the joint head returns the entities it
             # finds and the relations between them.
-            joint = {None: {"entities": types, "relations": list(self.relation_types)}}
-            return {
-                "entities": None,
-                "classes": self.classes or None,
-                "joint_relations": joint,
-                **self._schema(),
-            }
-        return {"entities": types, "classes": self.classes or None, "joint_relations": None, **self._schema()}
-
-    def _schema(self) -> dict[str, Any]:
-        return {"structures": self.schema.template if self.schema else None}
+            joint, types = {None: {"entities": types, "relations": list(self.relation_types)}}, None
+        return {
+            "entities": types,
+            "classes": self.classes or None,
+            "joint_relations": joint,
+            "structures": self.schema.template if self.schema else None,
+        }
 
     def answer(self, text: str, found: Mapping[str, Any], named: list[Entity] | None) -> Extraction:
         """One document's extraction from the library's row; ``named`` are the entities the item
@@ -298,8 +303,7 @@ class Plan:
         if self.grouped:
             picked = [
                 Classification(f"{name}.{one.label}", one.score)
-                for name in self.classes
-                if not self.schema or name not in self.schema.choice_groups
+                for name in self.classes  # label groups never come with a schema's questions
                 for one in groups[name]
             ]
             classifications = sorted(picked, key=lambda one: -one.score)
@@ -329,8 +333,8 @@ def _entities(text: str, found: Sequence[Mapping[str, Any]]) -> list[Entity]:
             text[one["start"] : one["end"]], str(one["label"]), float(one["score"]), one["start"], one["end"]
         )
         for one in found
-        if _offset(one.get("start"))
-        and _offset(one.get("end"))
+        if is_offset(one.get("start"))
+        and is_offset(one.get("end"))
         and 0 <= one["start"] < one["end"] <= len(text)
     ]
     return sorted(entities, key=lambda entity: (entity.start or 0, entity.end or 0))
@@ -349,10 +353,6 @@ def _relations(
             continue  # the library's own comparison for ``threshold``
         relations.append(Relation(str(head), str(tail), str(one["relation"]), score))
     return sorted(relations, key=lambda one: (-one.score, one.relation, one.head, one.tail))
-
-
-def _offset(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def named_entities(item: AnnotatedText) -> list[Entity] | None:
@@ -375,8 +375,8 @@ def _named(text: str, raw: Any) -> Entity:
         raise UnsupportedInput("GLiFormer relation entities must be objects")
     start, end, span, label = raw.get("start"), raw.get("end"), raw.get("text"), raw.get("label", "ENTITY")
     if (
-        not _offset(start)
-        or not _offset(end)
+        not is_offset(start)
+        or not is_offset(end)
         or not isinstance(span, str)
         or not isinstance(label, str)
         or not label.strip()

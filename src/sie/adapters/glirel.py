@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Self, TypeGuard
+from typing import Any, Final, Self
 
 import glirel.modules.transformer_embeddings as glirel_embeddings
 import torch
@@ -45,6 +45,7 @@ from sie.adapters.base import (
     UnsupportedInput,
     finite_number,
     integer_option,
+    is_offset,
     unit_option,
 )
 from sie.adapters.registry import GLIREL_OPTIONS
@@ -229,7 +230,7 @@ def _entity(raw: Any, text: str) -> Entity:
     if not isinstance(raw, dict):
         raise UnsupportedInput("GLiREL entities must be objects")
     start, end = raw.get("start"), raw.get("end")
-    if not _offset(start) or not _offset(end) or not 0 <= start < end <= len(text):
+    if not is_offset(start) or not is_offset(end) or not 0 <= start < end <= len(text):
         raise UnsupportedInput(
             "GLiREL entity metadata requires integer character offsets with "
             f"0 <= start < end <= {len(text)} (the text's length)"
@@ -243,10 +244,6 @@ def _entity(raw: Any, text: str) -> Entity:
     if not isinstance(label, str) or not isinstance(name, str):
         raise UnsupportedInput("GLiREL entity label and text must be strings")
     return Entity(name, label, score, start, end)
-
-
-def _offset(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _relations(item: _Relating, found: list[dict[str, Any]]) -> list[Relation]:
