@@ -210,6 +210,15 @@ def integer_option(
     return value
 
 
+def loadtime_integer(loadtime: Mapping[str, Any], key: str, default: int) -> int:
+    """A positive integer a profile's ``loadtime`` sets (``default`` when it sets none); anything else
+    (a bool, a float, a string, zero) is the model's YAML's error, raised at load."""
+    value = loadtime.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"loadtime {key} must be a positive integer, got {value!r}")
+    return value
+
+
 def eager_cuda_graphs(loadtime: Mapping[str, Any], family: str) -> str:
     """The public server's ``loadtime.cuda_graphs`` (``"off"`` or ``"bucketed"``; YAML reads an
     unquoted ``off`` as false), checked so its YAMLs load; the encoder runs eagerly here."""

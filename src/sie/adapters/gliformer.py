@@ -52,6 +52,7 @@ from sie.adapters.base import (
     ModelInput,
     Prepared,
     UnsupportedInput,
+    loadtime_integer,
 )
 from sie.adapters.gliformer_schema import clip
 from sie.adapters.gliformer_tasks import FAMILY, MAX_TYPE_SETS, Plan, named_entities
@@ -102,15 +103,7 @@ class GliformerModel:
         self.tokenizer = tokenizer
         self.dims = {Capability.DENSE: int(model.config.embedding_config.projection_dim)}
         self._window = int(model.config.max_len)
-        self._max_prompt = loadtime.get("max_prompt_tokens", DEFAULT_MAX_PROMPT_TOKENS)
-        if (
-            isinstance(self._max_prompt, bool)
-            or not isinstance(self._max_prompt, int)
-            or self._max_prompt < 1
-        ):
-            raise ValueError(
-                f"GLiFormer max_prompt_tokens must be a positive integer, got {self._max_prompt!r}"
-            )
+        self._max_prompt = loadtime_integer(loadtime, "max_prompt_tokens", DEFAULT_MAX_PROMPT_TOKENS)
         # ``prepare`` measures with its own copy of the library's processor, under its own lock.
         self._measurer = copy.deepcopy(model.data_processor)
         self._measure_lock = threading.Lock()

@@ -46,6 +46,7 @@ from sie.adapters.base import (
     Task,
     UnsupportedInput,
     finite_number,
+    loadtime_integer,
     texts_only,
     unit_option,
 )
@@ -157,13 +158,6 @@ def head_file(spec: LoadSpec) -> Path:
     return file
 
 
-def _size(loadtime: Mapping[str, Any], key: str, default: int) -> int:
-    value = loadtime.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"loadtime {key} must be a positive integer, got {value!r}")
-    return value
-
-
 @dataclass(frozen=True)
 class Thresholds:
     prune: float
@@ -230,14 +224,14 @@ class StablebridgePruner(CrossEncoderScorer):
         if self._head is None:
             raise ValueError(f"{spec.weights}: the pruner needs a BERT or XLM-RoBERTa reranker")
         hidden = self.backbone.hidden_size
-        if _size(spec.loadtime, "hidden_size", hidden) != hidden:
+        if loadtime_integer(spec.loadtime, "hidden_size", hidden) != hidden:
             raise ValueError(
                 f"loadtime hidden_size {spec.loadtime['hidden_size']} is not the reranker's ({hidden})"
             )
         dropout = finite_number(spec.loadtime.get("dropout", 0.0))  # inactive at inference
         if not 0 <= dropout < 1:
             raise ValueError(f"loadtime dropout must be a number in [0, 1), got {spec.loadtime['dropout']!r}")
-        intermediate = _size(spec.loadtime, "intermediate_size", INTERMEDIATE_SIZE)
+        intermediate = loadtime_integer(spec.loadtime, "intermediate_size", INTERMEDIATE_SIZE)
         self._pruning = load_head(head, hidden, intermediate, dropout).to(self.backbone.device)
         limits = (spec.max_seq_length, absolute_positions(self.backbone.base))
         self._limit = min((limit for limit in limits if limit), default=None)
