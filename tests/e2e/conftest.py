@@ -78,6 +78,18 @@ def unpack_body(raw: bytes) -> Any:
     return msgpack.unpackb(raw, raw=False, object_hook=_array_hook)
 
 
+def answered_alike(server: Server, route: str, model: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The JSON answer to ``body`` on ``/v1/{route}/{model}``, after checking the msgpack answer is the
+    same (both 200): for answers without arrays (score, extract)."""
+    as_json = server.client.post(f"/v1/{route}/{model}", json=body, headers={"accept": "application/json"})
+    assert as_json.status_code == 200, as_json.text
+    packed = server.client.post(f"/v1/{route}/{model}", content=msgpack.packb(body), headers=MSGPACK_HEADERS)
+    assert packed.status_code == 200, packed.text
+    result: dict[str, Any] = as_json.json()
+    assert unpack_body(packed.content) == result
+    return result
+
+
 def cosine_of(a: np.ndarray, b: np.ndarray) -> float:
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)

@@ -17,7 +17,7 @@ from sie.adapters.gliformer import GliformerModel
 from sie.core.extraction import Extraction
 from sie.core.options import Capability, ComputePrecision
 from tests import builders
-from tests.e2e.conftest import GLIFORMER, MSGPACK_HEADERS, Server
+from tests.e2e.conftest import GLIFORMER, MSGPACK_HEADERS, Server, answered_alike
 
 TEXTS = list(builders.GLIFORMER_SENTENCES[:3])
 KEYS = {"id", "entities", "relations", "classifications", "objects", "data"}
@@ -35,23 +35,6 @@ SCHEMA = {
 def local(family_folders: dict[str, Path]) -> GliformerModel:
     """The adapter on the server's weights, its window the shipped YAML's."""
     return GliformerModel.load(LoadSpec(family_folders["gliformer"], "cpu", ComputePrecision.FLOAT32, 2048))
-
-
-def post(server: Server, route: str, body: dict[str, Any], unpack: Any) -> dict[str, Any]:
-    """One request over JSON, after checking msgpack answers the same."""
-    as_json = server.client.post(
-        f"/v1/{route}/{GLIFORMER}", json=body, headers={"accept": "application/json"}
-    )
-    assert as_json.status_code == 200, as_json.text
-    packed = server.client.post(
-        f"/v1/{route}/{GLIFORMER}", content=msgpack.packb(body), headers=MSGPACK_HEADERS
-    )
-    assert packed.status_code == 200, packed.text
-    answer: dict[str, Any] = as_json.json()
-    unpacked = unpack(packed.content)
-    if route == "extract":
-        assert unpacked["items"] == answer["items"]
-    return answer
 
 
 def local_extract(
@@ -84,8 +67,17 @@ def test_encode_is_the_embedding_heads_vector_normalised(
     families: Server, local: GliformerModel, unpack: Any
 ) -> None:
     body = {"items": [{"text": text} for text in TEXTS]}
-    answer = post(families, "encode", body, unpack)
-    vectors = np.array([item["dense"]["values"] for item in answer["items"]], dtype=np.float32)
+    as_json = families.client.post(
+        f"/v1/encode/{GLIFORMER}", json=body, headers={"accept": "application/json"}
+    )
+    packed = families.client.post(
+        f"/v1/encode/{GLIFORMER}", content=msgpack.packb(body), headers=MSGPACK_HEADERS
+    )
+    assert as_json.status_code == packed.status_code == 200, as_json.text
+    vectors = np.array([item["dense"]["values"] for item in as_json.json()["items"]], dtype=np.float32)
+    np.testing.assert_allclose(
+        [item["dense"]["values"] for item in unpack(packed.content)["items"]], vectors, atol=1e-7
+    )
     dense = Forward(frozenset({Capability.DENSE}))
     raw = local.run(local.prepare(TEXTS, dense), dense).dense
     assert raw is not None
@@ -96,36 +88,24 @@ def test_encode_is_the_embedding_heads_vector_normalised(
 
 
 @pytest.mark.parametrize(
-    ("params", "task"),
+    "params",
     [
-        ({"labels": ["person", "city", "organization"], "options": {"threshold": 0.25}}, None),
-        (
-            {
-                "labels": ["person", "city"],
-                "options": {"threshold": 0.25, "relation_labels": ["lives in", "works at"]},
-            },
-            None,
-        ),
-        (
-            {
-                "labels": ["science", "business"],
-                "options": {"classification_task": "topic", "threshold": 0.0},
-            },
-            None,
-        ),
-        (
-            {"options": {"label_groups": {"topic": ["science", "business"], "tone": ["formal", "casual"]}}},
-            None,
-        ),
-        ({"output_schema": SCHEMA, "options": {"threshold": 0.2}}, None),
+        {"labels": ["person", "city", "organization"], "options": {"threshold": 0.25}},
+        {
+            "labels": ["person", "city"],
+            "options": {"threshold": 0.25, "relation_labels": ["lives in", "works at"]},
+        },
+        {"labels": ["science", "business"], "options": {"classification_task": "topic", "threshold": 0.0}},
+        {"options": {"label_groups": {"topic": ["science", "business"], "tone": ["formal", "casual"]}}},
+        {"output_schema": SCHEMA, "options": {"threshold": 0.2}},
     ],
     ids=["entities", "relations", "classification_task", "label_groups", "output_schema"],
 )
 def test_every_request_shape_answers_as_the_adapter(
-    families: Server, local: GliformerModel, unpack: Any, params: dict[str, Any], task: None
+    families: Server, local: GliformerModel, params: dict[str, Any]
 ) -> None:
     body = {"items": [{"text": text} for text in TEXTS], "params": params}
-    items = post(families, "extract", body, unpack)["items"]
+    items = answered_alike(families, "extract", GLIFORMER, body)["items"]
     expected = local_extract(
         local, Task.of(params.get("labels", []), params.get("options", {}), None, params.get("output_schema"))
     )
@@ -135,9 +115,7 @@ def test_every_request_shape_answers_as_the_adapter(
     )
 
 
-def test_relations_between_the_entities_items_name(
-    families: Server, local: GliformerModel, unpack: Any
-) -> None:
+def test_relations_between_the_entities_items_name(families: Server, local: GliformerModel) -> None:
     metadata = []
     for text in TEXTS:
         words = text.split()
@@ -155,7 +133,7 @@ def test_relations_between_the_entities_items_name(
         "items": [{"text": t, "metadata": m} for t, m in zip(TEXTS, metadata, strict=True)],
         "params": {"labels": ["lives in"], "options": {"threshold": 0.1}},
     }
-    items = post(families, "extract", body, unpack)["items"]
+    items = answered_alike(families, "extract", GLIFORMER, body)["items"]
     same(items, local_extract(local, Task.of(["lives in"], {"threshold": 0.1}), metadata))
     assert [[e["text"] for e in item["entities"]] for item in items] == [
         [e["text"] for e in m["entities"]] for m in metadata

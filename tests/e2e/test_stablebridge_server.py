@@ -22,7 +22,7 @@ from sie.adapters.stablebridge import NO_QUERY, StablebridgePruner
 from sie.core.extraction import Entity
 from sie.core.options import Capability, ComputePrecision
 from sie.engine.model_config import load_model_config
-from tests.e2e.conftest import DOCS, MSGPACK_HEADERS, QUERY, STABLEBRIDGE, Server
+from tests.e2e.conftest import DOCS, MSGPACK_HEADERS, QUERY, STABLEBRIDGE, Server, answered_alike
 
 KEYS = {"id", "entities", "relations", "classifications", "objects", "data"}
 PASSAGES = [*DOCS, "ok", "Salt, stress and genetics.\nAlso  age."]
@@ -44,19 +44,6 @@ def local(families_models: Path, family_folders: dict[str, Path], profile: str) 
     return StablebridgePruner.load(spec), dict(resolved.runtime)
 
 
-def answer(server: Server, route: str, model: str, body: dict[str, Any], unpack: Any) -> dict[str, Any]:
-    """The JSON answer, after checking the msgpack one is the same."""
-    as_json = server.client.post(f"/v1/{route}/{model}", json=body, headers={"accept": "application/json"})
-    assert as_json.status_code == 200, as_json.text
-    as_msgpack = server.client.post(
-        f"/v1/{route}/{model}", content=msgpack.packb(body), headers=MSGPACK_HEADERS
-    )
-    assert as_msgpack.status_code == 200, as_msgpack.text
-    result: dict[str, Any] = as_json.json()
-    assert unpack(as_msgpack.content) == result
-    return result
-
-
 def same_entities(got: list[dict[str, Any]], want: list[Entity]) -> None:
     assert [(e["text"], e["label"], e["start"], e["end"], e["bbox"]) for e in got] == [
         (e.text, e.label, e.start, e.end, None) for e in want
@@ -65,7 +52,7 @@ def same_entities(got: list[dict[str, Any]], want: list[Entity]) -> None:
 
 
 def test_scores_are_the_rerankers(
-    families: Server, unpack: Any, families_models: Path, family_folders: dict[str, Path]
+    families: Server, families_models: Path, family_folders: dict[str, Path]
 ) -> None:
     adapter, _ = local(families_models, family_folders, "default")
     body: dict[str, Any] = {
@@ -74,7 +61,7 @@ def test_scores_are_the_rerankers(
     }
     for instruction in (None, "Find the medical cause"):
         asked = {**body, "instruction": instruction} if instruction else body
-        result = answer(families, "score", STABLEBRIDGE, asked, unpack)
+        result = answered_alike(families, "score", STABLEBRIDGE, asked)
         assert list(result) == ["model", "query_id", "scores", "usage"] and result["model"] == STABLEBRIDGE
         forward = Forward(frozenset({Capability.SCORE}), task=Task(instruction=instruction))
         pairs = [(QUERY, p) for p in PASSAGES]
@@ -94,7 +81,6 @@ def test_scores_are_the_rerankers(
 )
 def test_extract_answers_the_summary_and_spans_as_the_adapter(
     families: Server,
-    unpack: Any,
     families_models: Path,
     family_folders: dict[str, Path],
     model: str,
@@ -106,7 +92,7 @@ def test_extract_answers_the_summary_and_spans_as_the_adapter(
     body: dict[str, Any] = {"items": [{"text": p} for p in PASSAGES], "params": {"instruction": QUERY}}
     if options:
         body["params"]["options"] = options
-    result = answer(families, "extract", model, body, unpack)
+    result = answered_alike(families, "extract", model, body)
     forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of([], {**runtime, **options}, QUERY))
     expected = adapter.run(adapter.prepare(PASSAGES, forward), forward).extractions or []
     assert len(result["items"]) == len(expected) == len(PASSAGES)
@@ -161,7 +147,7 @@ def test_what_the_pruner_cannot_take_is_the_clients_400(
         assert detail == {"code": "INVALID_INPUT", "message": message}
     families.assert_serving()
     good = {"items": [{"text": "salt"}], "params": {"instruction": QUERY}}
-    (item,) = answer(families, "extract", STABLEBRIDGE, good, unpack)["items"]
+    (item,) = answered_alike(families, "extract", STABLEBRIDGE, good)["items"]
     assert [e["text"] for e in item["entities"][1:]] == ["salt"]
 
 
