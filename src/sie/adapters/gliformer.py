@@ -39,7 +39,7 @@ from typing import Any, Final, Self
 import numpy as np
 import torch
 from gliformer import GLiFormer
-from gliformer.processing.schema import build_structuring_output_formatter
+from gliformer.processing.schema import build_structuring_output_formatter, normalize_structuring_schemas
 from tokenizers import Tokenizer
 
 from sie.adapters import gliformer_decoding
@@ -290,8 +290,6 @@ class GliformerModel:
 
 def _normalised(heads: dict[str, Any]) -> dict[str, Any]:
     """``heads`` as ``inference`` passes them on: templates in the library's wire form."""
-    from gliformer.processing.schema import normalize_structuring_schemas
-
     structures = heads.get("structures")
     return {**heads, "structures": None if structures is None else normalize_structuring_schemas(structures)}
 
