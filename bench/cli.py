@@ -320,7 +320,7 @@ def _raw_phase(
     """Raw limits (no server running) and the float32 reference vectors. The bf16 variants only
     where the CPU has bf16 hardware: elsewhere our server runs bfloat16 as float32, and emulated bf16
     would take minutes to measure for nothing."""
-    from sie.adapters.device import cpu_has_bf16
+    from sie.adapters.runtime.device import cpu_has_bf16
 
     _say("raw sentence-transformers (no server running):")
     reference = None

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from bench.machine import machine
-from sie.adapters.device import cpu_has_bf16
+from sie.adapters.runtime.device import cpu_has_bf16
 
 ROUND = Path(__file__).with_name("engine_round.py")
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import sie
 import sie.engine.engine as engine_module
+from sie.catalog.catalog import Catalog
 from sie.core.options import ComputePrecision
-from sie.engine.catalog import Catalog
 from sie.engine.engine import Engine, EngineLimits
 from sie.engine.loader import LoadSettings
 from sie.observability.metrics import Metrics

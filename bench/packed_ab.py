@@ -24,7 +24,8 @@ import numpy as np
 
 from bench import corpus, random_models
 from bench.machine import machine
-from sie.adapters.base import Adapter, Forward, LoadSpec, Prepared
+from sie.adapters.batch import Prepared
+from sie.adapters.contract import Adapter, Forward, LoadSpec
 from sie.adapters.dense_torch import TorchDenseEncoder
 from sie.core.options import Capability, ComputePrecision, Pooling
 from sie.engine.runner import BatchGroup, ModelRunner

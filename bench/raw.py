@@ -69,7 +69,7 @@ class RawModel:
         import torch
         from sentence_transformers import SentenceTransformer
 
-        from sie.adapters.transformer import linear_weights_to
+        from sie.adapters.runtime.transformer import linear_weights_to
 
         dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16}
         dtype = dtypes.get(precision, torch.float32)

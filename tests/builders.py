@@ -982,7 +982,7 @@ def florence2(folder: Path) -> tuple[Path, Path]:
         PreTrainedTokenizerFast,
     )
 
-    from sie.adapters.florence2_layout import POST_PROCESSOR_CONFIG, TASK_TOKENS
+    from sie.adapters.florence2.layout import POST_PROCESSOR_CONFIG, TASK_TOKENS
 
     hub, native = folder / "hub", folder / "native"
     hub.mkdir(parents=True)

@@ -21,7 +21,7 @@ from typing import Any, Final
 import numpy as np
 import pytest
 
-from sie.adapters.base import Forward
+from sie.adapters.contract import Forward
 from sie.core.options import Capability, Pooling
 
 REPO = Path(__file__).resolve().parent.parent

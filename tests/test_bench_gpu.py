@@ -83,8 +83,8 @@ def test_random_model_loads_in_sentence_transformers_and_our_catalog(tmp_path: P
     from safetensors.torch import load_file
     from sentence_transformers import SentenceTransformer
 
-    from sie.engine.catalog import Catalog
-    from sie.engine.model_config import load_model_config
+    from sie.catalog.catalog import Catalog
+    from sie.catalog.model_config import load_model_config
     from sie.weights.sources import WeightSources
 
     [built] = build([TINY], minilm_dir, tmp_path / "a")
@@ -119,7 +119,7 @@ def test_an_xlm_roberta_shape_runs_packed_in_our_encoder_and_equals_sentence_tra
 ):
     from sentence_transformers import SentenceTransformer
 
-    from sie.adapters.base import Forward, LoadSpec
+    from sie.adapters.contract import Forward, LoadSpec
     from sie.adapters.dense_torch import TorchDenseEncoder
     from sie.core.options import Capability, ComputePrecision, Pooling
 

@@ -17,7 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sie.core.options import AttentionBackend, ComputePrecision
 
 if TYPE_CHECKING:
-    from sie.control.follower import FollowerSettings
+    from sie.catalog.follower import FollowerSettings
 
 PACKAGED_MODELS_DIR = Path(__file__).resolve().parent / "models"
 PACKAGED_BUNDLES_DIR = Path(__file__).resolve().parent / "bundles"
@@ -211,7 +211,7 @@ class Settings(BaseSettings):
         return split_csv(self.nats_url)
 
     def follower_settings(self) -> FollowerSettings | None:
-        from sie.control.follower import follower_settings
+        from sie.catalog.follower import follower_settings
 
         return follower_settings(
             self.config_service_url,

@@ -11,7 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend
 
-from sie.adapters.attention import (
+from sie.adapters.contract import LoadSpec
+from sie.adapters.dense_torch import TorchDenseEncoder
+from sie.adapters.runtime.attention import (
     CPU_ALONE_FROM_TOKENS,
     EAGER_SDPA,
     FUSED_SDPA,
@@ -23,10 +25,8 @@ from sie.adapters.attention import (
     reference_varlen,
     varlen_kernel,
 )
-from sie.adapters.base import LoadSpec
-from sie.adapters.dense_torch import TorchDenseEncoder
-from sie.adapters.packed_bert import PackedBert
-from sie.adapters.pooling import pool
+from sie.adapters.runtime.packed_bert import PackedBert
+from sie.adapters.runtime.pooling import pool
 from sie.core.options import AttentionBackend, ComputePrecision, Pooling
 from sie.settings import Settings
 from tests.adapters.test_packed_bert import packed_states, padded_reference, random_batch, tiny_bert

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from FlagEmbedding import BGEM3FlagModel
 
-from sie.adapters.base import Forward, LoadSpec, UnsupportedInput
 from sie.adapters.bge_m3 import BgeM3Encoder
+from sie.adapters.contract import Forward, LoadSpec
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import UnsupportedInput
 from sie.postprocess.quantize import l2_normalize
 from tests import builders
 

@@ -25,9 +25,10 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from sie.adapters.base import Forward, LoadSpec, Task
 from sie.adapters.causal_reranker import QWEN3_INSTRUCTION, CausalLmReranker
+from sie.adapters.contract import Forward, LoadSpec
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task
 from tests import builders
 
 SMALL = {

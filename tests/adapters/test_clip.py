@@ -13,9 +13,11 @@ import torch
 from PIL import Image
 from transformers import CLIPModel, CLIPProcessor, SiglipModel, SiglipProcessor
 
-from sie.adapters.base import Forward, ImageData, LoadSpec, UnsupportedInput
+from sie.adapters.batch import ImageData
 from sie.adapters.clip import ClipEncoder, DualEncoder, SiglipEncoder
+from sie.adapters.contract import Forward, LoadSpec
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import UnsupportedInput
 from sie.engine.runner import BatchGroup, ModelRunner
 from sie.postprocess.outputs import Postprocess
 from tests import builders

@@ -14,8 +14,8 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer
 from transformers import BertModel
 
-from sie.adapters.base import Forward, LoadSpec
 from sie.adapters.colbert import ColbertEncoder
+from sie.adapters.contract import Forward, LoadSpec
 from sie.core.options import Capability, ComputePrecision
 from tests import builders
 

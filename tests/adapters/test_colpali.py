@@ -14,8 +14,9 @@ import torch
 from PIL import Image
 from transformers import AutoTokenizer, ColPaliForRetrieval, ColPaliProcessor, SiglipImageProcessorPil
 
-from sie.adapters.base import Forward, ImageData, LoadSpec
+from sie.adapters.batch import ImageData
 from sie.adapters.colpali import ColPaliEncoder
+from sie.adapters.contract import Forward, LoadSpec
 from sie.core.options import Capability, ComputePrecision
 from sie.postprocess.similarity import maxsim
 from tests import builders

@@ -24,7 +24,7 @@ from PIL import Image
 from safetensors.torch import load_file, save_file
 from transformers import AutoTokenizer, Qwen2VLImageProcessorPil
 
-from sie.adapters.base import Forward, ImageData, LoadSpec, UnsupportedInput
+from sie.adapters.batch import ImageData
 from sie.adapters.colqwen2 import (
     MAX_PIXELS,
     MIN_PIXELS,
@@ -33,7 +33,9 @@ from sie.adapters.colqwen2 import (
     ColQwen2Encoder,
     pages_processor,
 )
+from sie.adapters.contract import Forward, LoadSpec
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import UnsupportedInput
 from tests import builders
 from tests.conftest import random_png
 

@@ -18,8 +18,9 @@ from PIL import Image
 from transformers import AutoTokenizer, Idefics3Processor
 from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
-from sie.adapters.base import Forward, ImageData, LoadSpec
+from sie.adapters.batch import ImageData
 from sie.adapters.colsmol import QUERY_SUFFIX, VISUAL_PROMPT, ColSmolEncoder
+from sie.adapters.contract import Forward, LoadSpec
 from sie.core.options import Capability, ComputePrecision
 from tests import builders
 from tests.adapters.test_colqwen2 import colpali_engine_class_attributes

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from sentence_transformers import CrossEncoder
 
-from sie.adapters.base import Forward, LoadSpec, Task, UnsupportedInput
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.cross_encoder import CrossEncoderScorer
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task, UnsupportedInput
 from tests import builders
 
 SCORE = Forward(frozenset({Capability.SCORE}))

@@ -35,7 +35,7 @@ from transformers import (
     XLMRobertaConfig,
 )
 
-from sie.adapters.base import LoadSpec
+from sie.adapters.contract import LoadSpec
 from sie.adapters.dense_torch import TorchDenseEncoder
 from sie.core.options import Capability, ComputePrecision, Pooling
 from sie.postprocess.quantize import l2_normalize

@@ -10,10 +10,10 @@ import pytest
 from safetensors.torch import load_file, save_file
 from sentence_transformers import SentenceTransformer
 
-from sie.adapters.base import LoadSpec
+from sie.adapters.contract import LoadSpec
 from sie.adapters.dense_onnx import OnnxDenseEncoder
 from sie.adapters.dense_torch import TorchDenseEncoder
-from sie.adapters.tokenizer import TextTokenizer
+from sie.adapters.runtime.tokenizer import TextTokenizer
 from sie.core.options import Capability, ComputePrecision, Pooling
 from sie.postprocess.quantize import l2_normalize
 from tests.conftest import dense, package_folder

@@ -1,6 +1,6 @@
 import pytest
 
-from sie.adapters.device import detect_device, effective_precision
+from sie.adapters.runtime.device import detect_device, effective_precision
 from sie.core.options import ComputePrecision as P
 
 

@@ -13,10 +13,12 @@ import torch
 from PIL import Image
 from transformers import DonutProcessor, VisionEncoderDecoderModel
 
-from sie.adapters.base import Forward, ImageData, LoadSpec, Task, UnsupportedInput
+from sie.adapters.batch import ImageData
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.donut import CORD, DOCVQA, DonutExtractor, entities_of
 from sie.core.extraction import Entity
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task, UnsupportedInput
 from tests import builders
 from tests.conftest import random_png
 

@@ -13,11 +13,13 @@ import torch
 from PIL import Image
 from transformers import AutoProcessor, Florence2ForConditionalGeneration
 
-from sie.adapters.base import Forward, ImageData, LoadSpec, Task, UnsupportedInput
+from sie.adapters.batch import ImageData
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.florence2 import DOCVQA, GROUNDING, Florence2Extractor, extraction_of, reading
-from sie.adapters.florence2_layout import native_state_dict
+from sie.adapters.florence2.layout import native_state_dict
 from sie.core.extraction import DetectedObject, Entity
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task, UnsupportedInput
 from tests import builders
 from tests.conftest import random_png
 

@@ -12,9 +12,10 @@ import pytest
 from gliclass import GLiClassModel, ZeroShotClassificationPipeline
 from transformers import AutoTokenizer
 
-from sie.adapters.base import Forward, LoadSpec, Task, UnsupportedInput
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.gliclass import NO_LABELS, GliclassClassifier
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task, UnsupportedInput
 from tests import builders
 
 TEXTS = [

@@ -19,11 +19,13 @@ from gliformer import GLiFormer
 from gliformer.processing.schema import build_structuring_output_formatter
 
 from sie.adapters import gliformer as gliformer_adapter
-from sie.adapters.base import AnnotatedText, Forward, LoadSpec, Task, UnsupportedInput
+from sie.adapters.batch import AnnotatedText
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.gliformer import MAX_RELATION_ENTITIES, GliformerModel
-from sie.adapters.gliformer_schema import compile_schema, shape
+from sie.adapters.gliformer.schema import compile_schema, shape
 from sie.core.extraction import Extraction
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task, UnsupportedInput
 from tests import builders
 
 TEXTS = [*builders.GLIFORMER_SENTENCES[:4], "Ada lived in London."]  # five lengths: batches pad

@@ -15,8 +15,8 @@ import pytest
 import torch
 from gliformer.tasks.span_decoder import Span, SpanDecoder
 
-from sie.adapters import gliformer_decoding
-from sie.adapters.gliformer_decoding import install, propose_spans, select_spans, span_candidates
+from sie.adapters.gliformer import decoding as gliformer_decoding
+from sie.adapters.gliformer.decoding import install, propose_spans, select_spans, span_candidates
 
 install()
 ORIGINAL_SCORE = gliformer_decoding.ORIGINALS["span_score"]

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from sie.adapters.base import UnsupportedInput
-from sie.adapters.gliformer_schema import MAX_DEPTH, FieldKind, compile_schema, shape
+from sie.adapters.gliformer.schema import MAX_DEPTH, FieldKind, compile_schema, shape
+from sie.core.task import UnsupportedInput
 
 
 def obj(**properties: Any) -> dict[str, Any]:

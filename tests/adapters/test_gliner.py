@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from gliner import GLiNER
 
-from sie.adapters.base import Forward, LoadSpec, Task, UnsupportedInput
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.gliner import (
     MIN_ADJACENCY,
     NO_LABELS,
@@ -23,9 +23,10 @@ from sie.adapters.gliner import (
     merge_adjacent,
     span_entity,
 )
-from sie.adapters.word_windows import MAX_WINDOWS, owned, plan_windows, resolve_overlaps
+from sie.adapters.runtime.word_windows import MAX_WINDOWS, owned, plan_windows, resolve_overlaps
 from sie.core.extraction import Entity
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task, UnsupportedInput
 from tests import builders
 
 LABELS = ["person", "location", "organization"]

@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from gliner2 import AutoExtractor
 
-from sie.adapters import registry
-from sie.adapters.base import Forward, LoadSpec, Task, UnsupportedInput
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.gliner2 import NO_LABELS, Gliner2Extractor
-from sie.adapters.transformer import absolute_positions
+from sie.adapters.runtime.transformer import absolute_positions
+from sie.catalog import families
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task, UnsupportedInput
 from tests import builders
 
 TEXTS = [
@@ -96,13 +97,13 @@ def test_the_public_gliner2_adapters_load_our_classes() -> None:
         "sie_server.adapters.gliner2.entities:GLiNER2EntitiesAdapter",
         "sie_server.adapters.gliner2.classification:GLiNER2ClassificationAdapter",
     ):
-        assert registry.canonical(public) == "sie.adapters.gliner2:Gliner2Extractor"
-        assert registry.not_served(public) is None
+        assert families.canonical(public) == "sie.adapters.gliner2:Gliner2Extractor"
+        assert families.not_served(public) is None
     decide = "sie_server.adapters.gliner2.decide:GLiNER2DecideAdapter"
-    assert registry.canonical(decide) == "sie.adapters.gliner2_decide:Gliner2Decider"
-    assert registry.not_served(decide) is None
-    assert registry.takes_output_schema(decide)
-    assert not registry.takes_output_schema("sie_server.adapters.gliner2.adapter:GLiNER2Adapter")
+    assert families.canonical(decide) == "sie.adapters.gliner2_decide:Gliner2Decider"
+    assert families.not_served(decide) is None
+    assert families.takes_output_schema(decide)
+    assert not families.takes_output_schema("sie_server.adapters.gliner2.adapter:GLiNER2Adapter")
 
 
 @pytest.mark.parametrize(

@@ -18,11 +18,13 @@ from gliner2 import AutoExtractor
 from gliner2.inference.schema import Schema
 from gliner2.processing.word_splitter import WhitespaceTokenSplitter
 
-from sie.adapters.base import AnnotatedText, Forward, LoadSpec, ModelInput, Task, UnsupportedInput
+from sie.adapters.batch import AnnotatedText, ModelInput
+from sie.adapters.contract import Forward, LoadSpec
+from sie.adapters.decide.words import words
 from sie.adapters.gliner2_decide import Gliner2Decider
-from sie.adapters.gliner2_words import words
 from sie.core.extraction import Extraction
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task, UnsupportedInput
 from tests import builders
 
 TEXTS = [

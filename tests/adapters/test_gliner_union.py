@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sie.adapters.base import Forward, LoadSpec, Task, UnsupportedInput
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.gliner import GlinerExtractor
 from sie.adapters.gliner_union import (
     NO_LABELS,
@@ -29,6 +29,7 @@ from sie.adapters.gliner_union import (
 )
 from sie.core.extraction import Entity
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task, UnsupportedInput
 from tests import builders
 
 LABELS = ["person", "location", "organization"]

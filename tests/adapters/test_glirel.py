@@ -19,10 +19,12 @@ import pytest
 import torch
 from glirel import GLiREL
 
-from sie.adapters.base import AnnotatedText, Forward, LoadSpec, Task, UnsupportedInput
+from sie.adapters.batch import AnnotatedText
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.glirel import MAX_ENTITIES, NO_ENTITIES, NO_LABELS, GlirelExtractor
 from sie.core.extraction import Extraction
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task, UnsupportedInput
 from tests import builders
 
 LABELS = ["founded by", "located in", "works at"]

@@ -19,10 +19,12 @@ from transformers import (
     GroundingDinoProcessor,
 )
 
-from sie.adapters.base import Forward, ImageData, LoadSpec, Task, UnsupportedInput
+from sie.adapters.batch import ImageData
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.detection import NEEDS_IMAGE
 from sie.adapters.grounding_dino import NO_PROMPT, GroundingDinoDetector, label_of
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task, UnsupportedInput
 from tests import builders
 from tests.conftest import random_png
 

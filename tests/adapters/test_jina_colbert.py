@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer
 from transformers import JinaEmbeddingsV3Config, JinaEmbeddingsV3Model
 
-from sie.adapters.base import Forward, LoadSpec
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.jina_colbert import JinaColbertEncoder
 from sie.core.options import Capability, ComputePrecision
 from tests import builders

@@ -15,7 +15,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 from sentence_transformers import CrossEncoder
 
-from sie.adapters.base import Forward, LoadSpec
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.jina_reranker import JinaRerankerScorer
 from sie.core.options import Capability, ComputePrecision
 from tests import builders

@@ -14,11 +14,13 @@ import laya
 import numpy as np
 import pytest
 
-from sie.adapters import registry
-from sie.adapters.base import AnnotatedText, Forward, LoadSpec, ModelInput, Task, UnsupportedInput
+from sie.adapters.batch import AnnotatedText, ModelInput
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.laya import LABELS_INSTRUCTION, LayaDecider
+from sie.catalog import families
 from sie.core.extraction import Extraction
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task, UnsupportedInput
 from tests import builders
 
 QUESTIONS: dict[str, Any] = {
@@ -167,8 +169,8 @@ def test_a_row_is_the_librarys_and_its_tokens_are_metered(decider: LayaDecider, 
 
 def test_the_public_adapter_name_loads_this_class() -> None:
     public = "sie_server.adapters.laya.adapter:LayaAdapter"
-    assert registry.canonical(public) == "sie.adapters.laya:LayaDecider"
-    assert registry.not_served(public) is None and registry.takes_output_schema(public)
+    assert families.canonical(public) == "sie.adapters.laya:LayaDecider"
+    assert families.not_served(public) is None and families.takes_output_schema(public)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import torch
 from peft import PeftModel
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
-from sie.adapters.base import Forward, LoadSpec, TakesLora
+from sie.adapters.contract import Forward, LoadSpec, TakesLora
 from sie.adapters.dense_torch import TorchDenseEncoder
 from sie.adapters.splade import SpladeEncoder
 from sie.core.options import Capability, ComputePrecision

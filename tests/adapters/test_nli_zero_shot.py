@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from transformers import pipeline
 
-from sie.adapters.base import Forward, LoadSpec, Task, UnsupportedInput
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.nli_zero_shot import DEFAULT_TEMPLATE, NEEDS_LABELS, NliZeroShotClassifier
 from sie.core.extraction import Classification
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task, UnsupportedInput
 from tests import builders
 from tests.conftest import package_folder
 

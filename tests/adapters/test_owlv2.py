@@ -14,10 +14,12 @@ import torch
 from PIL import Image
 from transformers import AutoTokenizer, Owlv2ForObjectDetection, Owlv2ImageProcessorPil
 
-from sie.adapters.base import Forward, ImageData, LoadSpec, Task, UnsupportedInput
+from sie.adapters.batch import ImageData
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.detection import NEEDS_IMAGE
 from sie.adapters.owlv2 import NO_LABELS, Owlv2Detector
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task, UnsupportedInput
 from tests import builders
 from tests.conftest import random_png
 

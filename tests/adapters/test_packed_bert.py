@@ -19,18 +19,19 @@ from transformers import (
     XLMRobertaModel,
 )
 
-from sie.adapters.attention import (
+from sie.adapters.batch import Prepared, TokenBatch
+from sie.adapters.contract import LoadSpec
+from sie.adapters.dense_torch import TorchDenseEncoder
+from sie.adapters.runtime.attention import (
     CPU_ALONE_FROM_TOKENS,
     CPU_BUCKET_CALL_COST,
     AttentionPlan,
     plan_attention,
 )
-from sie.adapters.base import LoadSpec, Prepared, TokenBatch
-from sie.adapters.dense_torch import TorchDenseEncoder
-from sie.adapters.packed_bert import BucketLayout, PackedBert, _onednn_linear, attention_buckets
-from sie.adapters.packing import PackedTokens
-from sie.adapters.pooling import pool, unpad
-from sie.adapters.transformer import linear_weights_to
+from sie.adapters.runtime.packed_bert import BucketLayout, PackedBert, _onednn_linear, attention_buckets
+from sie.adapters.runtime.packing import PackedTokens
+from sie.adapters.runtime.pooling import pool, unpad
+from sie.adapters.runtime.transformer import linear_weights_to
 from sie.core.options import AttentionBackend, ComputePrecision, Pooling
 from tests.adapters.test_dense_equivalence import corpus, cosine
 from tests.conftest import dense

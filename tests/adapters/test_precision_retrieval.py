@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from sie.adapters.base import LoadSpec
+from sie.adapters.contract import LoadSpec
 from sie.adapters.dense_torch import TorchDenseEncoder
 from sie.core.options import ComputePrecision, Pooling
 from sie.postprocess.quantize import l2_normalize

@@ -22,10 +22,12 @@ from transformers import (
     Qwen3VLProcessor,
 )
 
-from sie.adapters.base import Forward, ImageData, LoadSpec, MediaPair, Task, UnsupportedInput
+from sie.adapters.batch import ImageData, MediaPair
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.qwen3_vl_embedding import Qwen3VlEmbedder
 from sie.adapters.qwen3_vl_reranker import SYSTEM_PROMPT, Qwen3VlReranker
 from sie.core.options import Capability, ComputePrecision, Pooling
+from sie.core.task import Task, UnsupportedInput
 from tests import builders
 from tests.conftest import random_png
 

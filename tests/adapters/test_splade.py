@@ -11,7 +11,7 @@ import pytest
 from sentence_transformers import SparseEncoder
 
 from sie.adapters import splade
-from sie.adapters.base import Forward, LoadSpec
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.splade import SpladeEncoder
 from sie.core.options import Capability, ComputePrecision
 

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from sentence_transformers import CrossEncoder
 
-from sie.adapters.base import Forward, LoadSpec, Task, UnsupportedInput
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.st_cross_encoder import SentenceTransformersCrossEncoder
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task, UnsupportedInput
 from tests import builders
 from tests.adapters.test_cross_encoder import PAIRS
 

@@ -22,11 +22,13 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoTokenizer, XLMRobertaForSequenceClassification
 
-from sie.adapters.base import Forward, ImageData, LoadSpec, Task, UnsupportedInput
-from sie.adapters.registry import adapter_class
+from sie.adapters.batch import ImageData
+from sie.adapters.contract import Forward, LoadSpec
+from sie.adapters.loading import adapter_class
 from sie.adapters.stablebridge import NO_QUERY, StablebridgePruner
 from sie.core.extraction import Entity
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task, UnsupportedInput
 from sie.engine.load_errors import LoadErrorClass, LoadFailureClass, classify
 from sie.weights.sources import WeightsNotFound, WeightSources
 from tests import builders

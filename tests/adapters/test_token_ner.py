@@ -19,12 +19,13 @@ import torch
 from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokenizer, pipeline
 from transformers.pipelines.token_classification import AggregationStrategy
 
-from sie.adapters.base import Forward, LoadSpec, Task, UnsupportedInput
+from sie.adapters.contract import Forward, LoadSpec
+from sie.adapters.runtime.tokenizer import TextTokenizer
 from sie.adapters.token_ner import TorchTokenNer
 from sie.adapters.token_ner_onnx import OnnxTokenNer
-from sie.adapters.tokenizer import TextTokenizer
 from sie.core.extraction import Entity
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task, UnsupportedInput
 from tests import builders
 from tests.conftest import package_folder
 

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from sie.adapters.word_windows import (
+from sie.adapters.runtime.word_windows import (
     WINDOW_OVERLAP_WORDS,
     Window,
     overlap_for,

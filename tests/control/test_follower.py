@@ -7,8 +7,8 @@ import asyncio
 import msgspec
 import yaml
 
-from sie.control.follower import ConfigFollower, FollowerSettings, trusted
-from sie.engine.model_config import ModelConfig
+from sie.catalog.follower import ConfigFollower, FollowerSettings, trusted
+from sie.catalog.model_config import ModelConfig
 
 CONFIG = {
     "sie_id": "acme/a",

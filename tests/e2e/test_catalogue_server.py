@@ -17,7 +17,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from sie.engine.catalog import Catalog
+from sie.catalog.catalog import Catalog
 from tests.conftest import MODELS_DIR
 from tests.e2e.conftest import MSGPACK_HEADERS, READY_TIMEOUT_S, Server
 

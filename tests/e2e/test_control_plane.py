@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import yaml
 
-from sie.engine.model_config import ModelConfig
+from sie.catalog.model_config import ModelConfig
 from sie.settings import PACKAGED_BUNDLES_DIR, PACKAGED_MODELS_DIR
 from tests.conftest import running_nats
 from tests.e2e.cluster import (

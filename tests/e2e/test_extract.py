@@ -15,9 +15,10 @@ from typing import Any
 import msgpack
 import pytest
 
-from sie.adapters.base import Forward, LoadSpec, Task
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.gliner import GlinerExtractor
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task
 from tests import builders
 from tests.e2e.conftest import GLINER, MINILM, MSGPACK_HEADERS, Server
 

@@ -15,7 +15,8 @@ import msgpack
 import numpy as np
 import pytest
 
-from sie.adapters.base import AnnotatedText, Forward, ImageData, LoadSpec, Task
+from sie.adapters.batch import AnnotatedText, ImageData
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.donut import CORD, DonutExtractor
 from sie.adapters.florence2 import DOCVQA, Florence2Extractor
 from sie.adapters.gliclass import GliclassClassifier
@@ -30,6 +31,7 @@ from sie.adapters.owlv2 import Owlv2Detector
 from sie.adapters.token_ner import TorchTokenNer
 from sie.core.extraction import Extraction
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task
 from tests import builders
 from tests.conftest import package_folder, random_png
 from tests.e2e.conftest import (
@@ -425,7 +427,7 @@ def test_pii_redact_under_its_public_id_is_the_union_of_its_members_as_the_adapt
     """The shipped pii-redact YAML (its 36 default labels, score floor 0.6, 300-word windows, person
     names propagated) on built members: a request without labels answers the adapter's union, JSON
     and msgpack alike; a bad composition option is the client's 400 and the server keeps serving."""
-    from sie.engine.model_config import load_model_config
+    from sie.catalog.model_config import load_model_config
 
     text = "Alice Martin emailed Bob at Google in Paris; Martin then called Bob from Berlin."
     body: dict[str, Any] = {"items": [{"text": text}, {"text": "ok"}]}

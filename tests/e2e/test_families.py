@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from sentence_transformers import CrossEncoder
 
-from sie.adapters.base import Forward, LoadSpec
 from sie.adapters.causal_reranker import CausalLmReranker
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.jina_colbert import JinaColbertEncoder
 from sie.core.options import Capability, ComputePrecision
 from sie.postprocess.muvera import Muvera, MuveraConfig
@@ -420,7 +420,7 @@ def test_jina_colbert_under_its_public_id_encodes_and_scores_as_the_adapter(
     """The shipped jina-colbert-v2 YAML (markers, 32-token expanded queries, 300-token documents, 128
     dims) on built weights: queries and documents equal the adapter's, and ``/v1/score`` ranks the
     documents by MaxSim over them (averaged over the query tokens)."""
-    from sie.engine.model_config import load_model_config
+    from sie.catalog.model_config import load_model_config
 
     config = load_model_config(families_models / "jinaai__jina-colbert-v2.yaml")
     loadtime = dict(config.resolve_profile("default").loadtime)

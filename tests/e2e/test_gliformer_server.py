@@ -12,10 +12,12 @@ import msgpack
 import numpy as np
 import pytest
 
-from sie.adapters.base import AnnotatedText, Forward, LoadSpec, Task
+from sie.adapters.batch import AnnotatedText
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.gliformer import GliformerModel
 from sie.core.extraction import Extraction
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task
 from tests import builders
 from tests.e2e.conftest import GLIFORMER, MSGPACK_HEADERS, Server, answered_alike
 

@@ -17,11 +17,12 @@ import msgpack
 import numpy as np
 import pytest
 
-from sie.adapters.base import Forward, LoadSpec, Task
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.stablebridge import NO_QUERY, StablebridgePruner
+from sie.catalog.model_config import load_model_config
 from sie.core.extraction import Entity
 from sie.core.options import Capability, ComputePrecision
-from sie.engine.model_config import load_model_config
+from sie.core.task import Task
 from tests.e2e.conftest import DOCS, MSGPACK_HEADERS, QUERY, STABLEBRIDGE, Server, answered_alike
 
 KEYS = {"id", "entities", "relations", "classifications", "objects", "data"}

@@ -26,14 +26,16 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from sie.adapters.base import Forward, ImageData, LoadSpec, MediaPair, Task
+from sie.adapters.batch import ImageData, MediaPair
 from sie.adapters.clip import ClipEncoder, DualEncoder, SiglipEncoder
 from sie.adapters.colpali import ColPaliEncoder
 from sie.adapters.colqwen2 import ColQwen2Encoder
 from sie.adapters.colsmol import ColSmolEncoder
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.qwen3_vl_embedding import Qwen3VlEmbedder
 from sie.adapters.qwen3_vl_reranker import Qwen3VlReranker
 from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task
 from sie.postprocess.similarity import maxsim
 from sie.weights.disk_cache import folder_name
 from tests import builders

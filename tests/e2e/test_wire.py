@@ -15,7 +15,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from sie.engine.catalog import Catalog
+from sie.catalog.catalog import Catalog
 from tests.conftest import MODELS_DIR
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from sie.adapters.base import ItemOutputs, Prepared
+from sie.adapters.batch import ItemOutputs, Prepared
 
 
 def items(*lengths: int) -> list[Prepared]:

@@ -11,14 +11,15 @@ from collections import Counter
 
 import pytest
 
-from sie.adapters import registry
-from sie.adapters.base import Task
+from sie.adapters import loading
 from sie.adapters.gliner import GlinerOptions
+from sie.catalog import families
+from sie.catalog.catalog import Catalog
+from sie.catalog.encode_plan import plan_encode
+from sie.catalog.model_config import ModelConfig, load_model_dir
+from sie.catalog.score_plan import plan_score
 from sie.core.options import Capability
-from sie.engine.catalog import Catalog
-from sie.engine.encode_plan import plan_encode
-from sie.engine.model_config import ModelConfig, load_model_dir
-from sie.engine.score_plan import plan_score
+from sie.core.task import Task
 from sie.postprocess.muvera import MuveraConfig
 from sie.weights.packaged import PACKAGED
 from sie.weights.sources import WeightSources
@@ -277,7 +278,7 @@ def test_the_catalogue_is_the_expected_one():
     shipped: dict[str, set[str]] = {}
     refused = []
     for config in CONFIGS:
-        if registry.not_served(adapter_of(config)):
+        if families.not_served(adapter_of(config)):
             refused.append(config.sie_id)
         else:
             shipped.setdefault(adapter_of(config), set()).add(config.sie_id)
@@ -290,16 +291,16 @@ def test_every_profile_names_one_of_our_classes():
     for config in CONFIGS:
         for name in config.profiles:
             path = config.resolve_profile(name).adapter_path
-            if registry.not_served(path):
+            if families.not_served(path):
                 continue  # the public name is kept: the refusal names it
-            assert path in registry.CANONICAL, f"{config.sie_id}:{name} names {path}"
-            assert registry.canonical(path) == path
+            assert path in families.CANONICAL, f"{config.sie_id}:{name} names {path}"
+            assert families.canonical(path) == path
 
 
 def test_every_alias_points_at_one_of_our_classes():
-    assert set(registry.ALIASES.values()) <= registry.CANONICAL
-    assert registry.CANONICAL | set(registry.ALIASES) == registry.KNOWN
-    assert all(alias.startswith("sie_server.adapters.") for alias in registry.ALIASES)
+    assert set(families.ALIASES.values()) <= families.CANONICAL
+    assert families.CANONICAL | set(families.ALIASES) == families.KNOWN
+    assert all(alias.startswith("sie_server.adapters.") for alias in families.ALIASES)
 
 
 @pytest.mark.parametrize(
@@ -315,20 +316,20 @@ def test_every_alias_points_at_one_of_our_classes():
 def test_public_names_in_either_release_spelling_load_our_class(path, ours):
     """Public YAMLs name an adapter by its package or by the package's ``adapter`` submodule,
     depending on the release they were written for."""
-    assert registry.canonical(path) == ours
-    assert registry.adapter_class(path) is registry.adapter_class(ours)
+    assert families.canonical(path) == ours
+    assert loading.adapter_class(path) is loading.adapter_class(ours)
 
 
 def test_the_adapter_submodule_spelling_is_only_read_for_public_names():
-    assert registry.canonical("sie_server.adapters.siglip.adapter:Nope") == "sie_server.adapters.siglip:Nope"
-    assert registry.canonical("mine.adapter:Custom") == "mine.adapter:Custom"
-    with pytest.raises(registry.UnknownAdapter, match="known: "):
-        registry.adapter_class("sie_server.adapters.rope_flash.adapter:RoPEFlashAdapter")
+    assert families.canonical("sie_server.adapters.siglip.adapter:Nope") == "sie_server.adapters.siglip:Nope"
+    assert families.canonical("mine.adapter:Custom") == "mine.adapter:Custom"
+    with pytest.raises(loading.UnknownAdapter, match="known: "):
+        loading.adapter_class("sie_server.adapters.rope_flash.adapter:RoPEFlashAdapter")
 
 
-@pytest.mark.parametrize("path", sorted(registry.CANONICAL))
+@pytest.mark.parametrize("path", sorted(families.CANONICAL))
 def test_every_canonical_class_imports(path):
-    assert registry.adapter_class(path).__name__ == path.rpartition(":")[2]
+    assert loading.adapter_class(path).__name__ == path.rpartition(":")[2]
 
 
 def test_dense_models_declare_dense_only():
@@ -430,7 +431,7 @@ def test_vision_models_take_text_and_images_and_state_the_public_facts():
         assert config.max_sequence_length == (77 if clip else 16 if short else 64)
         # The public server's defaults: CLIP answers unit vectors, SigLIP raw ones.
         assert config.resolve_profile("default").runtime["normalize"] is clip
-    assert {alias for alias, target in registry.ALIASES.items() if target in (CLIP, SIGLIP)} == {
+    assert {alias for alias, target in families.ALIASES.items() if target in (CLIP, SIGLIP)} == {
         "sie_server.adapters.clip:CLIPAdapter",
         "sie_server.adapters.siglip:SiglipAdapter",
     }
@@ -487,8 +488,8 @@ def test_gliner_models_extract_only_with_the_public_profile_options():
         merged = sie_id in {"numind/NuNER_Zero", "NeuML/gliner-bert-tiny"}
         assert runtime.get("merge_adjacent_entities", False) is merged, sie_id
     assert BY_ID["numind/NuNER_Zero"].max_sequence_length == 384
-    assert registry.canonical("sie_server.adapters.gliner:GLiNERAdapter") == GLINER
-    assert registry.canonical("sie_server.adapters.gliner_bi:GLiNERBiAdapter") == GLINER
+    assert families.canonical("sie_server.adapters.gliner:GLiNERAdapter") == GLINER
+    assert families.canonical("sie_server.adapters.gliner_bi:GLiNERBiAdapter") == GLINER
     modern = BY_ID["knowledgator/modern-gliner-bi-base-v1.0"]
     assert modern.resolve_profile("default").loadtime == {"max_len": 2048}
     assert modern.resolve_profile("sdpa").loadtime == {"max_len": 2048, "attn_implementation": "sdpa"}
@@ -533,7 +534,7 @@ def test_every_runtime_default_plans():
     for name in catalog.names():
         entry = catalog.get(name)
         assert entry is not None
-        if registry.not_served(entry.profile.adapter_path):
+        if families.not_served(entry.profile.adapter_path):
             continue
         outputs = entry.config.output_types()
         if not outputs:

@@ -2,10 +2,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from sie.adapters.base import TEXT_ONLY, ImageData, Task
+from sie.adapters.batch import ImageData
+from sie.adapters.contract import NO_TRAITS, TEXT_ONLY, Trait
+from sie.catalog.encode_plan import plan_encode
+from sie.catalog.errors import InvalidInput
 from sie.core.options import Capability, Modality, OutputDType, OutputType, Pooling
-from sie.engine.encode_plan import plan_encode
-from sie.engine.errors import InvalidInput
+from sie.core.task import Task
+from sie.engine.inputs import encode_input, encode_task, encode_text
 from sie.wire.requests import EncodeParams, ImageInput, Item
 
 DENSE = frozenset({Capability.DENSE})
@@ -26,15 +29,14 @@ def planned(runtime: dict | None = None, params: EncodeParams | None = None):
 
 
 # What a plan reads of an adapter: its family (named in errors) and the inputs it takes.
-NAMED_A = SimpleNamespace(family="A", inputs=TEXT_ONLY)
-NAMED_ST = SimpleNamespace(family="SentenceTransformer", inputs=TEXT_ONLY)
-VISION = SimpleNamespace(family="CLIP", inputs=frozenset({Modality.TEXT, Modality.IMAGE}))
+NAMED_A = SimpleNamespace(family="A", inputs=TEXT_ONLY, traits=NO_TRAITS)
+NAMED_ST = SimpleNamespace(family="SentenceTransformer", inputs=TEXT_ONLY, traits=NO_TRAITS)
+VISION = SimpleNamespace(family="CLIP", inputs=frozenset({Modality.TEXT, Modality.IMAGE}), traits=NO_TRAITS)
 # A chat VLM (Qwen3-VL-Embedding): reads an image with its caption, places the instruction itself.
 CHAT_VLM = SimpleNamespace(
     family="Qwen3-VL-Embedding",
     inputs=frozenset({Modality.TEXT, Modality.IMAGE}),
-    reads_image_text=True,
-    places_instruction=True,
+    traits=frozenset({Trait.READS_IMAGE_TEXT, Trait.PLACES_INSTRUCTION}),
 )
 
 
@@ -67,11 +69,11 @@ def test_templates_and_instruction_shape_the_text():
         {"query_template": "query: {text}", "doc_template": "passage: {text}"},
         EncodeParams(options={"is_query": True}),
     )
-    assert query.text_for(Item(text="x"), NAMED_A) == "query: x"
+    assert encode_text(query, Item(text="x"), NAMED_A) == "query: x"
     doc = planned({"query_template": "query: {text}", "doc_template": "passage: {text}"}, None)
-    assert doc.text_for(Item(text="x"), NAMED_A) == "passage: x"
+    assert encode_text(doc, Item(text="x"), NAMED_A) == "passage: x"
     instructed = planned({}, EncodeParams(instruction="Represent this"))
-    assert instructed.text_for(Item(text="x"), NAMED_A) == "Represent this x"
+    assert encode_text(instructed, Item(text="x"), NAMED_A) == "Represent this x"
 
 
 @pytest.mark.parametrize(
@@ -95,39 +97,39 @@ def test_invalid_requests_name_the_bad_value(params, message):
 
 def test_item_without_text_is_invalid():
     with pytest.raises(InvalidInput, match="requires text input"):
-        planned({}, None).text_for(Item(), NAMED_ST)
+        encode_text(planned({}, None), Item(), NAMED_ST)
 
 
 def test_an_image_goes_to_a_model_that_takes_images_and_text_otherwise():
     plan = planned({"query_template": "q: {text}"}, EncodeParams(options={"is_query": True}))
     image = ImageInput(b"\x89PNG...", "png")
-    assert plan.input_for(Item(text="a", images=[image]), "m", VISION) == ImageData(b"\x89PNG...", "png")
-    assert plan.input_for(Item(text="a"), "m", VISION) == "q: a"
+    assert encode_input(plan, Item(text="a", images=[image]), "m", VISION) == ImageData(b"\x89PNG...", "png")
+    assert encode_input(plan, Item(text="a"), "m", VISION) == "q: a"
 
 
 def test_a_family_that_places_the_instruction_gets_it_apart_and_reads_an_images_caption():
     plan = planned({"default_instruction": "Represent the user's input."}, None)
     image = ImageInput(b"\x89PNG...", "png")
-    assert plan.text_for(Item(text="x"), CHAT_VLM) == "x"  # not "{instruction} x"
-    assert plan.task_for(CHAT_VLM) == Task(instruction="Represent the user's input.")
-    assert plan.input_for(Item(text="a cat", images=[image]), "m", CHAT_VLM) == ImageData(
+    assert encode_text(plan, Item(text="x"), CHAT_VLM) == "x"  # not "{instruction} x"
+    assert encode_task(plan, CHAT_VLM) == Task(instruction="Represent the user's input.")
+    assert encode_input(plan, Item(text="a cat", images=[image]), "m", CHAT_VLM) == ImageData(
         b"\x89PNG...", "png", "a cat"
     )
-    assert plan.input_for(Item(images=[image]), "m", CHAT_VLM) == ImageData(b"\x89PNG...", "png")
+    assert encode_input(plan, Item(images=[image]), "m", CHAT_VLM) == ImageData(b"\x89PNG...", "png")
     asked = planned({}, EncodeParams(instruction="Find it"))
-    assert asked.task_for(CHAT_VLM) == Task(instruction="Find it")
+    assert encode_task(asked, CHAT_VLM) == Task(instruction="Find it")
     # Everyone else: the instruction stays in front of the text, and no task carries it.
-    assert asked.text_for(Item(text="x"), NAMED_A) == "Find it x" and asked.task_for(NAMED_A) is None
-    assert planned({}, None).task_for(CHAT_VLM) is None
+    assert encode_text(asked, Item(text="x"), NAMED_A) == "Find it x" and encode_task(asked, NAMED_A) is None
+    assert encode_task(planned({}, None), CHAT_VLM) is None
 
 
 def test_an_image_to_a_text_only_model_or_several_images_are_invalid():
     plan = planned({}, None)
     image = ImageInput(b"x", "jpeg")
     with pytest.raises(InvalidInput, match="Model 'm' does not support image input"):
-        plan.input_for(Item(images=[image]), "m", NAMED_ST)
+        encode_input(plan, Item(images=[image]), "m", NAMED_ST)
     with pytest.raises(InvalidInput, match="one image per item, got 2"):
-        plan.input_for(Item(images=[image, image]), "m", VISION)
+        encode_input(plan, Item(images=[image, image]), "m", VISION)
 
 
 def test_a_requests_sequence_length_is_read_as_the_public_server_reads_it():

@@ -8,11 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sie.adapters.base import Forward
+from sie.adapters.contract import Forward
+from sie.catalog.catalog import Catalog
+from sie.catalog.errors import InvalidInput, ModelNotFound
 from sie.core.options import Capability, ComputePrecision, OutputDType, Pooling
-from sie.engine.catalog import Catalog
 from sie.engine.engine import Engine, EngineLimits
-from sie.engine.errors import InvalidInput, ModelLoadFailed, ModelLoading, ModelNotFound, Overloaded
+from sie.engine.errors import ModelLoadFailed, ModelLoading, Overloaded
 from sie.engine.loader import LoadSettings, ModelState
 from sie.engine.runner import BatchGroup
 from sie.observability.metrics import Metrics

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors import SafetensorError
 
-from sie.adapters.registry import UnknownAdapter
+from sie.adapters.loading import UnknownAdapter
 from sie.engine.load_errors import MAX_COOLDOWN_S, MAX_TRANSIENT_ATTEMPTS, LoadErrorClass, classify
 from sie.weights.sources import WeightsNotFound
 

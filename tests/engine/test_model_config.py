@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from sie.engine.catalog import Catalog
-from sie.engine.model_config import ModelConfigError, load_model_config, load_model_dir
+from sie.catalog.catalog import Catalog
+from sie.catalog.model_config import ModelConfigError, load_model_config, load_model_dir
 from tests.conftest import MODELS_DIR
 
 VALID = """

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from sie.adapters.registry import canonical, not_served
-from sie.engine.model_config import load_model_dir
+from sie.catalog.families import canonical, not_served
+from sie.catalog.model_config import load_model_dir
 from tests.conftest import MODELS_DIR, REPO
 
 ROW = re.compile(r"^\| `([^`]+)` \| (yes|no \(ours\)) \| (served|not served) \| (.+) \| `([^`]+)`")

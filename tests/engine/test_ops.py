@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from sentence_transformers import CrossEncoder
 
+from sie.catalog.catalog import Catalog
+from sie.catalog.errors import InvalidInput, PayloadTooLarge
 from sie.core.options import ComputePrecision
-from sie.engine.catalog import Catalog
 from sie.engine.engine import Engine, EngineLimits
-from sie.engine.errors import InvalidInput, PayloadTooLarge
 from sie.engine.loader import LoadSettings
 from sie.observability.metrics import Metrics
 from sie.weights.sources import WeightSources

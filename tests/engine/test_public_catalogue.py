@@ -3,7 +3,7 @@
 Every public YAML must load in our schema unchanged (a user's own YAMLs written for the public server
 are of the same kind), every public id must be in ours with the same inputs, tasks, dims and profiles,
 and each profile must run on the class our registry maps its public adapter to, or be refused as
-the family the public adapter names (``adapters.registry.NOT_SERVED``).
+the family the public adapter names (``adapters.families.NOT_SERVED``).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sie.adapters import registry
-from sie.engine.catalog import Catalog
-from sie.engine.model_config import ModelConfig, load_model_config, load_model_dir
+from sie.catalog import families
+from sie.catalog.catalog import Catalog
+from sie.catalog.model_config import ModelConfig, load_model_config, load_model_dir
 from tests.conftest import MODELS_DIR
 
 OURS = {config.sie_id: config for _, config in load_model_dir(MODELS_DIR)}
@@ -65,14 +65,14 @@ def test_every_public_profile_runs_on_the_mapped_class_or_is_refused_as_its_fami
         for name in theirs.profiles:
             their_path = theirs.resolve_profile(name).adapter_path
             our_path = ours.resolve_profile(name).adapter_path
-            family = registry.not_served(their_path)
+            family = families.not_served(their_path)
             where = f"{sie_id}:{name}"
             if family is not None:
-                assert registry.not_served(our_path) == family, where
+                assert families.not_served(our_path) == family, where
             elif our_path.startswith(NOT_BUILT):
-                assert registry.not_served(our_path), where  # needs more than our class runs: says what
+                assert families.not_served(our_path), where  # needs more than our class runs: says what
             else:
-                assert our_path == registry.canonical(their_path) in registry.CANONICAL, where
+                assert our_path == families.canonical(their_path) in families.CANONICAL, where
 
 
 def test_public_yamls_serve_here_as_they_are(public_server_models: Path) -> None:
@@ -84,4 +84,4 @@ def test_public_yamls_serve_here_as_they_are(public_server_models: Path) -> None
     assert "BAAI/bge-base-en-v1.5" not in names  # Candle-only there: only its variant, as theirs lists
     assert "BAAI/bge-base-en-v1.5:candle" in names
     entry = catalog["BAAI/bge-m3:bge_m3_flag"]
-    assert registry.canonical(entry.profile.adapter_path) == "sie.adapters.bge_m3:BgeM3Encoder"
+    assert families.canonical(entry.profile.adapter_path) == "sie.adapters.bge_m3:BgeM3Encoder"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from sie.catalog.catalog import Catalog
+from sie.catalog.errors import ModelNotFound
 from sie.core.options import ComputePrecision
-from sie.engine.catalog import Catalog
 from sie.engine.engine import Engine, EngineLimits
-from sie.engine.errors import ModelNotFound
 from sie.engine.loader import LoadSettings, ModelState
 from sie.observability.metrics import Metrics
 from sie.weights.sources import WeightSources
@@ -25,8 +25,9 @@ ADAPTER = textwrap.dedent(
 
     import numpy as np
 
-    from sie.adapters.base import TEXT_ONLY, BatchOutputs, Prepared
-    from sie.core.options import Capability, Pooling
+    from sie.adapters.batch import BatchOutputs, Prepared
+    from sie.adapters.contract import NO_TRAITS, TEXT_ONLY
+    from sie.core.options import Capability
 
 
     class Recorder:
@@ -36,8 +37,8 @@ ADAPTER = textwrap.dedent(
         capabilities = frozenset({Capability.DENSE})
         inputs = TEXT_ONLY
         request_options = frozenset()
+        traits = NO_TRAITS
         dims = {Capability.DENSE: 4}
-        default_pooling = Pooling.MEAN
         packs_tokens = True
         tokenizer = None
 

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from sie.adapters.base import Prepared
+from sie.adapters.batch import Prepared
 from sie.core.options import OutputDType
 from sie.engine.batcher import BatchLimits
 from sie.engine.engine import Engine

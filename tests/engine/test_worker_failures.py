@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sie.adapters.base import ItemOutputs, Prepared
+from sie.adapters.batch import ItemOutputs, Prepared
 from sie.engine.batcher import BatchLimits
 from sie.engine.errors import EngineClosed, InferenceFailed, OutOfMemory, ResourceExhausted
 from sie.engine.worker import BatchStats, ModelWorker

@@ -21,9 +21,9 @@ def test_checking_a_request_with_options_imports_no_model_stack() -> None:
     while the gateway's loop stands still)."""
     probe = (
         "import sys\n"
-        "from sie.engine.admission import Admission\n"
-        "from sie.engine.catalog import Catalog\n"
-        "from sie.engine.ops.admit import admit_encode, admit_extract\n"
+        "from sie.catalog.admission import Admission\n"
+        "from sie.catalog.catalog import Catalog\n"
+        "from sie.catalog.admit import admit_encode, admit_extract\n"
         "from sie.settings import PACKAGED_MODELS_DIR\n"
         "from sie.wire.requests import EncodeParams, EncodeRequest, ExtractParams, ExtractRequest, Item\n"
         "admission = Admission(Catalog.from_directory(PACKAGED_MODELS_DIR), 1 << 20)\n"

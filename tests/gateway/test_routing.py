@@ -102,8 +102,8 @@ def test_silent_and_terminated_workers_are_forgotten(clock: Clock) -> None:
 
 
 def test_a_model_goes_to_the_first_bundle_by_priority_that_serves_it() -> None:
-    from sie.engine.bundles import Bundle
-    from sie.engine.catalog import Catalog
+    from sie.catalog.bundles import Bundle
+    from sie.catalog.catalog import Catalog
     from sie.gateway.routing import bundle_for, by_priority
     from sie.settings import PACKAGED_MODELS_DIR
 

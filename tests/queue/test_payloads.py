@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from sie.engine.errors import InvalidInput
+from sie.errors import RULES, rule_for
 from sie.queue.payloads import PayloadMissing, PayloadStore, item_key, score_key
+from sie.wire.errors import ErrorCode
 from sie.wire.requests import ImageInput, Item
 from tests.s3 import moto_s3
 
@@ -29,7 +30,7 @@ async def _round_trip(store: PayloadStore) -> None:
     for unsafe in ("../etc/passwd", "a/b.bin", ""):
         with pytest.raises(PayloadMissing):
             await store.get(unsafe)
-    assert issubclass(PayloadMissing, InvalidInput)
+    assert rule_for(PayloadMissing("gone")) is RULES[ErrorCode.INVALID_INPUT]  # answered, never retried
 
 
 async def test_a_local_folder(tmp_path: Path) -> None:

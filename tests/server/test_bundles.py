@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from sie.adapters.registry import KNOWN, not_served
+from sie.catalog.bundles import adapter_module, bundle_config_hash, load_bundle
+from sie.catalog.catalog import Catalog
+from sie.catalog.families import KNOWN, not_served
 from sie.engine.build import build_catalog
-from sie.engine.bundles import adapter_module, bundle_config_hash, load_bundle
-from sie.engine.catalog import Catalog
 from sie.settings import PACKAGED_BUNDLES_DIR, Settings
 from tests.conftest import MODELS_DIR
 

@@ -1,8 +1,9 @@
 """The document's error answers come from the one error table, for every declared route.
 
 The e2e schemathesis run checks the document against a live server; these check the contract that
-makes it generic: a route added as a ``PostRoute`` gets every status of ``ERROR_TABLE`` (and the
-catch-all 500) in its envelope without anyone listing them, and no 422 that nothing sends.
+makes it generic: a route added as a ``PostRoute`` gets every status of the codes the server answers
+(``server_rules``: the request checks' and the engine's, and the catch-all 500) in its envelope without
+anyone listing them, and no 422 that nothing sends.
 """
 
 from __future__ import annotations
@@ -11,15 +12,15 @@ import json
 
 import pytest
 
-from sie.engine.error_rules import ERROR_TABLE, UNEXPECTED
+from sie.http.errors import http_of
+from sie.http.routes import PostRoute
 from sie.server.api import encode, openai_compat, score_extract
-from sie.server.api.native import PostRoute
 from sie.server.app import create_app
-from sie.server.errors import http_of
+from sie.server.openapi_docs import server_rules
 from sie.settings import Settings
 
 ROUTES = (*encode.ROUTES, *score_extract.ROUTES, *openai_compat.ROUTES)
-RULES = [*ERROR_TABLE.values(), UNEXPECTED]
+RULES = server_rules()
 
 
 @pytest.fixture(scope="module")

@@ -2,9 +2,9 @@
 
 import pytest
 
-from sie.engine.catalog import Catalog
-from sie.engine.model_config import ModelConfigError
-from sie.weights.models_source import models_directory
+from sie.catalog.catalog import Catalog
+from sie.catalog.model_config import ModelConfigError
+from sie.catalog.source import models_directory
 from tests.conftest import MODELS_DIR
 from tests.s3 import moto_s3
 

@@ -19,16 +19,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sie.adapters.base import (
-    BatchOutputs,
-    Forward,
-    LoadSpec,
-    Prepared,
-    SparseVector,
-)
-from sie.adapters.pooling import pool
-from sie.adapters.state_dicts import read_state_dict
-from sie.adapters.transformer import TransformerAdapter
+from sie.adapters.batch import BatchOutputs, Prepared, SparseVector
+from sie.adapters.contract import Forward, LoadSpec
+from sie.adapters.runtime.pooling import pool
+from sie.adapters.runtime.state_dicts import read_state_dict
+from sie.adapters.runtime.transformer import TransformerAdapter
 from sie.core.options import Capability, Pooling
 
 _UNUSED_ROLES: Final = ("cls_token", "eos_token", "pad_token", "unk_token")
@@ -45,7 +40,6 @@ def _linear(path: Path, device: torch.device) -> torch.nn.Linear:
 class BgeM3Encoder(TransformerAdapter):
     family = "BGE-M3"
     capabilities = frozenset({Capability.DENSE, Capability.SPARSE, Capability.MULTIVECTOR})
-    default_pooling = Pooling.CLS
 
     def __init__(self, spec: LoadSpec) -> None:
         super().__init__(spec)

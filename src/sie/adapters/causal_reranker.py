@@ -25,9 +25,11 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
-from sie.adapters.base import BatchOutputs, Forward, LoadSpec, ModelInput, Prepared, UnsupportedInput
-from sie.adapters.transformer import TransformerAdapter
-from sie.core.options import Capability, Pooling
+from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
+from sie.adapters.contract import Forward, LoadSpec
+from sie.adapters.runtime.transformer import TransformerAdapter
+from sie.core.options import Capability
+from sie.core.task import UnsupportedInput
 
 QWEN3_INSTRUCTION: Final = "Given a web search query, retrieve relevant passages that answer the query"
 _QWEN3_SYSTEM: Final = (
@@ -67,8 +69,6 @@ class CausalLmReranker(TransformerAdapter):
     family = "CausalLmReranker"
     auto_class = AutoModelForCausalLM
     capabilities = frozenset({Capability.SCORE})
-    dims: dict[Capability, int] = {}  # noqa: RUF012  # nothing but scores
-    default_pooling = Pooling.LAST  # unused: the score is read at each pair's last token
 
     def __init__(self, spec: LoadSpec) -> None:
         super().__init__(spec)

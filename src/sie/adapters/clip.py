@@ -30,18 +30,12 @@ from transformers import AutoTokenizer, CLIPModel, SiglipModel
 from transformers.models.auto.image_processing_auto import AutoImageProcessor
 from transformers.utils import logging as hf_logging
 
-from sie.adapters.base import (
-    BatchOutputs,
-    Forward,
-    ImageData,
-    LoadSpec,
-    ModelInput,
-    Prepared,
-    UnsupportedInput,
-)
-from sie.adapters.images import decode_image
-from sie.adapters.transformer import DeviceModel, linear_weights_to
-from sie.core.options import Capability, Modality, Pooling
+from sie.adapters.batch import BatchOutputs, ImageData, ModelInput, Prepared
+from sie.adapters.contract import Forward, LoadSpec
+from sie.adapters.runtime.images import decode_image
+from sie.adapters.runtime.transformer import DeviceModel, linear_weights_to
+from sie.core.options import Capability, Modality
+from sie.core.task import UnsupportedInput
 
 _BOTH: frozenset[Modality] = frozenset({Modality.TEXT, Modality.IMAGE})
 
@@ -73,7 +67,6 @@ class DualEncoder(DeviceModel):
     class_token: ClassVar[int]  # tokens the vision tower adds to the patches (CLIP's class token)
     capabilities = frozenset({Capability.DENSE})
     inputs = _BOTH
-    default_pooling = Pooling.CLS  # unused: each tower pools itself
     # Texts are cut into length chunks by the engine; an image's cost (the vision tower's fixed
     # sequence length) is exact, so that split also keeps images apart from much shorter texts.
     packs_tokens = False

@@ -22,11 +22,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sie.adapters.base import BatchOutputs, Forward, LoadSpec, ModelInput, Prepared, texts_only
-from sie.adapters.registry import COLBERT_OPTIONS
-from sie.adapters.state_dicts import read_state_dict
-from sie.adapters.transformer import TransformerAdapter
-from sie.core.options import Capability, Pooling
+from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
+from sie.adapters.contract import Forward, LoadSpec, texts_only
+from sie.adapters.runtime.state_dicts import read_state_dict
+from sie.adapters.runtime.transformer import TransformerAdapter
+from sie.catalog.families import COLBERT_OPTIONS
+from sie.core.options import Capability
 
 _PROJECTION_FILES: Final = (
     "1_Dense/model.safetensors",
@@ -64,7 +65,6 @@ def checkpoint_expands_queries(folder: Path) -> bool:
 class ColbertEncoder(TransformerAdapter):
     family = "ColBERT"
     capabilities = frozenset({Capability.MULTIVECTOR})
-    default_pooling = Pooling.MEAN  # unused: every token is an output
     request_options = COLBERT_OPTIONS
 
     def __init__(self, spec: LoadSpec) -> None:

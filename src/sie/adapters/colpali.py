@@ -14,8 +14,8 @@ from PIL import Image
 from transformers import AutoTokenizer, ColPaliForRetrieval, ColPaliProcessor
 from transformers.models.auto.image_processing_auto import AutoImageProcessor
 
-from sie.adapters.base import LoadSpec
 from sie.adapters.clip import TokenizerVocabulary
+from sie.adapters.contract import LoadSpec
 from sie.adapters.page_retrieval import PageRetriever
 from sie.core.options import Capability
 

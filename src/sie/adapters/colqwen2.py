@@ -29,11 +29,12 @@ from transformers import AutoTokenizer, Qwen2_5_VLModel, Qwen2VLProcessor
 from transformers.models.auto.image_processing_auto import AutoImageProcessor
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
 
-from sie.adapters.base import LoadSpec, UnsupportedInput
 from sie.adapters.clip import TokenizerVocabulary
+from sie.adapters.contract import LoadSpec
 from sie.adapters.page_retrieval import PromptedPageRetriever
-from sie.adapters.peft_checkpoints import load_with_lora
+from sie.adapters.runtime.peft_checkpoints import load_with_lora
 from sie.core.options import Capability
+from sie.core.task import UnsupportedInput
 
 EMBEDDING_DIM: Final = 128
 VISUAL_PROMPT: Final = (

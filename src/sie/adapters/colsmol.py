@@ -28,10 +28,10 @@ from transformers import AutoTokenizer, Idefics3Model, Idefics3PreTrainedModel, 
 # class itself needs none: taken from its module.
 from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
-from sie.adapters.base import LoadSpec
 from sie.adapters.clip import TokenizerVocabulary
+from sie.adapters.contract import LoadSpec
 from sie.adapters.page_retrieval import PromptedPageRetriever
-from sie.adapters.peft_checkpoints import load_with_lora
+from sie.adapters.runtime.peft_checkpoints import load_with_lora
 from sie.core.options import Capability
 
 EMBEDDING_DIM: Final = 128

@@ -14,10 +14,12 @@ from typing import Any
 import torch
 from transformers import AutoModelForSequenceClassification
 
-from sie.adapters.base import BatchOutputs, Forward, LoadSpec, ModelInput, Prepared, UnsupportedInput
-from sie.adapters.packed_bert import ROBERTA_TYPES
-from sie.adapters.transformer import TransformerAdapter
-from sie.core.options import Capability, Pooling
+from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
+from sie.adapters.contract import Forward, LoadSpec
+from sie.adapters.runtime.packed_bert import ROBERTA_TYPES
+from sie.adapters.runtime.transformer import TransformerAdapter
+from sie.core.options import Capability
+from sie.core.task import UnsupportedInput
 
 
 def instructed_pairs(inputs: Sequence[ModelInput], forward: Forward) -> list[tuple[str, str]]:
@@ -37,8 +39,6 @@ class CrossEncoderScorer(TransformerAdapter):
     family = "CrossEncoder"
     auto_class = AutoModelForSequenceClassification
     capabilities = frozenset({Capability.SCORE})
-    dims: dict[Capability, int] = {}  # noqa: RUF012  # nothing but scores
-    default_pooling = Pooling.CLS  # unused: the classifier reads the first token itself
 
     def __init__(self, spec: LoadSpec) -> None:
         super().__init__(spec)

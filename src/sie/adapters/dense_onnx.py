@@ -12,20 +12,12 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from sie.adapters.base import (
-    TEXT_ONLY,
-    BatchOutputs,
-    Forward,
-    LoadSpec,
-    ModelInput,
-    Prepared,
-    TokenBatch,
-    texts_only,
-)
-from sie.adapters.onnx_session import feeds, open_session
-from sie.adapters.packing import PackedTokens
-from sie.adapters.pooling import pool, unpad
-from sie.adapters.tokenizer import TextTokenizer
+from sie.adapters.batch import BatchOutputs, ModelInput, Prepared, TokenBatch
+from sie.adapters.contract import TEXT_ONLY, Forward, LoadSpec, Trait, texts_only
+from sie.adapters.runtime.onnx_session import feeds, open_session
+from sie.adapters.runtime.packing import PackedTokens
+from sie.adapters.runtime.pooling import pool, unpad
+from sie.adapters.runtime.tokenizer import TextTokenizer
 from sie.core.options import Capability, Pooling
 
 _FAMILY: Final = "SentenceTransformer"
@@ -38,7 +30,7 @@ class OnnxDenseEncoder:
     capabilities = frozenset({Capability.DENSE})
     inputs = TEXT_ONLY
     packs_tokens = False  # the exported graph takes a padded batch
-    runs_onnx = True  # weight downloads keep its *.onnx files (sie.weights.files)
+    traits = frozenset({Trait.RUNS_ONNX})
 
     def __init__(
         self, session: ort.InferenceSession, tokenizer: TextTokenizer, default_pooling: Pooling

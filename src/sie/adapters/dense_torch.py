@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sie.adapters.base import BatchOutputs, Forward, LoadSpec, Prepared
-from sie.adapters.dense_head import DenseHead
-from sie.adapters.pooling import pool, read_default_pooling
-from sie.adapters.transformer import TransformerAdapter
+from sie.adapters.batch import BatchOutputs, Prepared
+from sie.adapters.contract import Forward, LoadSpec
+from sie.adapters.runtime.dense_head import DenseHead
+from sie.adapters.runtime.pooling import pool, read_default_pooling
+from sie.adapters.runtime.transformer import TransformerAdapter
 from sie.core.options import Capability
 
 

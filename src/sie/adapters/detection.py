@@ -14,11 +14,12 @@ from PIL import Image
 from transformers import AutoTokenizer
 from transformers.models.auto.image_processing_auto import AutoImageProcessor
 
-from sie.adapters.base import LoadSpec, ModelInput
+from sie.adapters.batch import ModelInput
 from sie.adapters.clip import TokenizerVocabulary
-from sie.adapters.images import rgb_images
-from sie.adapters.transformer import DeviceModel
-from sie.core.options import Capability, Modality, Pooling
+from sie.adapters.contract import LoadSpec
+from sie.adapters.runtime.images import rgb_images
+from sie.adapters.runtime.transformer import DeviceModel
+from sie.core.options import Capability, Modality
 
 NEEDS_IMAGE: Final = "detects objects in images; every item needs one image"
 
@@ -34,8 +35,6 @@ class ImageDetector(DeviceModel):
     model_class: ClassVar[Any]
     capabilities = frozenset({Capability.EXTRACT})
     inputs = frozenset({Modality.IMAGE})
-    dims: dict[Capability, int] = {}  # noqa: RUF012  # objects only
-    default_pooling = Pooling.CLS  # unused: no embeddings
     packs_tokens = False
 
     def __init__(self, spec: LoadSpec) -> None:

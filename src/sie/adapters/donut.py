@@ -19,22 +19,16 @@ import numpy as np
 import torch
 from transformers import DonutProcessor, VisionEncoderDecoderModel
 
-from sie.adapters.base import (
-    BatchOutputs,
-    Forward,
-    LoadSpec,
-    ModelInput,
-    Prepared,
-    Task,
-    UnsupportedInput,
-)
+from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
 from sie.adapters.clip import TokenizerVocabulary
-from sie.adapters.decoding import decoding
-from sie.adapters.images import rgb_images
-from sie.adapters.registry import DONUT_OPTIONS
-from sie.adapters.transformer import DeviceModel
+from sie.adapters.contract import Forward, LoadSpec
+from sie.adapters.runtime.decoding import decoding
+from sie.adapters.runtime.images import rgb_images
+from sie.adapters.runtime.transformer import DeviceModel
+from sie.catalog.families import DONUT_OPTIONS
 from sie.core.extraction import Entity, Extraction
-from sie.core.options import Capability, Modality, Pooling
+from sie.core.options import Capability, Modality
+from sie.core.task import Task, UnsupportedInput
 
 CORD: Final = "<s_cord-v2>"
 DOCVQA: Final = "<s_docvqa>"
@@ -88,8 +82,6 @@ class DonutExtractor(DeviceModel):
     family = "Donut"
     capabilities = frozenset({Capability.EXTRACT})
     inputs = frozenset({Modality.IMAGE})
-    dims: dict[Capability, int] = {}  # noqa: RUF012  # structured data only
-    default_pooling = Pooling.CLS  # unused: no embeddings
     packs_tokens = False
     request_options = DONUT_OPTIONS
 

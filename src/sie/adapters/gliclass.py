@@ -25,23 +25,15 @@ from gliclass import GLiClassModel, ZeroShotClassificationPipeline
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
-from sie.adapters.base import (
-    TEXT_ONLY,
-    BatchOutputs,
-    Forward,
-    LoadSpec,
-    ModelInput,
-    Prepared,
-    Task,
-    UnsupportedInput,
-    texts_only,
-    unit_option,
-)
-from sie.adapters.registry import GLICLASS_OPTIONS
-from sie.adapters.tokenizer import TextTokenizer
-from sie.adapters.transformer import place_for_thresholds, release_unloaded
+from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
+from sie.adapters.contract import NO_TRAITS, TEXT_ONLY, Forward, LoadSpec, texts_only
+from sie.adapters.options import unit_option
+from sie.adapters.runtime.tokenizer import TextTokenizer
+from sie.adapters.runtime.transformer import place_for_thresholds, release_unloaded
+from sie.catalog.families import GLICLASS_OPTIONS
 from sie.core.extraction import Classification, Extraction
-from sie.core.options import Capability, Pooling
+from sie.core.options import Capability
+from sie.core.task import Task, UnsupportedInput
 
 NO_LABELS: Final = "Zero-shot classification requires labels parameter."
 TYPES: Final = {
@@ -87,11 +79,10 @@ def scored(labels: Sequence[str], scores: np.ndarray, keep_at_least: float) -> l
 
 class GliclassClassifier:
     family = "GLiClass"
+    traits = NO_TRAITS
     request_options = GLICLASS_OPTIONS
     capabilities = frozenset({Capability.EXTRACT})
     inputs = TEXT_ONLY
-    dims: dict[Capability, int] = {}  # noqa: RUF012  # classifications only
-    default_pooling = Pooling.CLS  # unused: no embeddings
     packs_tokens = False  # the library pads each batch itself
 
     def __init__(self, pipe: Any, tokenizer: TextTokenizer, default_type: str) -> None:

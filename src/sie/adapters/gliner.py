@@ -27,24 +27,23 @@ import torch
 from gliner import GLiNER
 from tokenizers import Tokenizer
 
-from sie.adapters.base import (
-    TEXT_ONLY,
-    BatchOutputs,
-    Forward,
-    LoadSpec,
-    ModelInput,
-    Prepared,
-    Task,
-    UnsupportedInput,
-    texts_only,
-    unit_option,
+from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
+from sie.adapters.contract import NO_TRAITS, TEXT_ONLY, Forward, LoadSpec, texts_only
+from sie.adapters.options import unit_option
+from sie.adapters.runtime.tokenizer import TextTokenizer
+from sie.adapters.runtime.transformer import place_for_thresholds, release_unloaded
+from sie.adapters.runtime.word_windows import (
+    MAX_WINDOWS,
+    Window,
+    overlap_for,
+    owned,
+    plan_windows,
+    resolve_overlaps,
 )
-from sie.adapters.registry import GLINER_OPTIONS
-from sie.adapters.tokenizer import TextTokenizer
-from sie.adapters.transformer import place_for_thresholds, release_unloaded
-from sie.adapters.word_windows import MAX_WINDOWS, Window, overlap_for, owned, plan_windows, resolve_overlaps
+from sie.catalog.families import GLINER_OPTIONS
 from sie.core.extraction import Entity, Extraction, Relation
-from sie.core.options import Capability, Pooling
+from sie.core.options import Capability
+from sie.core.task import Task, UnsupportedInput
 
 _FAMILY: Final = "GLiNER"
 NO_LABELS: Final = "GLiNER requires labels parameter for extraction"
@@ -103,11 +102,10 @@ def _flag(task: Task, name: str, default: bool) -> bool:
 
 class GlinerExtractor:
     family = _FAMILY
+    traits = NO_TRAITS
     request_options = GLINER_OPTIONS
     capabilities = frozenset({Capability.EXTRACT})
     inputs = TEXT_ONLY
-    dims: dict[Capability, int] = {}  # noqa: RUF012  # extraction only
-    default_pooling = Pooling.CLS  # unused: no embeddings
     packs_tokens = False  # gliner pads each batch itself
 
     def __init__(self, model: Any, tokenizer: TextTokenizer) -> None:

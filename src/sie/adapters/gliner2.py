@@ -32,23 +32,15 @@ import torch
 from gliner2 import AutoExtractor
 from tokenizers import Tokenizer
 
-from sie.adapters.base import (
-    TEXT_ONLY,
-    BatchOutputs,
-    Forward,
-    LoadSpec,
-    ModelInput,
-    Prepared,
-    Task,
-    UnsupportedInput,
-    texts_only,
-    unit_option,
-)
-from sie.adapters.registry import GLINER2_OPTIONS
-from sie.adapters.tokenizer import TextTokenizer
-from sie.adapters.transformer import absolute_positions, release_unloaded
+from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
+from sie.adapters.contract import NO_TRAITS, TEXT_ONLY, Forward, LoadSpec, texts_only
+from sie.adapters.options import unit_option
+from sie.adapters.runtime.tokenizer import TextTokenizer
+from sie.adapters.runtime.transformer import absolute_positions, release_unloaded
+from sie.catalog.families import GLINER2_OPTIONS
 from sie.core.extraction import Classification, Entity, Extraction
-from sie.core.options import Capability, Pooling
+from sie.core.options import Capability
+from sie.core.task import Task, UnsupportedInput
 
 NO_LABELS: Final = "GLiNER2 requires labels parameter for extraction"
 DEFAULT_THRESHOLD: Final = 0.5
@@ -93,11 +85,10 @@ def entities_of(text: str, found: dict[str, Any], labels: Sequence[str]) -> list
 
 class Gliner2Extractor:
     family = "GLiNER2"
+    traits = NO_TRAITS
     request_options = GLINER2_OPTIONS
     capabilities = frozenset({Capability.EXTRACT})
     inputs = TEXT_ONLY
-    dims: dict[Capability, int] = {}  # noqa: RUF012  # entities only
-    default_pooling = Pooling.CLS  # unused: no embeddings
     packs_tokens = False  # the library pads each batch itself
 
     def __init__(self, model: Any, tokenizer: TextTokenizer, loadtime: dict[str, Any]) -> None:

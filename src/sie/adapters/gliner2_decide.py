@@ -1,5 +1,5 @@
 """GLiNER2.5-Decide typed decisions (``fastino/GLiNER2.5-Decide``, ``-multi-Decide``, ``-Decide-1B``):
-every label of every task gets a probability (``sie.adapters.decisions`` has the request shapes and
+every label of every task gets a probability (``sie.adapters.decide.decisions`` has the request shapes and
 the answers).
 
 The gliner2 library loads the checkpoint (``AutoExtractor``: span or boundary heads over a DeBERTa
@@ -41,25 +41,25 @@ from gliner2 import AutoExtractor
 from gliner2.processing.word_splitter import WhitespaceTokenSplitter
 from tokenizers import Tokenizer
 
-from sie.adapters.base import (
-    TEXT_ONLY,
-    AnnotatedText,
-    BatchOutputs,
-    Forward,
-    LoadSpec,
-    ModelInput,
-    Prepared,
-    UnsupportedInput,
-    eager_cuda_graphs,
+from sie.adapters.batch import AnnotatedText, BatchOutputs, ModelInput, Prepared
+from sie.adapters.contract import TEXT_ONLY, Forward, LoadSpec, Trait
+from sie.adapters.decide.decisions import (
+    FAMILY,
+    DecisionRequest,
+    answer,
+    classifications,
+    parse_request,
+    per_task,
 )
-from sie.adapters.decisions import FAMILY, DecisionRequest, answer, classifications, parse_request, per_task
-from sie.adapters.gliner2_words import words
-from sie.adapters.registry import DECIDE_OPTIONS
-from sie.adapters.tokenizer import TextTokenizer
-from sie.adapters.transformer import place_for_thresholds, release_unloaded
-from sie.adapters.typed_questions import STATE_BYTES_PER_TOKEN, rendered_state
+from sie.adapters.decide.typed_questions import STATE_BYTES_PER_TOKEN, rendered_state
+from sie.adapters.decide.words import words
+from sie.adapters.options import eager_cuda_graphs
+from sie.adapters.runtime.tokenizer import TextTokenizer
+from sie.adapters.runtime.transformer import place_for_thresholds, release_unloaded
+from sie.catalog.families import DECIDE_OPTIONS
 from sie.core.extraction import Extraction
-from sie.core.options import Capability, Pooling
+from sie.core.options import Capability
+from sie.core.task import UnsupportedInput
 
 DEFAULT_WINDOW: Final = 512
 MAX_PROMPT_TOKENS: Final = 512
@@ -103,11 +103,8 @@ class Gliner2Decider:
     request_options = DECIDE_OPTIONS
     capabilities = frozenset({Capability.EXTRACT})
     inputs = TEXT_ONLY
-    dims: dict[Capability, int] = {}  # noqa: RUF012  # decisions only
-    default_pooling = Pooling.CLS  # unused: no embeddings
     packs_tokens = False
-    reads_item_metadata = True  # a Laya state in metadata.state
-    reads_item_state = True  # ... which may stand in for the text
+    traits = frozenset({Trait.READS_ITEM_METADATA, Trait.READS_ITEM_STATE})
 
     def __init__(self, model: Any, window: int, prompt_limit: int) -> None:
         self._model = model

@@ -30,24 +30,15 @@ from typing import Any, Final, NamedTuple, Self
 
 import numpy as np
 
-from sie.adapters.base import (
-    TEXT_ONLY,
-    BatchOutputs,
-    Forward,
-    LoadSpec,
-    ModelInput,
-    Prepared,
-    Task,
-    UnsupportedInput,
-    integer_option,
-    texts_only,
-    unit_option,
-)
+from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
+from sie.adapters.contract import NO_TRAITS, TEXT_ONLY, Forward, LoadSpec, texts_only
 from sie.adapters.gliner import GlinerExtractor
-from sie.adapters.registry import GLINER_UNION_OPTIONS
-from sie.adapters.word_windows import MAX_WINDOWS, WORD, plan_windows
+from sie.adapters.options import integer_option, unit_option
+from sie.adapters.runtime.word_windows import MAX_WINDOWS, WORD, plan_windows
+from sie.catalog.families import GLINER_UNION_OPTIONS
 from sie.core.extraction import Entity, Extraction
-from sie.core.options import Capability, Pooling
+from sie.core.options import Capability
+from sie.core.task import Task, UnsupportedInput
 
 _FAMILY: Final = "GLiNER union"
 NO_LABELS: Final = "This model needs labels: pass labels, or set the default_labels option"
@@ -163,11 +154,10 @@ class _Document:
 
 class GlinerUnionExtractor:
     family = _FAMILY
+    traits = NO_TRAITS
     request_options = GLINER_UNION_OPTIONS
     capabilities = frozenset({Capability.EXTRACT})
     inputs = TEXT_ONLY
-    dims: dict[Capability, int] = {}  # noqa: RUF012  # extraction only
-    default_pooling = Pooling.CLS  # unused: no embeddings
     packs_tokens = False
 
     def __init__(self, members: list[_Member]) -> None:

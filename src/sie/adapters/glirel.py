@@ -33,28 +33,17 @@ from glirel import GLiREL
 from tokenizers import Tokenizer
 from transformers import AutoConfig, AutoModel
 
-from sie.adapters.base import (
-    TEXT_ONLY,
-    AnnotatedText,
-    BatchOutputs,
-    Forward,
-    LoadSpec,
-    ModelInput,
-    Prepared,
-    Task,
-    UnsupportedInput,
-    finite_number,
-    integer_option,
-    is_offset,
-    unit_option,
-)
-from sie.adapters.registry import GLIREL_OPTIONS
-from sie.adapters.state_dicts import folder_state_dict
-from sie.adapters.tokenizer import TextTokenizer
-from sie.adapters.transformer import absolute_positions, place_for_thresholds, release_unloaded
-from sie.adapters.word_windows import WORD
+from sie.adapters.batch import AnnotatedText, BatchOutputs, ModelInput, Prepared
+from sie.adapters.contract import TEXT_ONLY, Forward, LoadSpec, Trait
+from sie.adapters.options import finite_number, integer_option, is_offset, unit_option
+from sie.adapters.runtime.state_dicts import folder_state_dict
+from sie.adapters.runtime.tokenizer import TextTokenizer
+from sie.adapters.runtime.transformer import absolute_positions, place_for_thresholds, release_unloaded
+from sie.adapters.runtime.word_windows import WORD
+from sie.catalog.families import GLIREL_OPTIONS
 from sie.core.extraction import Entity, Extraction, Relation
-from sie.core.options import Capability, Pooling
+from sie.core.options import Capability
+from sie.core.task import Task, UnsupportedInput
 
 _FAMILY: Final = "GLiREL"
 NO_LABELS: Final = "GLiREL requires labels parameter for relation extraction"
@@ -97,9 +86,7 @@ class GlirelExtractor:
     request_options = GLIREL_OPTIONS
     capabilities = frozenset({Capability.EXTRACT})
     inputs = TEXT_ONLY
-    reads_item_metadata = True
-    dims: dict[Capability, int] = {}  # noqa: RUF012  # extraction only
-    default_pooling = Pooling.CLS  # unused: no embeddings
+    traits = frozenset({Trait.READS_ITEM_METADATA})
     packs_tokens = False  # glirel pads each batch itself
 
     def __init__(self, model: Any, tokenizer: TextTokenizer) -> None:

@@ -21,19 +21,13 @@ from typing import Any, Final
 from PIL import Image
 from transformers import GroundingDinoForObjectDetection, GroundingDinoProcessor
 
-from sie.adapters.base import (
-    BatchOutputs,
-    Forward,
-    LoadSpec,
-    ModelInput,
-    Prepared,
-    Task,
-    UnsupportedInput,
-    unit_option,
-)
+from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.detection import ImageDetector, pixel_box
-from sie.adapters.registry import GROUNDING_OPTIONS
+from sie.adapters.options import unit_option
+from sie.catalog.families import GROUNDING_OPTIONS
 from sie.core.extraction import DetectedObject, Extraction
+from sie.core.task import Task, UnsupportedInput
 
 NO_PROMPT: Final = "Grounding DINO requires labels or an instruction: what to find in the image"
 DEFAULT_THRESHOLD: Final = 0.25

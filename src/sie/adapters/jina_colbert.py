@@ -20,8 +20,8 @@ from typing import Any, ClassVar
 import numpy as np
 from transformers import JinaEmbeddingsV3Config, JinaEmbeddingsV3Model
 
-from sie.adapters.base import LoadSpec
 from sie.adapters.colbert import ColbertEncoder
+from sie.adapters.contract import LoadSpec
 from sie.adapters.jina_reranker import ENCODER_CONFIG_KEYS
 
 

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import XLMRobertaConfig, XLMRobertaForSequenceClassification
 
-from sie.adapters.base import LoadSpec
+from sie.adapters.contract import LoadSpec
 from sie.adapters.cross_encoder import CrossEncoderScorer
 
 _WEIGHTS = "model.safetensors"

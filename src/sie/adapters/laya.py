@@ -40,25 +40,9 @@ import torch
 from laya.common import QTYPES, build_sequence, collate_items, encode_text, temp_bucket
 from tokenizers import Tokenizer
 
-from sie.adapters.base import (
-    TEXT_ONLY,
-    AnnotatedText,
-    BatchOutputs,
-    Forward,
-    LoadSpec,
-    ModelInput,
-    Prepared,
-    Task,
-    UnsupportedInput,
-    eager_cuda_graphs,
-    integer_option,
-    thawed,
-    unit_option,
-)
-from sie.adapters.registry import LAYA_OPTIONS
-from sie.adapters.tokenizer import TextTokenizer
-from sie.adapters.transformer import release_unloaded
-from sie.adapters.typed_questions import (
+from sie.adapters.batch import AnnotatedText, BatchOutputs, ModelInput, Prepared
+from sie.adapters.contract import TEXT_ONLY, Forward, LoadSpec, Trait
+from sie.adapters.decide.typed_questions import (
     STATE_BYTES_PER_TOKEN,
     Question,
     entropy_confidence,
@@ -66,8 +50,13 @@ from sie.adapters.typed_questions import (
     question_mapping,
     rendered_state,
 )
+from sie.adapters.options import eager_cuda_graphs, integer_option, unit_option
+from sie.adapters.runtime.tokenizer import TextTokenizer
+from sie.adapters.runtime.transformer import release_unloaded
+from sie.catalog.families import LAYA_OPTIONS
 from sie.core.extraction import Classification, Extraction
-from sie.core.options import Capability, ComputePrecision, Pooling
+from sie.core.options import Capability, ComputePrecision
+from sie.core.task import Task, UnsupportedInput, thawed
 
 log = logging.getLogger(__name__)
 
@@ -108,11 +97,8 @@ class LayaDecider:
     request_options = LAYA_OPTIONS
     capabilities = frozenset({Capability.EXTRACT})
     inputs = TEXT_ONLY
-    dims: dict[Capability, int] = {}  # noqa: RUF012  # decisions only
-    default_pooling = Pooling.CLS  # unused: no embeddings
     packs_tokens = False
-    reads_item_metadata = True  # a state in metadata.state
-    reads_item_state = True  # ... which may stand in for the text
+    traits = frozenset({Trait.READS_ITEM_METADATA, Trait.READS_ITEM_STATE})
 
     def __init__(self, agent: Any, max_len: int) -> None:
         self._agent = agent

@@ -23,20 +23,13 @@ from typing import Any, Final
 import numpy as np
 from transformers import AutoModelForSequenceClassification
 
-from sie.adapters.base import (
-    BatchOutputs,
-    Forward,
-    LoadSpec,
-    ModelInput,
-    Prepared,
-    Task,
-    UnsupportedInput,
-    texts_only,
-)
-from sie.adapters.registry import NLI_OPTIONS
-from sie.adapters.transformer import TransformerAdapter
+from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
+from sie.adapters.contract import Forward, LoadSpec, texts_only
+from sie.adapters.runtime.transformer import TransformerAdapter
+from sie.catalog.families import NLI_OPTIONS
 from sie.core.extraction import Classification, Extraction
-from sie.core.options import Capability, Pooling
+from sie.core.options import Capability
+from sie.core.task import Task, UnsupportedInput
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +92,6 @@ class NliZeroShotClassifier(TransformerAdapter):
     request_options = NLI_OPTIONS
     auto_class = AutoModelForSequenceClassification
     capabilities = frozenset({Capability.EXTRACT})
-    dims: dict[Capability, int] = {}  # noqa: RUF012  # classifications only
-    default_pooling = Pooling.CLS  # unused: the classifier reads the pair itself
 
     def __init__(self, spec: LoadSpec) -> None:
         super().__init__(spec)

@@ -18,19 +18,13 @@ import numpy as np
 import torch
 from transformers import Owlv2ForObjectDetection
 
-from sie.adapters.base import (
-    BatchOutputs,
-    Forward,
-    LoadSpec,
-    ModelInput,
-    Prepared,
-    Task,
-    UnsupportedInput,
-    unit_option,
-)
+from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.detection import ImageDetector, pixel_box
-from sie.adapters.registry import DETECTION_OPTIONS
+from sie.adapters.options import unit_option
+from sie.catalog.families import DETECTION_OPTIONS
 from sie.core.extraction import DetectedObject, Extraction
+from sie.core.task import Task, UnsupportedInput
 
 NO_LABELS: Final = "Object detection requires labels: the things to find in the image"
 DEFAULT_THRESHOLD: Final = 0.1

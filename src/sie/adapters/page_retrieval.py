@@ -23,18 +23,12 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from sie.adapters.base import (
-    BatchOutputs,
-    Forward,
-    ImageData,
-    LoadSpec,
-    ModelInput,
-    Prepared,
-    UnsupportedInput,
-)
-from sie.adapters.images import decode_image
-from sie.adapters.transformer import DeviceModel
-from sie.core.options import Capability, Modality, Pooling
+from sie.adapters.batch import BatchOutputs, ImageData, ModelInput, Prepared
+from sie.adapters.contract import Forward, LoadSpec
+from sie.adapters.runtime.images import decode_image
+from sie.adapters.runtime.transformer import DeviceModel
+from sie.core.options import Capability, Modality
+from sie.core.task import UnsupportedInput
 
 
 class PageRetriever(DeviceModel, ABC):
@@ -43,7 +37,6 @@ class PageRetriever(DeviceModel, ABC):
     request_options: frozenset[str] = frozenset()
     capabilities = frozenset({Capability.MULTIVECTOR})
     inputs = frozenset({Modality.TEXT, Modality.IMAGE})
-    default_pooling = Pooling.CLS  # unused: one vector per position
     packs_tokens = False
     family: str
     _processor: Any  # the model's processor: ``tokenizer`` and ``__call__``

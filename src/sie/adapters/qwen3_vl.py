@@ -35,12 +35,14 @@ from PIL import Image
 from transformers import AutoTokenizer, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
 from transformers.models.auto.image_processing_auto import AutoImageProcessor
 
-from sie.adapters.base import Forward, ImageData, LoadSpec, Prepared, UnsupportedInput
+from sie.adapters.batch import ImageData, Prepared
 from sie.adapters.clip import TokenizerVocabulary
-from sie.adapters.images import decode_image
-from sie.adapters.peft_checkpoints import load_with_lora
-from sie.adapters.transformer import DeviceModel
+from sie.adapters.contract import Forward, LoadSpec, Trait
+from sie.adapters.runtime.images import decode_image
+from sie.adapters.runtime.peft_checkpoints import load_with_lora
+from sie.adapters.runtime.transformer import DeviceModel
 from sie.core.options import Modality
+from sie.core.task import UnsupportedInput
 
 # The public server's bounds on an image's area (the model cards use 4 to 1800 patches of 32 pixels);
 # ``loadtime.min_pixels`` / ``max_pixels`` choose others.
@@ -237,8 +239,7 @@ class Qwen3VlFamily(DeviceModel):
     request_options: ClassVar[frozenset[str]] = frozenset()
     inputs = frozenset({Modality.TEXT, Modality.IMAGE})
     packs_tokens = False
-    reads_image_text = True
-    prepares_on_pool = True
+    traits = frozenset({Trait.READS_IMAGE_TEXT, Trait.PREPARES_ON_POOL})
 
     def _load(self, spec: LoadSpec, processor_folder: Path) -> Any:
         """Loads the processor and the base model; the whole generator, for a family that reads its head."""

@@ -19,17 +19,11 @@ from typing import Final
 
 from PIL import Image
 
-from sie.adapters.base import (
-    BatchOutputs,
-    Forward,
-    ImageData,
-    LoadSpec,
-    ModelInput,
-    Prepared,
-    UnsupportedInput,
-)
+from sie.adapters.batch import BatchOutputs, ImageData, ModelInput, Prepared
+from sie.adapters.contract import Forward, LoadSpec, Trait
 from sie.adapters.qwen3_vl import Conversation, Qwen3VlFamily, image_part, page, text_part
 from sie.core.options import Capability, Pooling
+from sie.core.task import UnsupportedInput
 
 DEFAULT_INSTRUCTION: Final = "Represent the user's input."
 
@@ -53,7 +47,7 @@ class Qwen3VlEmbedder(Qwen3VlFamily):
     family = "Qwen3-VL-Embedding"
     capabilities = frozenset({Capability.DENSE})
     default_pooling = Pooling.LAST
-    places_instruction = True
+    traits = Qwen3VlFamily.traits | {Trait.PLACES_INSTRUCTION}
 
     def __init__(self, spec: LoadSpec) -> None:
         generator = self._load(spec, spec.weights)

@@ -26,18 +26,11 @@ import numpy as np
 import torch
 from PIL import Image
 
-from sie.adapters.base import (
-    BatchOutputs,
-    Forward,
-    ImageData,
-    LoadSpec,
-    MediaPair,
-    ModelInput,
-    Prepared,
-    UnsupportedInput,
-)
+from sie.adapters.batch import BatchOutputs, ImageData, MediaPair, ModelInput, Prepared
+from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.qwen3_vl import Conversation, Picture, Qwen3VlFamily, image_part, page, text_part
-from sie.core.options import Capability, Pooling
+from sie.core.options import Capability
+from sie.core.task import UnsupportedInput
 
 DEFAULT_INSTRUCTION: Final = "Retrieve relevant documents for the query."
 SYSTEM_PROMPT: Final = (
@@ -69,8 +62,6 @@ def _conversation(instruction: str, query: Side, images: list[Image.Image], docu
 class Qwen3VlReranker(Qwen3VlFamily):
     family = "Qwen3-VL-Reranker"
     capabilities = frozenset({Capability.SCORE})
-    dims: dict[Capability, int] = {}  # noqa: RUF012  # nothing but scores
-    default_pooling = Pooling.LAST  # unused: the score is read at each pair's last token
 
     def __init__(self, spec: LoadSpec) -> None:
         generator = self._load(spec, self._processor_folder(spec))

@@ -19,17 +19,12 @@ import numpy as np
 import torch
 from transformers import AutoModelForMaskedLM
 
-from sie.adapters.base import (
-    BatchOutputs,
-    Forward,
-    LoadSpec,
-    Prepared,
-    SparseVector,
-)
-from sie.adapters.packing import PackedTokens
-from sie.adapters.tokenizer import TextTokenizer
-from sie.adapters.transformer import TransformerAdapter
-from sie.core.options import Capability, Pooling
+from sie.adapters.batch import BatchOutputs, Prepared, SparseVector
+from sie.adapters.contract import Forward, LoadSpec
+from sie.adapters.runtime.packing import PackedTokens
+from sie.adapters.runtime.tokenizer import TextTokenizer
+from sie.adapters.runtime.transformer import TransformerAdapter
+from sie.core.options import Capability
 
 # Tokens whose vocabulary logits are held at once: 2048 x 30522 float32 is 250 MB.
 HEAD_TOKENS: Final = 2048
@@ -86,7 +81,6 @@ class SpladeEncoder(TransformerAdapter):
     family = "SPLADE"
     auto_class = AutoModelForMaskedLM
     capabilities = frozenset({Capability.SPARSE})
-    default_pooling = Pooling.MEAN  # unused: sparse vectors are max-pooled by definition
 
     def __init__(self, spec: LoadSpec) -> None:
         super().__init__(spec)

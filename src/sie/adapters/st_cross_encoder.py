@@ -17,19 +17,13 @@ from typing import Any, Self
 import numpy as np
 from sentence_transformers import CrossEncoder
 
-from sie.adapters.base import (
-    TEXT_ONLY,
-    BatchOutputs,
-    Forward,
-    LoadSpec,
-    ModelInput,
-    Prepared,
-    UnsupportedInput,
-)
+from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
 from sie.adapters.clip import TokenizerVocabulary
+from sie.adapters.contract import TEXT_ONLY, Forward, LoadSpec
 from sie.adapters.cross_encoder import instructed_pairs
-from sie.adapters.transformer import DeviceModel
-from sie.core.options import Capability, Pooling
+from sie.adapters.runtime.transformer import DeviceModel
+from sie.core.options import Capability
+from sie.core.task import UnsupportedInput
 
 
 class SentenceTransformersCrossEncoder(DeviceModel):
@@ -37,8 +31,6 @@ class SentenceTransformersCrossEncoder(DeviceModel):
     request_options: frozenset[str] = frozenset()
     capabilities = frozenset({Capability.SCORE})
     inputs = TEXT_ONLY
-    dims: dict[Capability, int] = {}  # noqa: RUF012  # nothing but scores
-    default_pooling = Pooling.CLS  # unused: no embeddings
     packs_tokens = False
 
     def __init__(self, spec: LoadSpec) -> None:

@@ -37,24 +37,15 @@ from typing import Any, Final
 import numpy as np
 import torch
 
-from sie.adapters.base import (
-    BatchOutputs,
-    Forward,
-    LoadSpec,
-    ModelInput,
-    Prepared,
-    Task,
-    UnsupportedInput,
-    finite_number,
-    loadtime_integer,
-    texts_only,
-    unit_option,
-)
+from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
+from sie.adapters.contract import Forward, LoadSpec, texts_only
 from sie.adapters.cross_encoder import CrossEncoderScorer
-from sie.adapters.registry import STABLEBRIDGE_OPTIONS
-from sie.adapters.transformer import absolute_positions
+from sie.adapters.options import finite_number, loadtime_integer, unit_option
+from sie.adapters.runtime.transformer import absolute_positions
+from sie.catalog.families import STABLEBRIDGE_OPTIONS
 from sie.core.extraction import Entity, Extraction
 from sie.core.options import Capability
+from sie.core.task import Task, UnsupportedInput
 
 log = logging.getLogger(__name__)
 

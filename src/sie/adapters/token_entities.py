@@ -25,10 +25,12 @@ from typing import Final
 
 import numpy as np
 
-from sie.adapters.base import ModelInput, Prepared, Task, UnsupportedInput, texts_only
-from sie.adapters.registry import TOKEN_ENTITY_OPTIONS
-from sie.adapters.tokenizer import TextTokenizer
+from sie.adapters.batch import ModelInput, Prepared
+from sie.adapters.contract import texts_only
+from sie.adapters.runtime.tokenizer import TextTokenizer
+from sie.catalog.families import TOKEN_ENTITY_OPTIONS
 from sie.core.extraction import Entity, Extraction
+from sie.core.task import Task, UnsupportedInput
 
 FAMILY: Final = "TokenClassification"
 DEFAULT_THRESHOLD: Final = 0.0

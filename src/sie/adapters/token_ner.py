@@ -15,10 +15,11 @@ import torch
 from transformers import AutoModelForTokenClassification
 
 from sie.adapters import token_entities
-from sie.adapters.base import BatchOutputs, Forward, LoadSpec, ModelInput, Prepared
-from sie.adapters.pooling import unpad
-from sie.adapters.transformer import TransformerAdapter
-from sie.core.options import Capability, Pooling
+from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
+from sie.adapters.contract import Forward, LoadSpec
+from sie.adapters.runtime.pooling import unpad
+from sie.adapters.runtime.transformer import TransformerAdapter
+from sie.core.options import Capability
 
 
 class TorchTokenNer(TransformerAdapter):
@@ -26,8 +27,6 @@ class TorchTokenNer(TransformerAdapter):
     request_options = token_entities.OPTIONS
     auto_class = AutoModelForTokenClassification
     capabilities = frozenset({Capability.EXTRACT})
-    dims: dict[Capability, int] = {}  # noqa: RUF012  # entities only
-    default_pooling = Pooling.CLS  # unused: every token is classified
 
     def __init__(self, spec: LoadSpec) -> None:
         super().__init__(spec)

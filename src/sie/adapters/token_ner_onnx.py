@@ -12,10 +12,11 @@ import numpy as np
 import onnxruntime as ort
 
 from sie.adapters import token_entities
-from sie.adapters.base import TEXT_ONLY, BatchOutputs, Forward, LoadSpec, ModelInput, Prepared, TokenBatch
-from sie.adapters.onnx_session import feeds, open_session
-from sie.adapters.tokenizer import TextTokenizer
-from sie.core.options import Capability, Pooling
+from sie.adapters.batch import BatchOutputs, ModelInput, Prepared, TokenBatch
+from sie.adapters.contract import TEXT_ONLY, Forward, LoadSpec, Trait
+from sie.adapters.runtime.onnx_session import feeds, open_session
+from sie.adapters.runtime.tokenizer import TextTokenizer
+from sie.core.options import Capability
 
 
 class OnnxTokenNer:
@@ -23,10 +24,8 @@ class OnnxTokenNer:
     request_options = token_entities.OPTIONS
     capabilities = frozenset({Capability.EXTRACT})
     inputs = TEXT_ONLY
-    dims: dict[Capability, int] = {}  # noqa: RUF012  # entities only
-    default_pooling = Pooling.CLS  # unused: every token is classified
     packs_tokens = False  # the exported graph takes a padded batch
-    runs_onnx = True  # weight downloads keep its *.onnx files (sie.weights.files)
+    traits = frozenset({Trait.RUNS_ONNX})
 
     def __init__(self, session: ort.InferenceSession, tokenizer: TextTokenizer, labels: list[str]) -> None:
         output = session.get_outputs()[0]

@@ -1,7 +1,8 @@
 """The HTTP API of ``sie-config``, route for route and body for body the public service's.
 
-Errors are FastAPI's ``{"detail": ...}``: a ``{"error": <code>, ...}`` map for config errors, a plain
-string for auth errors, as the public service answers (its own tests read ``detail.error``).
+Errors are the public service's FastAPI bodies, ``{"detail": ...}``: a ``{"error": <code>, ...}`` map
+for config errors (``control.errors``), a plain string for auth errors (its own tests read
+``detail.error``); the HTTP edge renders them (``sie.http.errors``, the ``CONFIG`` envelope).
 
 Writes are serialized by one lock, and so is the export, so a follower never gets an epoch ahead of the
 models it is shown. Inside the lock a write bumps the persisted epoch, writes the model's merged YAML,
@@ -17,40 +18,40 @@ import logging
 import re
 import time
 from datetime import UTC, datetime
-from typing import Any, Final, NoReturn
+from typing import Any, Final
 
 import msgspec
 import yaml
-from fastapi import APIRouter, HTTPException, Request
-from fastapi.responses import Response
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
+from sie.catalog.bundles import parse_model_spec
+from sie.catalog.config_errors import (
+    BodyTooLarge,
+    BundleNotFound,
+    ConfigInvalid,
+    ConfigNotFound,
+    IdempotencyMismatch,
+    InflightCancelled,
+    InvalidModelId,
+    InvalidModelSpec,
+    MissingField,
+    NatsUnavailable,
+    ParseError,
+)
 from sie.control.auth import require_read, require_write
 from sie.control.idempotency import Answer, Evicted, KeyMismatch, OwnerFailed
-from sie.control.registry import (
-    BundleConflict,
-    ConfigInvalid,
-    FieldConflict,
-    Plan,
-    ProfileConflict,
-    UnknownModel,
-    parse_model_spec,
-    schema_errors,
-)
+from sie.control.registry import Plan, schema_errors
 from sie.control.state import ControlState, state_of
 from sie.control.store import StoreError
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("sie.audit")
 
-router = APIRouter(prefix="/v1/configs", tags=["config"])
-
 MAX_BODY_BYTES: Final = 1_048_576
 MODEL_ID: Final = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._/:@-]*$")
 YAML_TYPE: Final = "application/x-yaml"
-
-
-def _fail(status: int, detail: Any) -> NoReturn:
-    raise HTTPException(status_code=status, detail=detail)
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -59,15 +60,11 @@ def _json(body: Any, status: int = 200) -> Response:
 
 def check_model_id(model_id: str) -> None:
     if ".." in model_id or "\\" in model_id or not MODEL_ID.fullmatch(model_id):
-        _fail(400, {"error": "invalid_model_id", "message": "Model ID contains invalid characters."})
+        raise InvalidModelId("Model ID contains invalid characters.")
     # The gateway reads ``/v1/configs/models/{id}/status`` as the acknowledgement view of ``id``.
     if model_id == "status" or model_id.endswith("/status"):
-        _fail(
-            400,
-            {
-                "error": "invalid_model_id",
-                "message": "Model ID must not end with '/status' (reserved for the gateway status endpoint).",
-            },
+        raise InvalidModelId(
+            "Model ID must not end with '/status' (reserved for the gateway status endpoint)."
         )
 
 
@@ -75,7 +72,6 @@ def dump_yaml(config: dict[str, Any]) -> str:
     return yaml.safe_dump(config, default_flow_style=False, sort_keys=False, allow_unicode=True)
 
 
-@router.get("/models")
 async def list_models(request: Request) -> Response:
     state = state_of(request)
     require_read(request, state.settings)
@@ -91,45 +87,28 @@ async def list_models(request: Request) -> Response:
     return _json({"models": models})
 
 
-@router.get("/models/{model_id:path}")
-async def get_model(request: Request, model_id: str) -> Response:
+async def get_model(request: Request) -> Response:
     state = state_of(request)
+    model_id: str = request.path_params["model_id"]
     require_read(request, state.settings)
     check_model_id(model_id)
     found = state.registry.lookup(model_id)
     if found is None:
-        _fail(
-            404,
-            {
-                "error": "model_not_found",
-                "model_id": model_id,
-                "message": f"Model '{model_id}' does not exist in the catalog.",
-            },
-        )
+        raise ConfigNotFound(f"Model '{model_id}' does not exist in the catalog.", model_id=model_id)
     text = await asyncio.to_thread(state.store.read_model, found) if state.store is not None else None
     text = text or state.registry.baseline_text(found) or dump_yaml(state.registry.config(found) or {})
     return Response(text, media_type=YAML_TYPE)
 
 
-@router.post("/models")
 async def add_model(request: Request) -> Response:
     state = state_of(request)
     require_write(request, state.settings)
     started = time.monotonic()
     if state.publisher is not None and not state.publisher.connected:
-        _fail(
-            503,
-            {
-                "error": "nats_unavailable",
-                "message": "NATS not connected -- cannot distribute config changes.",
-            },
-        )
+        raise NatsUnavailable("NATS not connected -- cannot distribute config changes.")
     body = await request.body()
     if len(body) > MAX_BODY_BYTES:
-        _fail(
-            413,
-            {"error": "payload_too_large", "message": f"Config body exceeds {MAX_BODY_BYTES} bytes limit."},
-        )
+        raise BodyTooLarge(f"Config body exceeds {MAX_BODY_BYTES} bytes limit.")
     key = request.headers.get("Idempotency-Key")
     body_hash = hashlib.sha256(body).hexdigest()
     if key:
@@ -167,20 +146,13 @@ async def _claim(state: ControlState, key: str, body_hash: str) -> Response | No
     try:
         replay = await state.idempotency.claim(key, body_hash)
     except KeyMismatch:
-        _fail(
-            422,
-            {"error": "idempotency_mismatch", "message": "Idempotency-Key reused with different payload."},
-        )
+        raise IdempotencyMismatch("Idempotency-Key reused with different payload.") from None
     except OwnerFailed:
-        _fail(
-            503,
-            {
-                "error": "idempotent_inflight_cancelled",
-                "idempotency_key": key,
-                "message": "The prior in-flight request with this Idempotency-Key was cancelled before it "
-                "completed. Retry the request to execute it.",
-            },
-        )
+        raise InflightCancelled(
+            "The prior in-flight request with this Idempotency-Key was cancelled before it completed. "
+            "Retry the request to execute it.",
+            idempotency_key=key,
+        ) from None
     except Evicted:
         return _json(
             {
@@ -200,12 +172,12 @@ def _parse(body: bytes) -> dict[str, Any]:
     try:
         config = yaml.safe_load(body.decode("utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        _fail(400, {"error": "parse_error", "message": f"Invalid YAML: {exc}"})
+        raise ParseError(f"Invalid YAML: {exc}") from exc
     if not isinstance(config, dict):
-        _fail(400, {"error": "parse_error", "message": "Expected YAML mapping at top level"})
+        raise ParseError("Expected YAML mapping at top level")
     details = schema_errors(config)
     if details:
-        _fail(422, {"error": "validation_error", "details": details})
+        raise ConfigInvalid(details)
     model_id = config.get("sie_id")
     if model_id:
         check_model_id(str(model_id))
@@ -215,30 +187,7 @@ def _parse(body: bytes) -> dict[str, Any]:
 async def _add(state: ControlState, body: bytes) -> tuple[int, dict[str, Any]]:
     config = _parse(body)
     async with state.write_lock:
-        try:
-            plan = state.registry.plan(config)
-        except ProfileConflict as exc:
-            _fail(
-                409,
-                {
-                    "error": "content_conflict",
-                    "model_id": exc.model_id,
-                    "conflicting_profiles": exc.profiles,
-                    "message": str(exc),
-                },
-            )
-        except FieldConflict as exc:
-            _fail(
-                409,
-                {
-                    "error": "content_conflict",
-                    "model_id": exc.model_id,
-                    "conflicting_fields": exc.fields,
-                    "message": str(exc),
-                },
-            )
-        except ConfigInvalid as exc:
-            _fail(422, {"error": "validation_error", "details": exc.details})
+        plan = state.registry.plan(config)
         warnings = await _commit(state, plan) if plan.created else []
     registry = state.registry
     answer = {
@@ -267,7 +216,7 @@ async def _commit(state: ControlState, plan: Plan) -> list[str]:
             await asyncio.to_thread(store.write_model, plan.model_id, text)
             state.metrics.store_writes.labels("write_model", "success").inc()
         except StoreError as exc:
-            _fail(422, {"error": "validation_error", "details": [{"message": str(exc)}]})
+            raise ConfigInvalid([{"message": str(exc)}]) from exc
         except OSError:
             state.metrics.store_writes.labels("write_model", "failure").inc()
             raise
@@ -303,7 +252,6 @@ async def _commit(state: ControlState, plan: Plan) -> list[str]:
     return ["nats_publish_failed: Config persisted but NATS notification failed. Workers may not be updated."]
 
 
-@router.post("/resolve")
 async def resolve(request: Request) -> Response:
     state = state_of(request)
     require_read(request, state.settings)
@@ -311,29 +259,15 @@ async def resolve(request: Request) -> Response:
     try:
         data = msgspec.json.decode(body) if body else {}
     except msgspec.DecodeError as exc:
-        _fail(400, {"error": "parse_error", "message": f"Invalid JSON: {exc}"})
+        raise ParseError(f"Invalid JSON: {exc}") from exc
     spec = data.get("model", "") if isinstance(data, dict) else ""
     if not spec:
-        _fail(400, {"error": "missing_field", "message": "'model' field is required"})
+        raise MissingField("'model' field is required")
     try:
         bundle, model = parse_model_spec(spec)
     except ValueError as exc:
-        _fail(400, {"error": "invalid_model_spec", "message": str(exc)})
-    try:
-        resolved, compatible = state.registry.resolve(model, bundle or data.get("bundle"))
-    except UnknownModel as exc:
-        _fail(404, {"error": "model_not_found", "model": model, "message": str(exc)})
-    except BundleConflict as exc:
-        _fail(
-            409,
-            {
-                "error": "bundle_conflict",
-                "model": model,
-                "bundle": exc.bundle,
-                "compatible_bundles": exc.compatible,
-                "message": str(exc),
-            },
-        )
+        raise InvalidModelSpec(str(exc)) from exc
+    resolved, compatible = state.registry.resolve(model, bundle or data.get("bundle"))
     found = state.registry.lookup(model) or model
     # A variant (``id:profile``) is served as a model of its own whose default is that profile.
     variant = model.lower() != found.lower()
@@ -343,7 +277,6 @@ async def resolve(request: Request) -> Response:
     )
 
 
-@router.get("/bundles")
 async def list_bundles(request: Request) -> Response:
     state = state_of(request)
     require_read(request, state.settings)
@@ -360,13 +293,13 @@ async def list_bundles(request: Request) -> Response:
     return _json({"bundles": bundles})
 
 
-@router.get("/bundles/{bundle_id}")
-async def get_bundle(request: Request, bundle_id: str) -> Response:
+async def get_bundle(request: Request) -> Response:
     state = state_of(request)
+    bundle_id: str = request.path_params["bundle_id"]
     require_read(request, state.settings)
     bundle = state.registry.bundle(bundle_id)
     if bundle is None:
-        _fail(404, {"error": "bundle_not_found", "bundle_id": bundle_id})
+        raise BundleNotFound(None, bundle_id=bundle_id)
     data = {
         "name": bundle.name,
         "engine": "pytorch",
@@ -377,7 +310,6 @@ async def get_bundle(request: Request, bundle_id: str) -> Response:
     return Response(yaml.safe_dump(data, default_flow_style=False), media_type=YAML_TYPE)
 
 
-@router.get("/epoch")
 async def epoch(request: Request) -> Response:
     state = state_of(request)
     require_read(request, state.settings)
@@ -390,7 +322,6 @@ async def epoch(request: Request) -> Response:
     )
 
 
-@router.get("/export")
 async def export(request: Request) -> Response:
     state = state_of(request)
     require_read(request, state.settings, export=True)
@@ -423,3 +354,16 @@ async def export(request: Request) -> Response:
             "models": models,
         }
     return _json(snapshot)
+
+
+_PREFIX: Final = "/v1/configs"
+ROUTES: Final = [
+    Route(f"{_PREFIX}/models", list_models, methods=["GET"]),
+    Route(f"{_PREFIX}/models", add_model, methods=["POST"]),
+    Route(f"{_PREFIX}/models/{{model_id:path}}", get_model, methods=["GET"]),
+    Route(f"{_PREFIX}/resolve", resolve, methods=["POST"]),
+    Route(f"{_PREFIX}/bundles", list_bundles, methods=["GET"]),
+    Route(f"{_PREFIX}/bundles/{{bundle_id}}", get_bundle, methods=["GET"]),
+    Route(f"{_PREFIX}/epoch", epoch, methods=["GET"]),
+    Route(f"{_PREFIX}/export", export, methods=["GET"]),
+]

@@ -8,21 +8,28 @@ background (writes answer 503 ``nats_unavailable`` until it is, reads and probes
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sie import __version__
+from sie.catalog.bundles import bundle_names, load_bundle
 from sie.control import api
+from sie.control.auth import refuse_open
 from sie.control.publisher import DeltaPublisher
 from sie.control.registry import ConfigRegistry
 from sie.control.settings import ConfigServiceSettings
 from sie.control.state import ControlState
 from sie.control.store import ConfigStore
-from sie.engine.bundles import bundle_names, load_bundle
+from sie.http.errors import Envelope
+from sie.http.errors import install as install_errors
+from sie.http.metrics import route_template, run_recording_status
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +52,33 @@ def build_state(settings: ConfigServiceSettings) -> ControlState:
     return state
 
 
-def create_app(settings: ConfigServiceSettings) -> FastAPI:
+class RequestCounting:
+    """``sie_config_http_requests`` per method, route template and status: the template, not the
+    path, so per-model reads do not mint a series each."""
+
+    def __init__(self, app: ASGIApp, state: ControlState, routes: Sequence[BaseRoute]) -> None:
+        self.app = app
+        self.state = state
+        self.routes = tuple(routes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        def record(status: int, _: float) -> None:
+            template = route_template(self.routes, scope)
+            self.state.metrics.requests.labels(scope["method"], template, str(status)).inc()
+
+        await run_recording_status(self.app, scope, receive, send, record)
+
+
+def create_app(settings: ConfigServiceSettings) -> Starlette:
+    refuse_open(settings)
     state = build_state(settings)
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
         if state.publisher is not None:
             state.publisher.start()
         else:
@@ -60,47 +89,22 @@ def create_app(settings: ConfigServiceSettings) -> FastAPI:
             if state.publisher is not None:
                 await state.publisher.stop()
 
-    app = FastAPI(
-        title="sie-config",
-        description="The cluster's config control plane.",
-        version=__version__,
-        lifespan=lifespan,
-    )
-    app.state.control = state
-    app.include_router(api.router)
+    async def healthz(_: Request) -> Response:
+        return JSONResponse({"status": "ok"})
 
-    @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def readyz(_: Request) -> Response:
+        return JSONResponse({"status": "ready"})
 
-    @app.get("/readyz")
-    async def readyz() -> dict[str, str]:
-        return {"status": "ready"}
-
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        state.metrics.nats_connected.set(
-            1 if state.publisher is not None and state.publisher.connected else 0
-        )
+    async def metrics(_: Request) -> Response:
+        connected = state.publisher is not None and state.publisher.connected
+        state.metrics.nats_connected.set(1 if connected else 0)
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.middleware("http")
-    async def count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        status = 500
-        try:
-            response = await call_next(request)
-            status = response.status_code
-            return response
-        finally:
-            # The route template, not the path: per-model reads must not mint a series each.
-            template = getattr(request.scope.get("route"), "path", "other")
-            state.metrics.requests.labels(request.method, template, str(status)).inc()
-
-    @app.exception_handler(Exception)
-    async def crashed(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("%s %s failed", request.method, request.url.path)
-        return JSONResponse({"detail": {"error": "internal_error", "message": str(exc)}}, status_code=500)
-
+    routes = [Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics), *api.ROUTES]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.control = state
+    install_errors(app, Envelope.CONFIG)
+    app.add_middleware(RequestCounting, state=state, routes=routes)
     log.info(
         "sie-config %s: %d bundles, %d models (%d from the store), epoch %d",
         __version__,

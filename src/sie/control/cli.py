@@ -23,9 +23,9 @@ def serve(
     """Start the config service."""
     import uvicorn
 
+    from sie.catalog.model_config import ModelConfigError
     from sie.control.app import create_app
     from sie.control.settings import ConfigServiceSettings
-    from sie.engine.model_config import ModelConfigError
     from sie.observability.logging import configure_logging
 
     overrides: dict[str, Any] = {

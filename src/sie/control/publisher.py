@@ -11,17 +11,15 @@ import asyncio
 import logging
 import os
 import socket
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 from nats.aio.client import Client
 
 from sie.queue.connection import connect
+from sie.queue.contract import CONFIG_ALL_SUBJECT, config_subject
 
 log = logging.getLogger(__name__)
-
-BUNDLE_SUBJECT: Final = "sie.config.models.{bundle}"
-ALL_SUBJECT: Final = "sie.config.models._all"
 
 
 def producer_id() -> str:
@@ -59,8 +57,8 @@ class DeltaPublisher:
             try:
                 if self._client is None:
                     raise ConnectionError("not connected to NATS")
-                await self._client.publish(BUNDLE_SUBJECT.format(bundle=delta["bundle_id"]), data)
-                await self._client.publish(ALL_SUBJECT, data)
+                await self._client.publish(config_subject(delta["bundle_id"]), data)
+                await self._client.publish(CONFIG_ALL_SUBJECT, data)
             except Exception as exc:
                 log.warning("config delta for bundle %s not published: %s", delta["bundle_id"], exc)
                 failed.append(delta["bundle_id"])

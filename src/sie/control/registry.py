@@ -25,59 +25,23 @@ from typing import Any, Final
 import yaml
 from pydantic import ValidationError
 
-from sie.adapters.registry import canonical
-from sie.engine.bundles import Bundle, adapter_module, bundle_config_hash
-from sie.engine.catalog import Catalog
-from sie.engine.model_config import ModelConfig, load_model_dir
+from sie.catalog.bundles import Bundle, adapter_module, bundle_config_hash
+from sie.catalog.catalog import Catalog
+from sie.catalog.config_errors import (
+    BundleConflict,
+    ConfigInvalid,
+    FieldConflict,
+    ProfileConflict,
+    UnknownModel,
+    invalid,
+)
+from sie.catalog.families import canonical
+from sie.catalog.model_config import ModelConfig, load_model_dir
 
 PROFILE_NAME: Final = re.compile(r"^[A-Za-z0-9._-]+$")
 # Bundles without an ``engine`` run the Python adapters; the public service names that ``pytorch``.
 ENGINE: Final = "pytorch"
 UNKNOWN_FIELD: Final = "Unknown field: the worker model config schema does not define it."
-
-
-class ConfigInvalid(ValueError):
-    """422 ``validation_error``: ``details`` is ``[{"loc"?, "message"}]``."""
-
-    def __init__(self, details: list[dict[str, Any]]) -> None:
-        self.details = details
-        super().__init__("; ".join(str(d["message"]) for d in details))
-
-
-def invalid(message: str) -> ConfigInvalid:
-    return ConfigInvalid([{"message": message}])
-
-
-class ProfileConflict(ValueError):
-    def __init__(self, model_id: str, profiles: list[str]) -> None:
-        self.model_id, self.profiles = model_id, profiles
-        super().__init__(
-            f"Profile(s) {profiles} on model '{model_id}' already exist with different content. "
-            "Config API is append-only."
-        )
-
-
-class FieldConflict(ValueError):
-    def __init__(self, model_id: str, fields: list[str]) -> None:
-        self.model_id, self.fields = model_id, fields
-        super().__init__(
-            f"Top-level field(s) {fields} already exist with different values. Config API is append-only; "
-            "mutating existing metadata is not supported via this endpoint."
-        )
-
-
-class UnknownModel(LookupError):
-    def __init__(self, model: str) -> None:
-        self.model = model
-        super().__init__(f"Model not found: {model}")
-
-
-class BundleConflict(ValueError):
-    def __init__(self, model: str, bundle: str, compatible: list[str]) -> None:
-        self.model, self.bundle, self.compatible = model, bundle, compatible
-        super().__init__(
-            f"Bundle '{bundle}' does not support model '{model}'. Compatible bundles: {compatible}"
-        )
 
 
 def _message(error: Any) -> str:
@@ -112,20 +76,6 @@ def parse_config(body: dict[str, Any]) -> ModelConfig:
         return ModelConfig.model_validate(body)
     except ValidationError as exc:
         raise ConfigInvalid(_details(exc)) from exc
-
-
-def parse_model_spec(spec: str) -> tuple[str | None, str]:
-    """``[bundle:/]org/model[:profile]`` → (bundle or None, model)."""
-    if not spec or not spec.strip():
-        raise ValueError("model_spec must not be empty")
-    if ":/" not in spec:
-        return None, spec
-    bundle, model = spec.split(":/", 1)
-    if not bundle:
-        raise ValueError("Bundle part of model_spec must not be empty")
-    if not model:
-        raise ValueError("Model part of model_spec must not be empty")
-    return bundle.lower(), model
 
 
 def _profile_adapter(profiles: dict[str, Any], name: str) -> str | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sie.settings import PACKAGED_BUNDLES_DIR, PACKAGED_MODELS_DIR, split_csv
@@ -25,6 +25,11 @@ class ConfigServiceSettings(BaseSettings):
     auth_token: str | None = Field(None, description="The inference token: reads except the export.")
     models_dir: Path = Field(PACKAGED_MODELS_DIR, description="The catalogue baked into the image.")
     bundles_dir: Path = Field(PACKAGED_BUNDLES_DIR, description="Bundle YAMLs.")
+    deployment_env: str = Field(
+        "",
+        validation_alias=AliasChoices("SIE_DEPLOYMENT_ENV", "SIE_ENV"),
+        description="prod or production: refuse to start with no token (an open config service).",
+    )
     log_json: bool = Field(False, description="One JSON object per log line.")
     log_level: str = Field("INFO", description="Log level.")
 

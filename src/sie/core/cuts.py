@@ -2,7 +2,7 @@
 
 Two places pay per chunk and per padded slot: the worker cutting a batch into padded forward calls
 (``sie.engine.batcher.split_by_padded_cost``) and the packed encoder cutting its sequences into
-attention buckets (``sie.adapters.packed_bert.attention_buckets``). Both are this one dynamic
+attention buckets (``sie.adapters.runtime.packed_bert.attention_buckets``). Both are this one dynamic
 programme over sorted lengths, each with its own price for a chunk.
 """
 

@@ -13,7 +13,7 @@ class ComputePrecision(StrEnum):
 
 
 class AttentionBackend(StrEnum):
-    """``SIE_ATTENTION_BACKEND``: the attention kernels a model may use (see sie.adapters.attention)."""
+    """``SIE_ATTENTION_BACKEND``: the attention kernels a model may use (see sie.adapters.runtime.attention)."""
 
     AUTO = "auto"
     FLASH_ATTENTION_2 = "flash_attention_2"

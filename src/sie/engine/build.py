@@ -3,14 +3,14 @@ worker later), so neither has to know how devices, weights and limits are wired 
 
 from __future__ import annotations
 
-from sie.adapters.device import detect_device
-from sie.engine.bundles import load_bundle
-from sie.engine.catalog import Catalog
+from sie.adapters.runtime.device import detect_device
+from sie.catalog.bundles import load_bundle
+from sie.catalog.catalog import Catalog
+from sie.catalog.source import models_directory
 from sie.engine.engine import Engine, EngineLimits
 from sie.engine.loader import LoadSettings, ModelState
 from sie.observability.metrics import Metrics
 from sie.settings import Settings
-from sie.weights.models_source import models_directory
 from sie.weights.sources import WeightSources
 
 

@@ -18,8 +18,8 @@ from collections.abc import Awaitable
 from types import TracebackType
 from typing import Any, TypeVar
 
-from sie.engine.catalog import Catalog, CatalogEntry
-from sie.engine.errors import InvalidInput
+from sie.catalog.catalog import Catalog, CatalogEntry
+from sie.catalog.errors import InvalidInput
 from sie.engine.infer import Infer
 from sie.engine.loader import LoadSettings, ModelSlot
 from sie.engine.ops import encode, extract, score

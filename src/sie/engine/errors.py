@@ -1,27 +1,18 @@
-"""The engine's own exceptions. Front ends map them to wire codes in one table each."""
+"""The engine's own exceptions: loading, batching and running models. The request checks' errors
+(``InvalidInput`` and the rest) are the catalogue's (``sie.catalog.errors``); every one of them names
+its wire code, and ``sie.errors.RULES`` says the rest."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sized
+from collections.abc import Callable
 from functools import wraps
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
+
+from sie.errors import SieError
+from sie.wire.errors import ErrorCode
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
-
-
-class EngineError(Exception):
-    """Base of every error the engine reports to a caller."""
-
-
-class InvalidInput(EngineError):
-    """The request cannot be served as asked; retrying the same request will not help."""
-
-
-def require_items(items: Sized) -> None:
-    """Every operation needs at least one item; the message is the public server's."""
-    if not len(items):
-        raise InvalidInput("Field 'items' must not be empty")
 
 
 def future_safe(call: Callable[_P, _T]) -> Callable[_P, _T]:
@@ -39,34 +30,20 @@ def future_safe(call: Callable[_P, _T]) -> Callable[_P, _T]:
     return guarded
 
 
-class ModelNotFound(EngineError):
-    def __init__(self, model: str) -> None:
-        super().__init__(f"Model '{model}' not found")
-        self.model = model
-
-
-class ModelNotServed(EngineError):
-    """The model's family is in the catalogue but this release does not run it: a client error that
-    retrying cannot cure, and not a "not found" (the id is known and listed)."""
-
-    def __init__(self, model: str, adapter_path: str, family: str) -> None:
-        super().__init__(
-            f"Model '{model}' is {family} (adapter '{adapter_path}'), a family this release does not "
-            "serve; docs/models.md lists the families it runs"
-        )
-        self.model = model
-
-
-class ModelLoading(EngineError):
+class ModelLoading(SieError):
     """The model is loading in the background; the caller should retry shortly."""
+
+    code = ErrorCode.MODEL_LOADING
 
     def __init__(self, model: str) -> None:
         super().__init__(f"Model '{model}' is loading. Retry shortly.")
         self.model = model
 
 
-class LoraLoading(EngineError):
+class LoraLoading(SieError):
     """A LoRA adapter is loading in the background; the caller should retry in a second."""
+
+    code = ErrorCode.LORA_LOADING
 
     def __init__(self, model: str, lora: str) -> None:
         super().__init__(f"LoRA '{lora}' for model '{model}' is loading. Retry shortly.")
@@ -74,7 +51,9 @@ class LoraLoading(EngineError):
         self.lora = lora
 
 
-class ModelLoadFailed(EngineError):
+class ModelLoadFailed(SieError):
+    code = ErrorCode.MODEL_LOAD_FAILED
+
     def __init__(self, model: str, reason: str, attempts: int, permanent: bool, error_class: str) -> None:
         super().__init__(f"Model '{model}' failed to load: {reason}")
         self.model = model
@@ -83,9 +62,14 @@ class ModelLoadFailed(EngineError):
         self.permanent = permanent
         self.error_class = error_class
 
+    def details(self) -> dict[str, Any]:
+        return {"error_class": self.error_class, "attempts": self.attempts, "permanent": self.permanent}
 
-class Overloaded(EngineError):
+
+class Overloaded(SieError):
     """The model's queue is full; the caller should back off and retry."""
+
+    code = ErrorCode.QUEUE_FULL
 
 
 class OutOfMemory(Exception):
@@ -93,18 +77,20 @@ class OutOfMemory(Exception):
     freeing caches), and the worker decides what to try next. Callers see ``ResourceExhausted``."""
 
 
-class ResourceExhausted(EngineError):
+class ResourceExhausted(SieError):
     """A batch ran out of device memory even after recovery (freed caches, an evicted model, split
     batches); the caller may retry later, when the device has room."""
 
+    code = ErrorCode.RESOURCE_EXHAUSTED
 
-class InferenceFailed(EngineError):
+
+class InferenceFailed(SieError):
     """The forward pass raised; the original exception is chained."""
 
+    code = ErrorCode.INFERENCE_ERROR
 
-class EngineClosed(EngineError):
+
+class EngineClosed(SieError):
     """The engine is shutting down and takes no new work."""
 
-
-class PayloadTooLarge(EngineError):
-    """The body or one item's text is over its configured limit."""
+    code = ErrorCode.MODEL_NOT_LOADED

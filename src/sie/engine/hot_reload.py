@@ -14,7 +14,7 @@ from pathlib import Path
 
 from watchfiles import awatch
 
-from sie.engine.catalog import Catalog
+from sie.catalog.catalog import Catalog
 
 log = logging.getLogger(__name__)
 

@@ -10,15 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
 
-from sie.adapters.base import (
-    AnnotatedText,
-    ImageData,
-    MediaPair,
-    ModelInput,
-    UnsupportedInput,
-    prepares_on_pool,
-)
-from sie.engine.errors import InvalidInput, future_safe
+from sie.adapters.batch import AnnotatedText, ImageData, MediaPair, ModelInput
+from sie.adapters.contract import Trait
+from sie.catalog.errors import InvalidInput
+from sie.core.task import UnsupportedInput
+from sie.engine.errors import future_safe
 from sie.engine.registry import Held
 from sie.engine.runner import BatchGroup
 from sie.engine.worker import ItemResult
@@ -85,7 +81,7 @@ class Infer:
         started = time.perf_counter()
         try:
             prepare = future_safe(adapter.prepare)
-            if not prepares_on_pool(adapter) and _input_chars(inputs) <= INLINE_TOKENIZE_CHARS:
+            if Trait.PREPARES_ON_POOL not in adapter.traits and _input_chars(inputs) <= INLINE_TOKENIZE_CHARS:
                 prepared = prepare(inputs, group.forward)
             else:
                 loop = asyncio.get_running_loop()

@@ -1,25 +1,21 @@
-"""Which input of an item a model gets: its image when it has one, else its text.
+"""Which input of an item a model gets: its image when it has one, else its text, as the request's
+plan and the family's traits shape it.
 
 The rule is the same for every operation and family, so it lives here rather than in each adapter:
-a model declares the modalities it takes (``Adapter.inputs``), and an item it cannot take is refused
-with 400 before any work.
+a model declares the modalities it takes (``Adapter.inputs``) and how it reads an item
+(``Adapter.traits``), and an item it cannot take is refused with 400 before any work.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from sie.adapters.base import (
-    Adapter,
-    AnnotatedText,
-    ImageData,
-    ModelInput,
-    reads_image_text,
-    reads_item_metadata,
-    reads_item_state,
-)
+from sie.adapters.batch import AnnotatedText, ImageData, ModelInput
+from sie.adapters.contract import Adapter, Trait
+from sie.catalog.encode_plan import EncodePlan
+from sie.catalog.errors import InvalidInput
 from sie.core.options import Modality
-from sie.engine.errors import InvalidInput
+from sie.core.task import Task
 from sie.wire.requests import Item
 
 
@@ -44,7 +40,7 @@ def pair_side(item: Item, model: str, adapter: Adapter) -> str | ImageData:
     image = image_of(item, model, adapter)
     if image is None:
         return text_of(item, adapter)
-    return replace(image, text=item.text) if reads_image_text(adapter) else image
+    return replace(image, text=item.text) if Trait.READS_IMAGE_TEXT in adapter.traits else image
 
 
 def text_of(item: Item, adapter: Adapter) -> str:
@@ -59,9 +55,44 @@ def extract_input(item: Item, model: str, adapter: Adapter) -> ModelInput:
     image = image_of(item, model, adapter)
     if image is not None:
         return image
-    if "state" in (item.metadata or {}) and reads_item_state(adapter):  # a Laya state stands in for the text
+    if (
+        "state" in (item.metadata or {}) and Trait.READS_ITEM_STATE in adapter.traits
+    ):  # a Laya state stands in for the text
         if item.text is not None:
             raise InvalidInput(f"{adapter.family} items carry a text or metadata.state, not both")
         return AnnotatedText("", item.metadata or {})
     text = text_of(item, adapter)
-    return AnnotatedText(text, item.metadata or {}) if reads_item_metadata(adapter) else text
+    return AnnotatedText(text, item.metadata or {}) if Trait.READS_ITEM_METADATA in adapter.traits else text
+
+
+def encode_input(plan: EncodePlan, item: Item, model: str, adapter: Adapter) -> ModelInput:
+    """The item's image for a model that takes images (with its text beside it for a family that
+    reads both), else ``encode_text`` of its text."""
+    image = image_of(item, model, adapter)
+    if image is None:
+        return encode_text(plan, item, adapter)
+    if item.text is not None and Trait.READS_IMAGE_TEXT in adapter.traits:
+        return replace(image, text=encode_text(plan, item, adapter))
+    return image
+
+
+def encode_text(plan: EncodePlan, item: Item, adapter: Adapter) -> str:
+    """The text the tokenizer sees: templates first, else ``"{instruction} {text}"`` (the bare text
+    for a family that places the instruction itself, ``encode_task``)."""
+    text = text_of(item, adapter)
+    template = plan.query_template if plan.is_query else plan.doc_template
+    if template:
+        try:
+            return template.format(text=text, instruction=plan.instruction or "")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise InvalidInput(f"Invalid template {template!r}: {exc}") from exc
+    if plan.instruction and Trait.PLACES_INSTRUCTION not in adapter.traits:
+        return f"{plan.instruction} {text}"
+    return text
+
+
+def encode_task(plan: EncodePlan, adapter: Adapter) -> Task | None:
+    """The instruction for a family that places it itself (Qwen3-VL's system turn), else None."""
+    if plan.instruction and Trait.PLACES_INSTRUCTION in adapter.traits:
+        return Task(instruction=plan.instruction)
+    return None

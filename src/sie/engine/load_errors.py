@@ -21,8 +21,8 @@ from typing import Final
 import torch
 from safetensors import SafetensorError
 
-from sie.adapters.registry import UnknownAdapter
-from sie.engine.model_config import ModelConfigError
+from sie.adapters.loading import UnknownAdapter
+from sie.catalog.model_config import ModelConfigError
 from sie.weights.sources import WeightsNotFound
 
 

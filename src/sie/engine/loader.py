@@ -12,27 +12,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sie.adapters.base import (
-    Adapter,
-    AnnotatedText,
-    Forward,
-    LoadSpec,
-    ModelInput,
-    Task,
-    reads_item_metadata,
-    runs_onnx,
-)
-from sie.adapters.device import effective_precision
-from sie.adapters.images import sample_image
-from sie.adapters.registry import adapter_class
+from sie.adapters.batch import AnnotatedText, ModelInput
+from sie.adapters.contract import Adapter, Forward, LoadSpec, Trait, output_dims
+from sie.adapters.loading import adapter_class
+from sie.adapters.runtime.device import effective_precision
+from sie.adapters.runtime.images import sample_image
+from sie.catalog.catalog import CatalogEntry
 from sie.core import heap
 from sie.core.options import AttentionBackend, Capability, ComputePrecision, Modality
-from sie.engine.catalog import CatalogEntry
+from sie.core.task import Task
 from sie.engine.load_errors import LoadErrorClass, classify
 from sie.engine.memory import model_bytes
 from sie.postprocess.muvera import MuveraStage
@@ -66,6 +59,13 @@ class LoadedModel:
     muvera: MuveraStage | None = None  # for a model with a multivector output
     memory_bytes: int = 0  # what its weights hold on the device (``memory.model_bytes``)
 
+    def dims(self, muvera: bool) -> Mapping[Capability, int]:
+        """The widths of its encode outputs, the dense one MUVERA's when the request asks for that."""
+        dims = output_dims(self.adapter)
+        if muvera and self.muvera is not None:
+            return {**dims, self.muvera.PRODUCES: self.muvera.dims}
+        return dims
+
 
 @dataclass(frozen=True)
 class LoadSettings:
@@ -90,7 +90,11 @@ def load_model(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel:
     config, profile = entry.config, entry.profile
     cls = adapter_class(profile.adapter_path, entry.config_dir)
     folder = settings.weights.resolve(
-        config.hf_id, config.weights_path, entry.config_dir, config.hf_revision, onnx=runs_onnx(cls)
+        config.hf_id,
+        config.weights_path,
+        entry.config_dir,
+        config.hf_revision,
+        onnx=Trait.RUNS_ONNX in cls.traits,
     )
     loadtime = dict(profile.loadtime)
     tokenizer_id = loadtime.pop("tokenizer_id", None)
@@ -118,7 +122,7 @@ def load_model(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel:
         held / 1e6,
     )
     muvera = (
-        MuveraStage.of(adapter.dims[Capability.MULTIVECTOR], loadtime)
+        MuveraStage.of(output_dims(adapter)[Capability.MULTIVECTOR], loadtime)
         if Capability.MULTIVECTOR in adapter.capabilities
         else None
     )
@@ -140,7 +144,7 @@ def warm_up(adapter: Adapter) -> None:
         forward, inputs = Forward(frozenset({Capability.SCORE})), [("warm", "up")]
     else:
         forward = Forward(frozenset({Capability.EXTRACT}), task=Task(labels=("thing",)))
-        if reads_item_metadata(adapter):  # GLiREL relates the entities an item names
+        if Trait.READS_ITEM_METADATA in adapter.traits:  # GLiREL relates the entities an item names
             named = [{"text": "Ann", "start": 0, "end": 3}, {"text": "Bob", "start": 8, "end": 11}]
             inputs = [AnnotatedText("Ann met Bob", {"entities": named})]
     adapter.run(adapter.prepare(inputs, forward), forward)

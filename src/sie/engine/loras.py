@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from sie.adapters.base import TakesLora
-from sie.engine.errors import InvalidInput, LoraLoading
+from sie.adapters.contract import TakesLora
+from sie.catalog.errors import InvalidInput
+from sie.engine.errors import LoraLoading
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from sie.adapters.base import TakesLora
+from sie.adapters.contract import TakesLora
+from sie.catalog.catalog import Catalog, CatalogEntry
+from sie.catalog.errors import InvalidInput, ModelNotFound
 from sie.core import heap
 from sie.engine.batcher import BatchLimits
-from sie.engine.catalog import Catalog, CatalogEntry
-from sie.engine.errors import EngineClosed, InvalidInput, ModelLoadFailed, ModelLoading, ModelNotFound
+from sie.engine.errors import EngineClosed, ModelLoadFailed, ModelLoading
 from sie.engine.loader import (
     LoadedModel,
     LoadSettings,

@@ -18,7 +18,8 @@ from typing import Final
 
 import torch
 
-from sie.adapters.base import Adapter, BatchOutputs, Forward, ItemOutputs, Prepared
+from sie.adapters.batch import BatchOutputs, ItemOutputs, Prepared
+from sie.adapters.contract import Adapter, Forward
 from sie.core import heap
 from sie.engine.batcher import split_by_padded_cost
 from sie.engine.errors import OutOfMemory, ResourceExhausted

@@ -15,12 +15,12 @@ import contextlib
 from pathlib import Path
 from types import TracebackType
 
+from sie.catalog.bundles import load_bundle
+from sie.catalog.catalog import Catalog
+from sie.catalog.model_config import ModelConfig
 from sie.engine.build import build_catalog, build_engine
-from sie.engine.bundles import load_bundle
-from sie.engine.catalog import Catalog
 from sie.engine.engine import Engine
 from sie.engine.hot_reload import watch_models_dir
-from sie.engine.model_config import ModelConfig
 from sie.observability.metrics import Metrics
 from sie.settings import Settings
 from sie.weights.remote_fs import is_remote

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
-from sie.adapters.base import ItemOutputs, Prepared
+from sie.adapters.batch import ItemOutputs, Prepared
+from sie.catalog.errors import InvalidInput
 from sie.engine.batcher import Batcher, BatchLimits, Entry
 from sie.engine.errors import (
     EngineClosed,
     InferenceFailed,
-    InvalidInput,
     OutOfMemory,
     Overloaded,
     ResourceExhausted,

@@ -17,29 +17,35 @@ from typing import Final
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from sie import __version__
-from sie.control.follower import ALL_SUBJECT, ConfigFollower
-from sie.engine.admission import Admission
-from sie.engine.bundles import bundle_names, load_bundle
-from sie.engine.catalog import Catalog
+from sie.catalog.admission import Admission
+from sie.catalog.bundles import bundle_names, load_bundle
+from sie.catalog.catalog import Catalog
+from sie.catalog.follower import ConfigFollower
+from sie.catalog.source import models_directory
 from sie.gateway import cluster_api, config_api, inference, pools_api, status_page
 from sie.gateway.auth import Auth, AuthConfig
 from sie.gateway.dead_letters import DeadLetters
 from sie.gateway.dispatch import Dispatcher
+from sie.gateway.errors import WORKER_CODES
 from sie.gateway.metrics import GatewayMetrics, RequestCounting
 from sie.gateway.pools import Pools
 from sie.gateway.routing import Demand, Router, by_priority
 from sie.gateway.settings import GatewaySettings
 from sie.gateway.state import GatewayState
 from sie.gateway.workers import WorkerTable
+from sie.http import openapi
+from sie.http.errors import Envelope
+from sie.http.errors import install as install_errors
+from sie.http.middleware import BodyLimit, IdentityHeaders
 from sie.observability import tracing
 from sie.queue.connection import connect
-from sie.queue.contract import HEALTH_SUBJECT_PREFIX, ContractError, decode_heartbeat
+from sie.queue.contract import CONFIG_ALL_SUBJECT, HEALTH_SUBJECT_PREFIX, ContractError, decode_heartbeat
 from sie.queue.payloads import PayloadStore
-from sie.server.errors import HANDLED, handle_native_error
-from sie.server.middleware import BodyLimit, IdentityHeaders
-from sie.weights.models_source import models_directory
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +66,9 @@ def build_state(settings: GatewaySettings) -> GatewayState:
         bundles=bundles,
         workers=workers,
         demand=demand,
-        router=Router(workers, demand, settings.configured_gpus()),
+        router=Router(
+            workers, demand, settings.configured_gpus(), settings.gateway_provisioning_retry_after_s
+        ),
         metrics=GatewayMetrics(),
         payloads=PayloadStore(settings.payload_store_url) if settings.payload_store_url else None,
         local_catalog=catalog,
@@ -91,7 +99,7 @@ async def join_cluster(state: GatewayState) -> Client:
         async def on_delta(message: Msg) -> None:
             await follower.on_delta(message.data)
 
-        await client.subscribe(ALL_SUBJECT, cb=on_delta)
+        await client.subscribe(CONFIG_ALL_SUBJECT, cb=on_delta)
     publish_seconds = state.metrics.publish_seconds
     dispatcher = Dispatcher(client, lambda operation, s: publish_seconds.labels(operation).observe(s))
     await dispatcher.start()
@@ -148,8 +156,20 @@ def create_app(settings: GatewaySettings) -> Starlette:
 
     if not settings.nats_servers():
         raise ValueError("sie-gateway needs SIE_NATS_URL (the cluster's NATS server or servers)")
+    document = openapi.document(
+        "sie-gateway",
+        __version__,
+        "The cluster's front door: encode, score and extract through the queue to the workers.",
+        inference.ROUTES,
+        openapi.rules_for(WORKER_CODES),
+    )
+
+    async def openapi_json(_: Request) -> Response:
+        return JSONResponse(document)
+
     routes = [
-        *inference.ROUTES,
+        *(route.route() for route in inference.ROUTES),
+        Route("/openapi.json", openapi_json),
         *cluster_api.ROUTES,
         *pools_api.ROUTES,
         *config_api.ROUTES,
@@ -157,11 +177,9 @@ def create_app(settings: GatewaySettings) -> Starlette:
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.gateway = state
-    for exc_type in HANDLED:
-        app.add_exception_handler(exc_type, handle_native_error)
-    app.add_exception_handler(Exception, handle_native_error)
+    install_errors(app, Envelope.GATEWAY)
     # Added innermost first: auth sees a request before anything reads its body.
-    app.add_middleware(BodyLimit, limit=settings.max_request_body_bytes)
+    app.add_middleware(BodyLimit, limit=settings.max_request_body_bytes, envelope=Envelope.GATEWAY)
     app.add_middleware(
         Auth,
         config=AuthConfig(

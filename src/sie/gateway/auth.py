@@ -3,8 +3,8 @@
 Probes (``/healthz``, ``/readyz``) are always open, and ``/``, ``/health``, ``/metrics`` and ``/ws/*``
 too with ``SIE_AUTH_EXEMPT_OPERATIONAL``. Mutations of pools and configs (POST, PUT, DELETE under
 ``/v1/pools``, ``/v1/config``, ``/v1/admin``) need ``SIE_ADMIN_TOKEN`` instead of a client token.
-Tokens are compared in constant time. Refusals answer ``{"detail": {"code", "message"}}`` (the
-server's envelope) with the message also at the top level, where the public gateway puts it.
+Tokens are compared in constant time. Refusals are the edge's (``sie.http.errors``, the gateway's
+envelope: the message at the top level too, where the public gateway puts it).
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from sie.errors import SieError
+from sie.http.errors import AuthMisconfigured, Envelope, Forbidden, Unauthorized, error_response
 
 ALWAYS_OPEN: Final = ("/healthz", "/readyz")
 OPERATIONAL: Final = ("/", "/health", "/metrics")
@@ -48,10 +50,6 @@ def _bearer(scope: Scope) -> str | None:
     return None
 
 
-def _refusal(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"message": message, "detail": {"code": code, "message": message}}, status)
-
-
 class Auth:
     def __init__(self, app: ASGIApp, config: AuthConfig) -> None:
         self.app = app
@@ -65,11 +63,11 @@ class Auth:
         if refusal is None:
             await self.app(scope, receive, send)
         elif scope["type"] == "http":
-            await refusal(scope, receive, send)
+            await error_response(refusal, Envelope.GATEWAY)(scope, receive, send)
         else:
             await send({"type": "websocket.close", "code": 1008})
 
-    def refusal(self, method: str, path: str, token: str | None) -> JSONResponse | None:
+    def refusal(self, method: str, path: str, token: str | None) -> SieError | None:
         config = self.config
         if path in ALWAYS_OPEN:
             return None
@@ -77,15 +75,15 @@ class Auth:
             return None
         if method in MUTATIONS and path.startswith(ADMIN_PREFIXES):
             if not config.admin_token:
-                return _refusal(403, "FORBIDDEN", "Admin token not configured")
+                return Forbidden("Admin token not configured")
             if token is None or not _matches(token, config.admin_token):
-                return _refusal(403, "FORBIDDEN", "Admin token required")
+                return Forbidden("Admin token required")
             return None
         if not config.tokens:
-            return _refusal(500, "INTERNAL_ERROR", "Gateway auth enabled but no tokens configured")
+            return AuthMisconfigured("Gateway auth enabled but no tokens configured")
         if token is None:
-            return _refusal(401, "UNAUTHORIZED", "Missing Authorization header")
+            return Unauthorized("Missing Authorization header")
         # Every token is compared, so the time taken does not say which one nearly matched.
         if not any([_matches(token, expected) for expected in config.tokens]):
-            return _refusal(401, "UNAUTHORIZED", "Invalid token")
+            return Unauthorized("Invalid token")
         return None

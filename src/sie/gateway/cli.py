@@ -28,7 +28,7 @@ def serve(
     """Start the gateway."""
     import uvicorn
 
-    from sie.engine.model_config import ModelConfigError
+    from sie.catalog.model_config import ModelConfigError
     from sie.gateway.app import create_app
     from sie.gateway.settings import GatewaySettings
     from sie.observability.logging import configure_logging

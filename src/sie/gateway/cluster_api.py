@@ -10,11 +10,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from sie.engine.catalog import CatalogEntry
+from sie.catalog.catalog import CatalogEntry
 from sie.gateway.state import GatewayState, state_of
 from sie.gateway.workers import Worker
-from sie.server.api import http_parts  # noqa: F401  (registers the {model:model_id} convertor)
-from sie.server.api.model_info import entry_info
+from sie.http.model_info import entry_info
+from sie.http.parts import model_path
 from sie.wire import codec
 from sie.wire.responses import ModelList
 
@@ -153,5 +153,5 @@ ROUTES = [
     Route("/health", health),
     Route("/metrics", metrics),
     Route("/v1/models", list_models),
-    Route("/v1/models/{model:model_id}", get_model),
+    Route(model_path("/v1/models"), get_model),
 ]

@@ -17,9 +17,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from sie.control.registry import parse_model_spec
-from sie.engine.bundles import Bundle, bundle_config_hash
-from sie.engine.catalog import CatalogEntry
+from sie.catalog.bundles import Bundle, bundle_config_hash, parse_model_spec
+from sie.catalog.catalog import CatalogEntry
+from sie.catalog.config_errors import BundleConflict, BundleNotFound, UnknownModel
+from sie.catalog.errors import InvalidInput, ModelNotFound
 from sie.gateway.state import GatewayState, state_of
 
 STATUS_SUFFIX = "/status"
@@ -59,7 +60,7 @@ async def get_model(request: Request) -> Response:
         return JSONResponse(model_status(state, model_id.removesuffix(STATUS_SUFFIX)))
     entries = _entries(state, model_id)
     if not entries:
-        return JSONResponse({"message": f"Model '{model_id}' not found"}, 404)
+        raise ModelNotFound(model_id)
     sie_id = entries[0].config.sie_id
     data = {
         "sie_id": sie_id,
@@ -120,7 +121,7 @@ async def get_bundle(request: Request) -> Response:
     name = request.path_params["bundle_id"]
     bundle = next((b for b in state.bundles if b.name == name), None)
     if bundle is None:
-        return JSONResponse({"message": f"Bundle '{name}' not found"}, 404)
+        raise BundleNotFound(f"Bundle '{name}' not found", bundle_id=name)
     data = {
         "name": bundle.name,
         "priority": bundle.priority,
@@ -136,22 +137,14 @@ async def resolve(request: Request) -> Response:
         data = msgspec.json.decode(await request.body() or b"{}")
         bundle, model = parse_model_spec(str(data.get("model", "")))
     except (msgspec.DecodeError, ValueError, AttributeError) as exc:
-        return JSONResponse({"message": f"Invalid request: {exc}"}, 400)
+        raise InvalidInput(f"Invalid request: {exc}") from exc
     bundle = bundle or data.get("bundle")
     entries = _entries(state, model.rpartition(":")[0] if ":" in model else model)
     compatible = [b.name for b in _bundles(state, entries)]
     if not compatible:
-        return JSONResponse({"message": f"Model '{model}' not found", "model": model}, 404)
+        raise UnknownModel(model)
     if bundle is not None and bundle not in compatible:
-        return JSONResponse(
-            {
-                "message": f"Bundle '{bundle}' does not support model '{model}'",
-                "model": model,
-                "bundle": bundle,
-                "compatible_bundles": compatible,
-            },
-            409,
-        )
+        raise BundleConflict(model, bundle, compatible)
     profiles = sorted(e.profile.name for e in entries)
     return JSONResponse(
         {

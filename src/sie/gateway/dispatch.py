@@ -22,15 +22,11 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
+from sie.gateway.errors import PublishFailed
 from sie.queue.contract import ContractError, WorkItem, WorkResult, decode_work_result, encode_message
 from sie.queue.streams import ensure_work_stream
 
 log = logging.getLogger(__name__)
-
-
-class PublishFailed(Exception):
-    """JetStream refused an item (a full stream, or no connection); nothing of the request runs late:
-    the items published before it are answered into a collector nobody reads."""
 
 
 @dataclass

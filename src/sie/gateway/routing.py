@@ -14,32 +14,13 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from sie.engine.bundles import Bundle
-from sie.engine.catalog import CatalogEntry
+from sie.catalog.bundles import Bundle
+from sie.catalog.catalog import CatalogEntry
+from sie.gateway.errors import GpuNotConfigured, Provisioning
 from sie.gateway.workers import WorkerTable
 from sie.queue.contract import DEFAULT_LANE_TOKEN, Lane
 
 DEMAND_TTL_S: Final = 120.0
-
-
-class Provisioning(Exception):
-    """No worker serves the lane yet; the autoscaler has been told."""
-
-    def __init__(self, pool: str | None, profile: str | None, bundle: str) -> None:
-        where = (f" in pool '{pool}'" if pool else "") + (f" on '{profile}'" if profile else "")
-        super().__init__(f"No worker serves bundle '{bundle}'{where}")
-        self.pool = pool
-        self.profile = profile
-        self.bundle = bundle
-
-
-class GpuNotConfigured(Exception):
-    def __init__(self, profile: str, configured: list[str]) -> None:
-        super().__init__(
-            f"Machine profile '{profile}' is not configured on this cluster; configured: {', '.join(configured)}"
-        )
-        self.profile = profile
-        self.configured = configured
 
 
 class Demand:
@@ -80,10 +61,13 @@ def by_priority(bundles: list[Bundle]) -> list[Bundle]:
 
 
 class Router:
-    def __init__(self, workers: WorkerTable, demand: Demand, configured_gpus: list[str]) -> None:
+    def __init__(
+        self, workers: WorkerTable, demand: Demand, configured_gpus: list[str], provisioning_wait_s: int = 120
+    ) -> None:
         self._workers = workers
         self._demand = demand
         self._configured = configured_gpus
+        self._wait_s = provisioning_wait_s
 
     def canonical_profile(self, profile: str) -> str:
         if not self._configured:
@@ -110,6 +94,6 @@ class Router:
         serving = self._workers.serving(bundle, pool, profile)
         if not serving:
             self._demand.record(pool or "", profile or "", bundle)
-            raise Provisioning(pool, profile, bundle)
+            raise Provisioning(pool, profile, bundle, self._wait_s)
         beat = serving[0].heartbeat  # its spelling of the profile: subjects are case-sensitive
         return Lane(beat.pool_name, beat.machine_profile, beat.bundle)

@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from sie.control.follower import FollowerSettings, follower_settings
+from sie.catalog.follower import FollowerSettings, follower_settings
 from sie.settings import PACKAGED_BUNDLES_DIR, PACKAGED_MODELS_DIR, split_csv
 
 

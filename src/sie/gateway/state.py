@@ -7,11 +7,11 @@ from pathlib import Path
 
 from starlette.requests import Request
 
-from sie.control.follower import ConfigFollower
-from sie.engine.admission import Admission
-from sie.engine.bundles import Bundle
-from sie.engine.catalog import Catalog
-from sie.engine.model_config import ModelConfig
+from sie.catalog.admission import Admission
+from sie.catalog.bundles import Bundle
+from sie.catalog.catalog import Catalog
+from sie.catalog.follower import ConfigFollower
+from sie.catalog.model_config import ModelConfig
 from sie.gateway.dispatch import Dispatcher
 from sie.gateway.metrics import GatewayMetrics
 from sie.gateway.pools import Pools

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sie.adapters.base import BatchOutputs, SparseVector
+from sie.adapters.batch import BatchOutputs, SparseVector
 from sie.core.options import Capability, OutputDType
 from sie.postprocess.muvera import MuveraStage
 from sie.postprocess.quantize import l2_normalize, quantize

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sie.adapters.base import SparseVector
+from sie.adapters.batch import SparseVector
 
 
 def cosine(query: np.ndarray, documents: np.ndarray) -> np.ndarray:

@@ -208,6 +208,16 @@ def worker_consumer(worker_id: str) -> str:
     return f"gen-{worker_token(worker_id)}"
 
 
+# -- config deltas (sie-config's writes, ``sie.catalog.follower`` applies them) -------------------------
+
+CONFIG_ALL_SUBJECT: Final = "sie.config.models._all"  # every delta: gateways listen here
+
+
+def config_subject(bundle: str) -> str:
+    """A bundle's deltas: its workers listen here."""
+    return f"sie.config.models.{bundle}"
+
+
 # -- worker heartbeats ------------------------------------------------------------------------------
 
 HEALTH_SUBJECT_PREFIX: Final = "sie.health"

@@ -17,16 +17,19 @@ from typing import Final
 
 import msgspec
 
-from sie.engine.errors import InvalidInput
+from sie.errors import SieError
 from sie.weights.remote_fs import filesystem
+from sie.wire.errors import ErrorCode
 from sie.wire.requests import Item
 
 _KEY: Final = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
-class PayloadMissing(InvalidInput):
+class PayloadMissing(SieError):
     """A referenced payload that is not in the store (or no store is configured): the item is
     answered ``INVALID_INPUT``, since retrying cannot bring it back."""
+
+    code = ErrorCode.INVALID_INPUT
 
 
 class ScorePayload(msgspec.Struct):

@@ -15,7 +15,7 @@ import msgpack
 import numpy as np
 
 from sie.sdk._errors import ModelLoadFailedError, ProvisioningError, RequestError, ServerError
-from sie.sdk._retry import PROVISIONING_CODE, parse_retry_after
+from sie.sdk._retry import parse_retry_after
 from sie.sdk._types import (
     EncodeResult,
     Entity,
@@ -74,7 +74,7 @@ def error_code(response: httpx.Response) -> str | None:
     code = payload.get("code") if isinstance(payload, dict) else None
     if not isinstance(code, str):
         return None
-    return PROVISIONING_CODE if code == "provisioning" else code
+    return ErrorCode.PROVISIONING if code == "provisioning" else code
 
 
 def _attempts(value: object) -> int:
@@ -117,7 +117,7 @@ def _raise_http_error(response: httpx.Response, model: str | None) -> NoReturn:
             attempts=_attempts(fields.get("attempts", 1)),
             param=param,
         )
-    if status == 503 and code == PROVISIONING_CODE:
+    if status == 503 and code == ErrorCode.PROVISIONING:
         raise ProvisioningError(message, retry_after=retry_after, param=param)
     if status >= 500:
         raise ServerError(message, code, status, param=param, retry_after=retry_after)

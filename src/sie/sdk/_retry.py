@@ -54,7 +54,6 @@ RESOURCE_EXHAUSTED_MAX_RETRIES: Final = 3
 RESOURCE_EXHAUSTED_BASE_DELAY_S: Final = 5.0
 RESOURCE_EXHAUSTED_MAX_DELAY_S: Final = 30.0
 JITTER_FRACTION: Final = 0.25
-PROVISIONING_CODE: Final = "PROVISIONING"  # a gateway code, so not in sie.wire.errors.ErrorCode
 
 # Connect failures worth a retry; anything else (TLS, unknown host, permission) fails at once.
 _TRANSIENT_ERRNOS: Final = frozenset(
@@ -178,7 +177,7 @@ class RetryPolicy:
         self, status: int, code: str | None, retry_after: float | None, elapsed: float
     ) -> float | None:
         """Seconds to sleep before trying again, or ``None`` when this answer is final (return or raise)."""
-        if status == 202 or (status == 503 and code == PROVISIONING_CODE):
+        if status == 202 or (status == 503 and code == ErrorCode.PROVISIONING):
             return self._provisioning(retry_after, elapsed)
         if status == 503 and code == ErrorCode.LORA_LOADING:
             return self._lora_loading(retry_after)

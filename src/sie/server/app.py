@@ -17,24 +17,25 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 
 from sie import __version__
-from sie.control.follower import ConfigFollower
-from sie.engine.bundles import DEFAULT_BUNDLE, Bundle, load_bundle
+from sie.catalog.bundles import DEFAULT_BUNDLE, Bundle, load_bundle
+from sie.catalog.follower import ConfigFollower
 from sie.engine.engine import Engine
 from sie.engine.runtime import EngineRuntime
+from sie.http.errors import Envelope
+from sie.http.errors import install as install_errors
+from sie.http.middleware import BodyLimit, IdentityHeaders, SdkVersionSkew
 from sie.observability import tracing
 from sie.observability.metrics import Metrics
 from sie.queue.contract import Heartbeat, lane_of
 from sie.server import openapi_docs
 from sie.server.api import encode, health, models, openai_compat, rerank, score_extract, status_page, ws
-from sie.server.errors import HANDLED, handle_native_error
 from sie.server.lifecycle import Draining, Lifecycle
-from sie.server.middleware import BodyLimit, IdentityHeaders, SdkVersionSkew
 from sie.server.request_metrics import RequestMetrics
 from sie.server.status import CatalogHash, WorkerIdentity, heartbeat
 from sie.settings import Settings
 
 if TYPE_CHECKING:  # nats-py is the cluster extra's: imported only when SIE_NATS_URL is set
-    from sie.queue.worker import QueueWorker
+    from sie.worker.queue_worker import QueueWorker
 
 
 def worker_identity(settings: Settings) -> WorkerIdentity:
@@ -66,9 +67,9 @@ def queue_worker(
 ) -> QueueWorker:
     """The same process is also a queue-mode worker (``SIE_NATS_URL``): see docs/cluster.md."""
     try:
-        from sie.queue.adaptive import AdaptiveWait
-        from sie.queue.pull import worker_id_of
-        from sie.queue.worker import QueueWorker, WorkerConfig
+        from sie.worker.adaptive import AdaptiveWait
+        from sie.worker.pull import worker_id_of
+        from sie.worker.queue_worker import QueueWorker, WorkerConfig
     except ImportError as exc:  # nats-py is the cluster extra's
         raise RuntimeError(
             f"SIE_NATS_URL is set but {exc.name} is missing: pip install 'sie-engine[cluster]'"
@@ -154,9 +155,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.router.routes.extend(route.route() for route in inference)
     for router in (health.router, models.router, ws.router, status_page.router):
         app.include_router(router)
-    for exc_type in HANDLED:
-        app.add_exception_handler(exc_type, handle_native_error)
-    app.add_exception_handler(Exception, handle_native_error)  # the outermost catch-all: JSON 500
+    install_errors(app, Envelope.NATIVE)  # the table's errors, and the outermost catch-all: JSON 500
     # Added innermost first; a request meets them in the reverse order (identity headers outermost).
     app.add_middleware(SdkVersionSkew, server_version=__version__)
     openai_routes = [route.route() for route in inference if route.openai_errors]

@@ -12,8 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
+from sie.catalog.model_config import ModelConfigError
 from sie.core import allocator
-from sie.engine.model_config import ModelConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="SIE inference server.")
 log = logging.getLogger("sie.server")

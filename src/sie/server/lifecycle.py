@@ -18,7 +18,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sie.engine.errors import EngineClosed
-from sie.server.errors import native_error_response, openai_error_response
+from sie.http.errors import native_error_response, openai_error_response
 
 log = logging.getLogger(__name__)
 

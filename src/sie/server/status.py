@@ -17,8 +17,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from sie.engine.bundles import Bundle, bundle_config_hash
-from sie.engine.catalog import Catalog
+from sie.catalog.bundles import Bundle, bundle_config_hash
+from sie.catalog.catalog import Catalog
 from sie.engine.engine import Engine
 from sie.engine.loader import ModelState
 from sie.observability.gpus import gpu_metrics

@@ -19,6 +19,31 @@ class ErrorCode(StrEnum):
     INTERNAL_ERROR = "INTERNAL_ERROR"
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    # A gateway's own answers: scale from zero (the public SDK retries it), a machine profile the
+    # cluster does not run, and its auth and pool refusals.
+    PROVISIONING = "PROVISIONING"
+    GPU_NOT_CONFIGURED = "GPU_NOT_CONFIGURED"
+    UNAUTHORIZED = "UNAUTHORIZED"
+    FORBIDDEN = "FORBIDDEN"
+    POOL_NOT_FOUND = "POOL_NOT_FOUND"
+
+
+class ConfigErrorCode(StrEnum):
+    """``sie-config``'s refusals, in the public service's words: ``{"detail": {"error": <code>, ...}}``."""
+
+    INVALID_MODEL_ID = "invalid_model_id"
+    MODEL_NOT_FOUND = "model_not_found"
+    BUNDLE_NOT_FOUND = "bundle_not_found"
+    PARSE_ERROR = "parse_error"
+    VALIDATION_ERROR = "validation_error"
+    CONTENT_CONFLICT = "content_conflict"
+    BUNDLE_CONFLICT = "bundle_conflict"
+    MISSING_FIELD = "missing_field"
+    INVALID_MODEL_SPEC = "invalid_model_spec"
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    IDEMPOTENCY_MISMATCH = "idempotency_mismatch"
+    IDEMPOTENT_INFLIGHT_CANCELLED = "idempotent_inflight_cancelled"
+    NATS_UNAVAILABLE = "nats_unavailable"
 
 
 def error_envelope(code: str, message: str, **extra: Any) -> dict[str, Any]:

@@ -7,10 +7,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from sie.adapters.base import Forward, ItemOutputs, ModelInput
+from sie.adapters.batch import ItemOutputs, ModelInput
+from sie.adapters.contract import Forward
+from sie.catalog.admit import admit_encode
+from sie.catalog.errors import InvalidInput
 from sie.core.options import Capability, OutputDType
-from sie.engine.errors import InvalidInput
-from sie.engine.ops.admit import admit_encode
+from sie.engine.inputs import encode_input, encode_task
 from sie.engine.ops.parts import Answer, Parts, check_outputs
 from sie.engine.runner import BatchGroup
 from sie.postprocess.outputs import Postprocess
@@ -35,23 +37,21 @@ async def encode(
             raise InvalidInput(f"Model '{name}' has no MUVERA configuration")
         computed = muvera.computed(keep) if muvera is not None else keep
         check_outputs(held, computed)
-        inputs: list[ModelInput] = [plan.input_for(item, name, loaded.adapter) for item in items]
+        inputs: list[ModelInput] = [encode_input(plan, item, name, loaded.adapter) for item in items]
         with parts.registry.lora(held, plan.lora) as lora:
             group = BatchGroup(
                 Forward(
                     computed,
                     plan.pooling,
                     plan.is_query,
-                    task=plan.task_for(loaded.adapter),
+                    task=encode_task(plan, loaded.adapter),
                     lora=lora,
                     max_length=plan.max_length,
                 ),
                 Postprocess(keep, plan.normalize, plan.output_dtype, plan.muvera),
             )
             inference = await parts.infer(held, inputs, group)
-        dims = dict(loaded.adapter.dims)
-        if muvera is not None:
-            dims[muvera.PRODUCES] = muvera.dims
+        dims = loaded.dims(plan.muvera)
     results = [
         encode_result(item.id, result.outputs, plan.output_dtype, dims)
         for item, result in zip(items, inference.results, strict=True)

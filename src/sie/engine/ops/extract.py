@@ -7,11 +7,12 @@ from __future__ import annotations
 import time
 from typing import Final
 
-from sie.adapters.base import Forward, ModelInput
+from sie.adapters.batch import ModelInput
+from sie.adapters.contract import Forward
+from sie.catalog.admit import admit_extract
 from sie.core.extraction import Extraction
 from sie.core.options import Capability
 from sie.engine.inputs import extract_input
-from sie.engine.ops.admit import admit_extract
 from sie.engine.ops.parts import Answer, Parts, check_outputs, item_id
 from sie.engine.runner import BatchGroup
 from sie.postprocess.outputs import Postprocess

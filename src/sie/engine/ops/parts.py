@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from sie.adapters.loading import custom_options
+from sie.catalog.admission import Admission
+from sie.catalog.errors import InvalidInput
 from sie.core.options import Capability
-from sie.engine.admission import Admission
-from sie.engine.errors import InvalidInput
 from sie.engine.infer import Infer
 from sie.engine.registry import Held, ModelRegistry
 from sie.observability.metrics import Metrics
@@ -35,7 +36,7 @@ class Parts:
     @property
     def admission(self) -> Admission:
         """The request checks against the catalogue as it is now (hot reload replaces it)."""
-        return Admission(self.registry.catalog, self.max_item_text_bytes)
+        return Admission(self.registry.catalog, self.max_item_text_bytes, custom_options)
 
     def observe(self, model: str, operation: str, timing: Timing) -> None:
         """The request's phases into ``sie_request_duration_seconds`` (the front end adds ``total``)."""

@@ -10,16 +10,18 @@ from typing import TypeVar
 
 import numpy as np
 
-from sie.adapters.base import Forward, MediaPair, ModelInput, Task
+from sie.adapters.batch import MediaPair, ModelInput
+from sie.adapters.contract import Forward
+from sie.catalog.admit import admit_score
+from sie.catalog.encode_plan import plan_encode
+from sie.catalog.score_plan import ScorePlan
 from sie.core.options import Capability, Modality
-from sie.engine.encode_plan import plan_encode
+from sie.core.task import Task
 from sie.engine.infer import Inference
-from sie.engine.inputs import pair_side
-from sie.engine.ops.admit import admit_score
+from sie.engine.inputs import encode_input, encode_task, pair_side
 from sie.engine.ops.parts import Answer, Parts, check_outputs, item_id
 from sie.engine.registry import Held
 from sie.engine.runner import BatchGroup
-from sie.engine.score_plan import ScorePlan
 from sie.postprocess.outputs import Postprocess
 from sie.postprocess.similarity import cosine, maxsim, sparse_dot
 from sie.wire.requests import ScoreRequest
@@ -69,10 +71,10 @@ async def score(
             )
             adapter = held.model.adapter
             # A model that takes images scores page images too (ColPali): each item's image, else its text.
-            documents = [doc_plan.input_for(item, name, adapter) for item in items]
-            query_input = query_plan.input_for(query, name, adapter)
+            documents = [encode_input(doc_plan, item, name, adapter) for item in items]
+            query_input = encode_input(query_plan, query, name, adapter)
             lengths = (query_plan.max_length, doc_plan.max_length)
-            tasks = (query_plan.task_for(adapter), doc_plan.task_for(adapter))
+            tasks = (encode_task(query_plan, adapter), encode_task(doc_plan, adapter))
             scores, inference = await _similarity(
                 parts, held, plan, query_input, documents, lora, lengths, tasks
             )

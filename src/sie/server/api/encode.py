@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from fastapi import Request, Response
 
-from sie.server.api.http_parts import timing_headers
-from sie.server.api.native import PostRoute, engine_of, model_of, negotiated, read_body
+from sie.http.parts import model_path, timing_headers
+from sie.http.routes import PostRoute
+from sie.server.api.native import engine_of, model_of, negotiated, read_body
 from sie.wire.requests import EncodeRequest
 from sie.wire.responses import EncodeResponse
 
@@ -19,4 +20,4 @@ async def encode(request: Request) -> Response:
     return await negotiated(request, answer.response, timing_headers(answer.timing), values)
 
 
-ROUTES = (PostRoute("/v1/encode/{model:model_id}", encode, ("encode",), EncodeRequest, EncodeResponse),)
+ROUTES = (PostRoute(model_path("/v1/encode"), encode, ("encode",), EncodeRequest, EncodeResponse),)

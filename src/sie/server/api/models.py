@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from sie.engine.error_rules import ERROR_TABLE
-from sie.engine.errors import ModelNotFound
+from sie.catalog.errors import ModelNotFound
 from sie.engine.loader import ModelSlot
-from sie.server.api.model_info import entry_info
+from sie.errors import RULES
+from sie.http.model_info import entry_info
+from sie.http.openapi import error_responses, struct_response
+from sie.http.parts import model_path
 from sie.server.api.native import EngineDep
-from sie.server.openapi_docs import error_responses, struct_response
 from sie.wire import codec
+from sie.wire.errors import ErrorCode
 from sie.wire.responses import ModelError, ModelInfo, ModelList
 
 router = APIRouter(tags=["models"])
@@ -19,7 +21,7 @@ router = APIRouter(tags=["models"])
 def model_info(slot: ModelSlot) -> ModelInfo:
     failure = slot.failure
     error = (
-        ModelError("MODEL_LOAD_FAILED", failure.reason, failure.attempts, failure.permanent)
+        ModelError(ErrorCode.MODEL_LOAD_FAILED, failure.reason, failure.attempts, failure.permanent)
         if failure
         else None
     )
@@ -41,8 +43,8 @@ async def list_models(engine: EngineDep) -> Response:
 
 
 @router.get(
-    "/v1/models/{model:model_id}",
-    responses={200: struct_response(ModelInfo), **error_responses([ERROR_TABLE[ModelNotFound]])},
+    model_path("/v1/models"),
+    responses={200: struct_response(ModelInfo), **error_responses([RULES[ModelNotFound.code]])},
 )
 async def get_model(model: str, engine: EngineDep) -> Response:
     """One model's entry; an id that is not served answers 404 ``MODEL_NOT_FOUND``."""

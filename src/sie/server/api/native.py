@@ -1,46 +1,17 @@
-"""What every native route shares: how a hot route is declared, the engine, body decoding and
-response encoding."""
+"""What every native route shares: the engine, body decoding and response encoding."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Annotated, Any, Final, TypeVar
 
 from fastapi import Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
-from starlette.routing import Route
 
 from sie.engine.engine import Engine
-from sie.server.api import http_parts  # noqa: F401  (registers the {model:model_id} convertor)
 from sie.wire import codec
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class PostRoute:
-    """A POST route that Starlette serves directly, documented in ``/openapi.json`` from this record.
-
-    The inference routes skip FastAPI's per-request machinery (dependency solving, parameter
-    validation, its request wrapper): their bodies are msgspec structs decoded by the handler anyway,
-    and that machinery was a third of the event loop's time per small request (server CPU per
-    single-item request 605-804 us -> 466-506 us, docs/benchmarks.md). The handler takes the
-    ``Request``; ``path_params`` holds ``{model}``.
-    """
-
-    path: str
-    endpoint: Callable[[Request], Awaitable[Response]]
-    tags: tuple[str, ...]
-    request: type
-    response: type | None
-    json_only: bool = False  # the OpenAI route speaks JSON alone
-    # Errors in OpenAI's ``{"error": {...}}`` envelope (with the table's OpenAI status and code) instead
-    # of the native ``{"detail": {...}}``; ``/openapi.json`` and the body-size limit follow it.
-    openai_errors: bool = False
-
-    def route(self) -> Route:
-        return Route(self.path, self.endpoint, methods=["POST"])
 
 
 def engine_of(request: Request) -> Engine:

@@ -23,10 +23,11 @@ import numpy as np
 from fastapi import Request, Response
 
 from sie.engine.engine import Engine
+from sie.http.errors import openai_error, openai_error_response
+from sie.http.routes import PostRoute
 from sie.postprocess.quantize import l2_normalize
 from sie.server.api.data_uri import BadImageInput, image_from_data_uri
-from sie.server.api.native import PostRoute, engine_of, render_off_loop_if_big
-from sie.server.errors import openai_error, openai_error_response
+from sie.server.api.native import engine_of, render_off_loop_if_big
 from sie.wire import codec
 from sie.wire.requests import EmbeddingModality, EncodeRequest, EncodingFormat, Item, OpenAIEmbeddingsRequest
 from sie.wire.responses import OpenAIEmbedding, OpenAIEmbeddingsResponse, OpenAIUsage

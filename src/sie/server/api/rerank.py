@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from fastapi import Request, Response
 
-from sie.engine.errors import InvalidInput, require_items
-from sie.server.api.native import PostRoute, engine_of
-from sie.server.errors import openai_error_response
+from sie.catalog.errors import InvalidInput, require_items
+from sie.http.errors import openai_error_response
+from sie.http.routes import PostRoute
+from sie.server.api.native import engine_of
 from sie.wire import codec
 from sie.wire.requests import Item, RerankRequest, ScoreRequest
 from sie.wire.responses import RerankDocument, RerankResponse, RerankResult, Usage

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from fastapi import Request, Response
 
-from sie.server.api.http_parts import timing_headers
-from sie.server.api.native import PostRoute, engine_of, model_of, negotiated, read_body
+from sie.http.parts import model_path, timing_headers
+from sie.http.routes import PostRoute
+from sie.server.api.native import engine_of, model_of, negotiated, read_body
 from sie.wire.requests import ExtractRequest, ScoreRequest
 from sie.wire.responses import ExtractResponse, ScoreResponse
 
@@ -32,6 +33,6 @@ async def extract(request: Request) -> Response:
 
 
 ROUTES = (
-    PostRoute("/v1/score/{model:model_id}", score, ("score",), ScoreRequest, ScoreResponse),
-    PostRoute("/v1/extract/{model:model_id}", extract, ("extract",), ExtractRequest, ExtractResponse),
+    PostRoute(model_path("/v1/score"), score, ("score",), ScoreRequest, ScoreResponse),
+    PostRoute(model_path("/v1/extract"), extract, ("extract",), ExtractRequest, ExtractResponse),
 )

@@ -1,0 +1,78 @@
+"""A request's own checks: everything that needs the catalogue but no loaded model.
+
+The engine runs them before it touches a model, and the cluster's gateway runs the very same checks
+before it publishes anything, so a bad request gets the standalone server's 4xx from either front end
+(and never costs a worker a message).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sie.catalog.catalog import Catalog, CatalogEntry
+from sie.catalog.errors import InvalidInput, ModelNotFound, ModelNotServed, PayloadTooLarge, require_items
+from sie.catalog.families import not_served
+from sie.catalog.options import CustomOptions
+from sie.wire.requests import Item
+
+
+@dataclass(frozen=True)
+class Admission:
+    catalog: Catalog
+    max_item_text_bytes: int
+    custom_options: CustomOptions | None = None  # a custom adapter's options (``options.check_known``)
+
+    def require(self, model: str) -> CatalogEntry:
+        entry = self.catalog.get(model)
+        if entry is None:
+            raise ModelNotFound(model)
+        return entry
+
+    def variant(self, model: str, profile: object) -> str:
+        """The catalog id serving ``options.profile`` (a ``{sie_id}:{profile}`` variant) or ``model``."""
+        entry = self.require(model)
+        if profile is not None and not isinstance(profile, str):
+            raise InvalidInput(f"Option 'profile' must be str, got {type(profile).__name__}")
+        variant = self.catalog.for_profile(model, profile)
+        if variant not in self.catalog:
+            available = ", ".join(sorted(entry.config.profiles))
+            raise InvalidInput(f"Unknown profile '{profile}' for model '{model}'. Available: {available}")
+        return variant
+
+    def entry(
+        self,
+        model: str,
+        items: Sequence[Item],
+        options: Mapping[str, Any] | None,
+        query: Item | None = None,
+    ) -> CatalogEntry:
+        """The entry that serves a request (the variant its ``profile`` option names), once the
+        request's items passed their checks."""
+        self.items(items, query)
+        entry = self.require(self.variant(model, (options or {}).get("profile")))
+        family = not_served(entry.profile.adapter_path)
+        if family is not None:
+            raise ModelNotServed(entry.name, entry.profile.adapter_path, family)
+        return entry
+
+    def items(self, items: Sequence[Item], query: Item | None = None) -> None:
+        """Items present, no text over ``SIE_MAX_ITEM_TEXT_BYTES`` (413), no audio, video or document:
+        no family here reads them, and an item's text must not be answered as if they had been seen."""
+        require_items(items)
+        limit = self.max_item_text_bytes
+        named = [("Query", query)] if query is not None else []
+        for label, item in [*named, *((f"Item {i}", item) for i, item in enumerate(items))]:
+            for kind in ("audio", "video", "document"):
+                if getattr(item, kind) is not None:
+                    raise InvalidInput(
+                        f"{label} carries {kind}: this release reads text and images; "
+                        "audio, video and document inputs are not served"
+                    )
+            text = item.text
+            # Four bytes a character at most: only a text that could pass the limit is encoded.
+            if text is not None and len(text) * 4 > limit and len(text.encode()) > limit:
+                raise PayloadTooLarge(
+                    f"{label} text exceeds the limit of {limit} bytes (SIE_MAX_ITEM_TEXT_BYTES)"
+                )

