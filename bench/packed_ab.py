@@ -46,7 +46,7 @@ def batches_of(
 def vectors(runner: ModelRunner, batches: list[list[Prepared]]) -> tuple[np.ndarray, float]:
     """Every batch's dense vectors (unit length) and the seconds the batches took together."""
     start = time.perf_counter()
-    out = [item.dense for batch in batches for item in runner(batch, [GROUP] * len(batch))[0]]
+    out = [item.dense for batch in batches for item in runner.run(batch, [GROUP] * len(batch))[0]]
     seconds = time.perf_counter() - start
     return np.stack([np.asarray(vector) for vector in out]), seconds
 

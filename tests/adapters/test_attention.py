@@ -28,7 +28,7 @@ from sie.adapters.runtime.attention import (
 from sie.adapters.runtime.packed_bert import PackedBert
 from sie.adapters.runtime.pooling import pool
 from sie.core.options import AttentionBackend, ComputePrecision, Pooling
-from sie.settings import Settings
+from sie.settings.server import Settings
 from tests.adapters.test_packed_bert import packed_states, padded_reference, random_batch, tiny_bert
 from tests.conftest import dense
 

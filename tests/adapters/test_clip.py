@@ -143,7 +143,7 @@ def test_the_engine_runner_chunks_a_mixed_batch_by_cost(pair: tuple[DualEncoder,
     prepared = adapter.prepare([*TEXTS, *(ImageData(IMAGES[k]) for k in sorted(IMAGES))], DENSE)
     order = sorted(range(len(prepared)), key=lambda i: prepared[i].cost)
     post = Postprocess(keep=frozenset({Capability.DENSE}), normalize=False)
-    items, _, _ = ModelRunner(adapter, max_tokens=64)(
+    items, _, _ = ModelRunner(adapter, max_tokens=64).run(
         [prepared[i] for i in order], [BatchGroup(DENSE, post)] * len(order)
     )
     expected = np.concatenate([reference.texts(TEXTS), reference.images([IMAGES[k] for k in sorted(IMAGES)])])

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import yaml
 
-from sie.settings import PACKAGED_BUNDLES_DIR, PACKAGED_MODELS_DIR
+from sie.settings.common import PACKAGED_BUNDLES_DIR, PACKAGED_MODELS_DIR
 from tests.e2e.cluster import ConfigService
 
 ADMIN, READ = "admin-secret", "read-secret"

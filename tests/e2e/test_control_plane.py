@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from sie.catalog.model_config import ModelConfig
-from sie.settings import PACKAGED_BUNDLES_DIR, PACKAGED_MODELS_DIR
+from sie.settings.common import PACKAGED_BUNDLES_DIR, PACKAGED_MODELS_DIR
 from tests.conftest import running_nats
 from tests.e2e.cluster import (
     ConfigService,

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from sie.adapters.batch import ItemOutputs, Prepared
+from sie.engine.errors import ResourceExhausted
 
 
 def items(*lengths: int) -> list[Prepared]:
@@ -17,19 +18,26 @@ def items(*lengths: int) -> list[Prepared]:
 
 
 class FakeRunner:
-    """Answers each item with its length as a score; ``fail`` lists what each call raises first."""
+    """Answers each item with its length as a score; ``fail`` lists what each call raises first. A
+    batch that ran out of memory runs on ``split`` when there is one; without, it cannot fit."""
 
-    def __init__(self, *fail: BaseException) -> None:
+    def __init__(self, *fail: BaseException, split: FakeRunner | None = None) -> None:
         self.fail = list(fail)
+        self.split = split
         self.batches: list[list[int]] = []
 
-    def __call__(
-        self, batch: list[Prepared], groups: Sequence[Any]
-    ) -> tuple[list[ItemOutputs], float, float]:
+    def run(self, batch: list[Prepared], groups: Sequence[Any]) -> tuple[list[ItemOutputs], float, float]:
         self.batches.append([p.cost for p in batch])
         if self.fail:
             raise self.fail.pop(0)
         return [ItemOutputs(score=float(p.cost)) for p in batch], 0.001, 0.0
+
+    def run_split(
+        self, batch: list[Prepared], groups: Sequence[Any]
+    ) -> tuple[list[ItemOutputs], float, float]:
+        if self.split is None:
+            raise ResourceExhausted("Out of memory for a batch that cannot be split here")
+        return self.split.run(batch, groups)
 
 
 @dataclass

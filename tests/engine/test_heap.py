@@ -18,7 +18,7 @@ import pytest
 
 from sie.core import heap
 from sie.engine.batcher import BatchLimits
-from sie.engine.worker import ModelWorker
+from sie.engine.worker import Clocks, DeviceHousekeeping, ModelWorker, WorkerLimits
 from tests.engine.fakes import FakeRunner, FakeTimers, items
 
 GROUP = "group"
@@ -86,13 +86,10 @@ def _worker(
     worker = ModelWorker(
         "t",
         FakeRunner(),
-        limits,
+        WorkerLimits(limits, 64),
         executor,
-        64,
-        on_idle=on_idle,
-        idle_after_s=1.0,
-        after_batch=after_batch,
-        call_later=timers,
+        DeviceHousekeeping(on_idle=on_idle, after_batch=after_batch, idle_after_s=1.0),
+        clocks=Clocks(call_later=timers),
     )
     worker.start()
     return worker

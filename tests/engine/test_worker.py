@@ -16,7 +16,7 @@ from sie.engine.engine import Engine
 from sie.engine.errors import InferenceFailed
 from sie.engine.loader import LoadedModel
 from sie.engine.runner import BatchGroup, ModelRunner
-from sie.engine.worker import BatchStats, ModelWorker
+from sie.engine.worker import BatchStats, ModelWorker, WorkerLimits
 from sie.postprocess.outputs import Postprocess
 from sie.postprocess.quantize import l2_normalize, quantize
 from tests.engine.test_engine import DENSE_GROUP as GROUP
@@ -43,7 +43,8 @@ def start_worker(
     model: LoadedModel, executor: ThreadPoolExecutor, on_batch: Callable[[BatchStats], None]
 ) -> ModelWorker:
     limits = BatchLimits(max_tokens=512, max_items=8, max_wait_s=0.0)
-    worker = ModelWorker("t", ModelRunner(model.adapter, limits.max_tokens), limits, executor, 64, on_batch)
+    runner = ModelRunner(model.adapter, limits.max_tokens)
+    worker = ModelWorker("t", runner, WorkerLimits(limits, 64), executor, on_batch=on_batch)
     worker.start()
     return worker
 
@@ -64,7 +65,9 @@ async def test_items_wanting_different_postprocessing_share_one_forward(loaded, 
     _, model = loaded
     batches: list[BatchStats] = []
     limits = BatchLimits(max_tokens=512, max_items=8, max_wait_s=0.05)
-    worker = ModelWorker("t", ModelRunner(model.adapter, 512), limits, executor, 64, batches.append)
+    worker = ModelWorker(
+        "t", ModelRunner(model.adapter, 512), WorkerLimits(limits, 64), executor, on_batch=batches.append
+    )
     worker.start()
     int8 = BatchGroup(GROUP.forward, Postprocess(GROUP.post.keep, True, OutputDType.INT8))
     raw = BatchGroup(GROUP.forward, Postprocess(GROUP.post.keep, False, OutputDType.FLOAT32))

@@ -14,7 +14,7 @@ import pytest
 from sie.adapters.batch import ItemOutputs, Prepared
 from sie.engine.batcher import BatchLimits
 from sie.engine.errors import EngineClosed, InferenceFailed, OutOfMemory, ResourceExhausted
-from sie.engine.worker import BatchStats, ModelWorker
+from sie.engine.worker import BatchStats, DeviceHousekeeping, ModelWorker, WorkerLimits
 from tests.engine.fakes import FakeRunner, items
 
 LIMITS = BatchLimits(max_tokens=1000, max_items=4, max_wait_s=0.0)
@@ -29,7 +29,7 @@ async def executor() -> AsyncIterator[ThreadPoolExecutor]:
 
 
 def worker(runner: FakeRunner, executor: ThreadPoolExecutor, **kwargs: Any) -> ModelWorker:
-    built = ModelWorker("m", runner, LIMITS, executor, 64, **kwargs)
+    built = ModelWorker("m", runner, WorkerLimits(LIMITS, 64), executor, **kwargs)
     built.start()
     return built
 
@@ -65,17 +65,18 @@ async def test_out_of_memory_evicts_then_retries_then_splits(executor):
         return len(evictions) == 1  # one model could be evicted, the second time none
 
     runner = FakeRunner(OutOfMemory("x"))  # the first run fails; the retry after the eviction works
-    w = worker(runner, executor, on_oom=on_oom, run_split=runner)
+    runner.split = runner
+    w = worker(runner, executor, housekeeping=DeviceHousekeeping(on_oom=on_oom))
     assert [r.outputs.score for r in await asyncio.gather(*w.submit(items(2, 3), GROUP))] == [2.0, 3.0]
     assert evictions == [True] and len(runner.batches) == 2
 
-    split = FakeRunner()
+    split = runner.split = FakeRunner()
     runner.fail = [OutOfMemory("x")]
-    w2 = worker(runner, executor, on_oom=on_oom, run_split=split)
+    w2 = worker(runner, executor, housekeeping=DeviceHousekeeping(on_oom=on_oom))
     assert [r.outputs.score for r in await asyncio.gather(*w2.submit(items(2, 3), GROUP))] == [2.0, 3.0]
     assert split.batches == [[2, 3]]  # nothing left to evict: the batch ran split
 
-    runner.fail = [OutOfMemory("x")]
+    runner.fail, runner.split = [OutOfMemory("x")], None
     w3 = worker(runner, executor)  # no eviction, no split: the caller is told to come back later
     (outcome,) = await asyncio.gather(*w3.submit(items(2), GROUP), return_exceptions=True)
     assert isinstance(outcome, ResourceExhausted)
@@ -97,14 +98,12 @@ class Blocking(FakeRunner):
         self.release = threading.Event()  # waited on by the device thread, whatever the loop does
         self.then = then
 
-    def __call__(
-        self, batch: list[Prepared], groups: Sequence[Any]
-    ) -> tuple[list[ItemOutputs], float, float]:
+    def run(self, batch: list[Prepared], groups: Sequence[Any]) -> tuple[list[ItemOutputs], float, float]:
         self.loop.call_soon_threadsafe(self.started.set)
         self.release.wait(timeout=10)
         if self.then is not None:
             raise self.then
-        return super().__call__(batch, groups)
+        return super().run(batch, groups)
 
 
 async def test_a_dead_loop_fails_its_batch_and_what_is_queued_and_refuses_new_work(executor):

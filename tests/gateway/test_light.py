@@ -24,7 +24,7 @@ def test_checking_a_request_with_options_imports_no_model_stack() -> None:
         "from sie.catalog.admission import Admission\n"
         "from sie.catalog.catalog import Catalog\n"
         "from sie.catalog.admit import admit_encode, admit_extract\n"
-        "from sie.settings import PACKAGED_MODELS_DIR\n"
+        "from sie.settings.common import PACKAGED_MODELS_DIR\n"
         "from sie.wire.requests import EncodeParams, EncodeRequest, ExtractParams, ExtractRequest, Item\n"
         "admission = Admission(Catalog.from_directory(PACKAGED_MODELS_DIR), 1 << 20)\n"
         "admit_encode(admission, 'sentence-transformers/all-MiniLM-L6-v2', EncodeRequest(items=[Item(text='x')], "

@@ -105,7 +105,7 @@ def test_a_model_goes_to_the_first_bundle_by_priority_that_serves_it() -> None:
     from sie.catalog.bundles import Bundle
     from sie.catalog.catalog import Catalog
     from sie.gateway.routing import bundle_for, by_priority
-    from sie.settings import PACKAGED_MODELS_DIR
+    from sie.settings.common import PACKAGED_MODELS_DIR
 
     entry = Catalog.from_directory(PACKAGED_MODELS_DIR)["sentence-transformers/all-MiniLM-L6-v2"]
     module = entry.profile.adapter_path.partition(":")[0]

@@ -15,8 +15,9 @@ import pytest
 from sie.catalog.bundles import adapter_module, bundle_config_hash, load_bundle
 from sie.catalog.catalog import Catalog
 from sie.catalog.families import KNOWN, not_served
-from sie.engine.build import build_catalog
-from sie.settings import PACKAGED_BUNDLES_DIR, Settings
+from sie.server.build import build_catalog
+from sie.settings.common import PACKAGED_BUNDLES_DIR
+from sie.settings.server import Settings
 from tests.conftest import MODELS_DIR
 
 MODELS = {

@@ -17,7 +17,7 @@ from sie.http.routes import PostRoute
 from sie.server.api import encode, openai_compat, score_extract
 from sie.server.app import create_app
 from sie.server.openapi_docs import server_rules
-from sie.settings import Settings
+from sie.settings.server import Settings
 
 ROUTES = (*encode.ROUTES, *score_extract.ROUTES, *openai_compat.ROUTES)
 RULES = server_rules()

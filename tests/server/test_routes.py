@@ -14,7 +14,7 @@ import pytest_asyncio
 from starlette.types import Receive, Scope, Send
 
 from sie.server.app import create_app
-from sie.settings import Settings
+from sie.settings.server import Settings
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 LIMIT = 1000

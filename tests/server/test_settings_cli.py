@@ -4,7 +4,8 @@ import sys
 import pytest
 
 from sie.server.cli import _settings
-from sie.settings import PACKAGED_MODELS_DIR, Settings
+from sie.settings.common import PACKAGED_MODELS_DIR
+from sie.settings.server import Settings
 
 
 def test_defaults_match_the_public_server():

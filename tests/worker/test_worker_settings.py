@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sie.settings import Settings
+from sie.settings.server import Settings
 
 
 @pytest.mark.parametrize(
@@ -35,10 +35,11 @@ async def test_the_pipeline_depth_is_how_many_batches_a_model_has_at_once() -> N
     from concurrent.futures import ThreadPoolExecutor
 
     from sie.engine.batcher import BatchLimits
-    from sie.engine.worker import ModelWorker
+    from sie.engine.worker import ModelWorker, WorkerLimits
+    from tests.engine.fakes import FakeRunner
 
     limits = BatchLimits(max_tokens=1000, max_items=4, max_wait_s=0)
     with ThreadPoolExecutor(1) as executor:
         for depth, waiting in ((2, 1), (3, 2), (1, 1)):
-            worker = ModelWorker("m", lambda batch: [], limits, executor, 10, pipeline_depth=depth)
+            worker = ModelWorker("m", FakeRunner(), WorkerLimits(limits, 10, depth), executor)
             assert worker._ready.maxsize == waiting  # formed batches waiting beside the one running

@@ -147,3 +147,19 @@ def bundle_config_hash(catalog: Catalog, bundle: Bundle) -> str:
         return ""
     serialized = json.dumps(items, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(serialized.encode("utf-8")).hexdigest()
+
+
+class CatalogHash:
+    """``bundle_config_hash`` of the catalogue being served, recomputed only when hot reload swaps it."""
+
+    def __init__(self, bundle: Bundle | None) -> None:
+        self._bundle = bundle
+        self._catalog: Catalog | None = None
+        self._hash = ""
+
+    def __call__(self, catalog: Catalog) -> str:
+        if self._bundle is None:
+            return ""
+        if catalog is not self._catalog:
+            self._catalog, self._hash = catalog, bundle_config_hash(catalog, self._bundle)
+        return self._hash

@@ -74,7 +74,7 @@ def dump_yaml(config: dict[str, Any]) -> str:
 
 async def list_models(request: Request) -> Response:
     state = state_of(request)
-    require_read(request, state.settings)
+    require_read(request, state.tokens)
     registry = state.registry
     models = [
         {
@@ -90,7 +90,7 @@ async def list_models(request: Request) -> Response:
 async def get_model(request: Request) -> Response:
     state = state_of(request)
     model_id: str = request.path_params["model_id"]
-    require_read(request, state.settings)
+    require_read(request, state.tokens)
     check_model_id(model_id)
     found = state.registry.lookup(model_id)
     if found is None:
@@ -102,7 +102,7 @@ async def get_model(request: Request) -> Response:
 
 async def add_model(request: Request) -> Response:
     state = state_of(request)
-    require_write(request, state.settings)
+    require_write(request, state.tokens)
     started = time.monotonic()
     if state.publisher is not None and not state.publisher.connected:
         raise NatsUnavailable("NATS not connected -- cannot distribute config changes.")
@@ -254,7 +254,7 @@ async def _commit(state: ControlState, plan: Plan) -> list[str]:
 
 async def resolve(request: Request) -> Response:
     state = state_of(request)
-    require_read(request, state.settings)
+    require_read(request, state.tokens)
     body = await request.body()
     try:
         data = msgspec.json.decode(body) if body else {}
@@ -279,7 +279,7 @@ async def resolve(request: Request) -> Response:
 
 async def list_bundles(request: Request) -> Response:
     state = state_of(request)
-    require_read(request, state.settings)
+    require_read(request, state.tokens)
     bundles = [
         {
             "bundle_id": b.name,
@@ -296,7 +296,7 @@ async def list_bundles(request: Request) -> Response:
 async def get_bundle(request: Request) -> Response:
     state = state_of(request)
     bundle_id: str = request.path_params["bundle_id"]
-    require_read(request, state.settings)
+    require_read(request, state.tokens)
     bundle = state.registry.bundle(bundle_id)
     if bundle is None:
         raise BundleNotFound(None, bundle_id=bundle_id)
@@ -312,7 +312,7 @@ async def get_bundle(request: Request) -> Response:
 
 async def epoch(request: Request) -> Response:
     state = state_of(request)
-    require_read(request, state.settings)
+    require_read(request, state.tokens)
     return _json(
         {
             "epoch": state.epoch,
@@ -324,7 +324,7 @@ async def epoch(request: Request) -> Response:
 
 async def export(request: Request) -> Response:
     state = state_of(request)
-    require_read(request, state.settings, export=True)
+    require_read(request, state.tokens, export=True)
     registry = state.registry
     async with state.write_lock:
         models = []

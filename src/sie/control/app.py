@@ -8,8 +8,11 @@ background (writes answer 503 ``nats_unavailable`` until it is, reads and probes
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -21,22 +24,29 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from sie import __version__
 from sie.catalog.bundles import bundle_names, load_bundle
 from sie.control import api
-from sie.control.auth import refuse_open
+from sie.control.auth import Tokens, refuse_open
 from sie.control.publisher import DeltaPublisher
 from sie.control.registry import ConfigRegistry
-from sie.control.settings import ConfigServiceSettings
 from sie.control.state import ControlState
 from sie.control.store import ConfigStore
 from sie.http.errors import Envelope
 from sie.http.errors import install as install_errors
 from sie.http.metrics import route_template, run_recording_status
+from sie.settings.common import Host, secret
+from sie.settings.control import ConfigServiceSettings
 
 log = logging.getLogger(__name__)
 
 
+def producer_id(host: Host) -> str:
+    """``POD_NAME`` (unique per pod), else ``{hostname}-{pid}``: the id followers check against
+    ``SIE_NATS_CONFIG_TRUSTED_PRODUCERS``."""
+    return host.pod_name or f"{host.hostname or socket.gethostname()}-{os.getpid()}"
+
+
 def build_state(settings: ConfigServiceSettings) -> ControlState:
     bundles = [load_bundle(name, settings.bundles_dir) for name in bundle_names(settings.bundles_dir)]
-    registry = ConfigRegistry(bundles, settings.models_dir)
+    registry = ConfigRegistry(bundles, Path(settings.models_dir))
     store = ConfigStore(settings.config_store_dir) if settings.config_store_dir else None
     epoch = 0
     if store is not None:
@@ -46,8 +56,9 @@ def build_state(settings: ConfigServiceSettings) -> ControlState:
             for model_id in bad:
                 log.error("stored config of %s does not parse; left out", model_id)
             log.info("restored %d models from %s", len(registry.api_ids), store.location)
-    publisher = DeltaPublisher(settings.nats_servers()) if settings.nats_servers() else None
-    state = ControlState(settings, registry, store, publisher, epoch)
+    servers = settings.nats_servers()
+    publisher = DeltaPublisher(servers, producer_id(Host())) if servers else None
+    state = ControlState(tokens_of(settings), registry, store, publisher, epoch)
     state.refresh_gauges()
     return state
 
@@ -73,8 +84,14 @@ class RequestCounting:
         await run_recording_status(self.app, scope, receive, send, record)
 
 
+def tokens_of(settings: ConfigServiceSettings) -> Tokens:
+    return Tokens(
+        secret(settings.config_read_token), secret(settings.auth_token), secret(settings.admin_token)
+    )
+
+
 def create_app(settings: ConfigServiceSettings) -> Starlette:
-    refuse_open(settings)
+    refuse_open(settings.deployment_env, tokens_of(settings))
     state = build_state(settings)
 
     @asynccontextmanager

@@ -9,11 +9,11 @@ production (``SIE_DEPLOYMENT_ENV``/``SIE_ENV``) it refuses to start that way (``
 from __future__ import annotations
 
 import hmac
+from dataclasses import dataclass
 from typing import Final
 
 from starlette.requests import Request
 
-from sie.control.settings import ConfigServiceSettings
 from sie.http.errors import Forbidden, Unauthorized
 
 PRODUCTION: Final = frozenset({"prod", "production"})
@@ -23,11 +23,22 @@ class OpenInProduction(ValueError):
     """A production deployment with no token: the service would accept anyone's writes."""
 
 
-def refuse_open(settings: ConfigServiceSettings) -> None:
+@dataclass(frozen=True)
+class Tokens:
+    read: str | None  # SIE_CONFIG_READ_TOKEN
+    inference: str | None  # SIE_AUTH_TOKEN: reads, but not the export
+    admin: str | None  # SIE_ADMIN_TOKEN: writes, and every read
+
+    @property
+    def open(self) -> bool:
+        return self.read is None and self.inference is None and self.admin is None
+
+
+def refuse_open(deployment_env: str, tokens: Tokens) -> None:
     """At start: a production deployment must configure the tokens its reads and writes take."""
-    if settings.deployment_env.strip().lower() not in PRODUCTION:
+    if deployment_env.strip().lower() not in PRODUCTION:
         return
-    if all(t is None for t in (settings.admin_token, settings.config_read_token, settings.auth_token)):
+    if tokens.open:
         raise OpenInProduction(
             "sie-config requires SIE_ADMIN_TOKEN (and SIE_CONFIG_READ_TOKEN for reads) in production "
             "(SIE_DEPLOYMENT_ENV/SIE_ENV); refusing to serve unauthenticated"
@@ -43,27 +54,24 @@ def _same(presented: str, expected: str) -> bool:
     return hmac.compare_digest(presented.encode(), expected.encode())
 
 
-def require_read(request: Request, settings: ConfigServiceSettings, *, export: bool = False) -> None:
-    tokens = [settings.config_read_token, settings.admin_token]
-    if not export:
-        tokens.append(settings.auth_token)
-    configured = [settings.config_read_token, settings.auth_token, settings.admin_token]
-    if all(t is None for t in configured):
+def require_read(request: Request, tokens: Tokens, *, export: bool = False) -> None:
+    if tokens.open:
         return
+    accepted = [tokens.read, tokens.admin] if export else [tokens.read, tokens.admin, tokens.inference]
     token = bearer(request)
     if not token:
         raise Unauthorized("Missing Authorization header")
-    if not any(_same(token, expected) for expected in tokens if expected is not None):
+    if not any(_same(token, expected) for expected in accepted if expected is not None):
         raise Forbidden("Invalid token")
 
 
-def require_write(request: Request, settings: ConfigServiceSettings) -> None:
-    if settings.admin_token is None:
-        if settings.config_read_token is not None or settings.auth_token is not None:
+def require_write(request: Request, tokens: Tokens) -> None:
+    if tokens.admin is None:
+        if not tokens.open:
             raise Forbidden("Write operations require SIE_ADMIN_TOKEN (read tokens are not sufficient).")
         return
     token = bearer(request)
     if not token:
         raise Unauthorized("Missing Authorization header")
-    if not _same(token, settings.admin_token):
+    if not _same(token, tokens.admin):
         raise Forbidden("Admin token required for config mutations")

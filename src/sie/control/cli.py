@@ -25,8 +25,8 @@ def serve(
 
     from sie.catalog.model_config import ModelConfigError
     from sie.control.app import create_app
-    from sie.control.settings import ConfigServiceSettings
     from sie.observability.logging import configure_logging
+    from sie.settings.control import ConfigServiceSettings
 
     overrides: dict[str, Any] = {
         "host": host,

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 from typing import Any
 
 import msgspec
@@ -22,16 +20,10 @@ from sie.queue.contract import CONFIG_ALL_SUBJECT, config_subject
 log = logging.getLogger(__name__)
 
 
-def producer_id() -> str:
-    """``POD_NAME`` (unique per pod), else ``{hostname}-{pid}``: the id followers check against
-    ``SIE_NATS_CONFIG_TRUSTED_PRODUCERS``."""
-    return os.environ.get("POD_NAME") or f"{os.environ.get('HOSTNAME') or socket.gethostname()}-{os.getpid()}"
-
-
 class DeltaPublisher:
-    def __init__(self, servers: list[str]) -> None:
+    def __init__(self, servers: list[str], router_id: str) -> None:
         self._servers = servers
-        self.router_id = producer_id()
+        self.router_id = router_id
         self._client: Client | None = None
         self._joining: asyncio.Task[Client] | None = None
 

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from starlette.requests import Request
 
+from sie.control.auth import Tokens
 from sie.control.idempotency import IdempotencyCache
 from sie.control.publisher import DeltaPublisher
 from sie.control.registry import ConfigRegistry
-from sie.control.settings import ConfigServiceSettings
 from sie.control.store import ConfigStore
 
 
@@ -37,7 +37,7 @@ class ControlMetrics:
 
 @dataclass
 class ControlState:
-    settings: ConfigServiceSettings
+    tokens: Tokens
     registry: ConfigRegistry
     store: ConfigStore | None
     publisher: DeltaPublisher | None

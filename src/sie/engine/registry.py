@@ -38,7 +38,7 @@ from sie.engine.loras import Loras
 from sie.engine.memory import gauge_for
 from sie.engine.residency import Residency
 from sie.engine.runner import ModelRunner
-from sie.engine.worker import BatchStats, ModelWorker
+from sie.engine.worker import BatchStats, DeviceHousekeeping, ModelWorker, WorkerLimits
 from sie.observability.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -148,18 +148,18 @@ class ModelRegistry:
             max_wait_s=self._limits.max_batch_wait_ms / 1000,
         )
         runner = ModelRunner(model.adapter, max_tokens, model.muvera)
-        worker = ModelWorker(
-            name,
-            runner,
-            limits,
-            self.device_executor,
-            self._limits.max_pending_items,
-            on_batch=lambda stats: self._record_batch(name, stats),
+        housekeeping = DeviceHousekeeping(
             on_idle=heap.return_free_memory,
             after_batch=self._busy_trim,
             on_oom=lambda: self._evict_other(name, "out of memory in a batch of"),
-            run_split=runner.run_split,
-            pipeline_depth=self._limits.pipeline_depth,
+        )
+        worker = ModelWorker(
+            name,
+            runner,
+            WorkerLimits(limits, self._limits.max_pending_items, self._limits.pipeline_depth),
+            self.device_executor,
+            housekeeping,
+            on_batch=lambda stats: self._record_batch(name, stats),
         )
         worker.start()
         self._workers[name] = worker

@@ -63,7 +63,7 @@ class ModelRunner:
         self._max_tokens = max_tokens
         self._muvera = muvera
 
-    def __call__(
+    def run(
         self, batch: list[Prepared], groups: Sequence[BatchGroup]
     ) -> tuple[list[ItemOutputs], float, float]:
         """Per-item outputs plus the forward's and the postprocessing's seconds. ``groups`` are the
@@ -118,7 +118,7 @@ class ModelRunner:
         infer_s = post_s = 0.0
         for part in (slice(0, middle), slice(middle, None)):
             try:
-                done = self(batch[part], groups[part])
+                done = self.run(batch[part], groups[part])
             except OutOfMemory:
                 done = self.run_split(batch[part], groups[part], depth + 1)
             items += done[0]

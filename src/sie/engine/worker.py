@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import partial
@@ -35,9 +35,16 @@ from sie.engine.errors import (
 log = logging.getLogger(__name__)
 
 
-# Runs a batch on the device executor, given each item's group (all equal): per-item outputs, the
-# forward's and the postprocessing's seconds.
-RunBatch = Callable[[list[Prepared], list[Any]], tuple[list[ItemOutputs], float, float]]
+class BatchRunner(Protocol):
+    """Runs a batch on the device executor, given each item's group (all equal): per-item outputs, the
+    forward's and the postprocessing's seconds. ``run_split`` runs it in parts after it ran out of
+    memory (raising ``ResourceExhausted`` when even the parts do not fit)."""
+
+    def run(self, batch: list[Prepared], groups: Sequence[Any]) -> tuple[list[ItemOutputs], float, float]: ...
+
+    def run_split(
+        self, batch: list[Prepared], groups: Sequence[Any]
+    ) -> tuple[list[ItemOutputs], float, float]: ...
 
 
 class Timer(Protocol):
@@ -46,6 +53,36 @@ class Timer(Protocol):
 
 # Schedules a call after a delay, as ``loop.call_later`` does; tests pass a clock of their own.
 CallLater = Callable[[float, Callable[[], object]], Timer]
+
+
+@dataclass(frozen=True)
+class WorkerLimits:
+    batch: BatchLimits
+    max_pending_items: int  # queued or running at once (``SIE_MAX_CONCURRENT_REQUESTS``)
+    pipeline_depth: int = 2  # batches at once: one running, the rest formed and waiting
+
+
+@dataclass(frozen=True)
+class DeviceHousekeeping:
+    """The device's memory policy, which the batching loop only calls at the right moments: after
+    ``idle_after_s`` idle (return freed memory to the OS), after every batch once its answers are out
+    (a rate-limited trim for a server that is never idle), and on out of memory (evict another model;
+    True means one was, and the batch is worth running again). The first two run on the device
+    executor."""
+
+    on_idle: Callable[[], object] | None = None
+    after_batch: Callable[[], object] | None = None
+    on_oom: Callable[[], Awaitable[bool]] | None = None
+    idle_after_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class Clocks:
+    """The worker's time: ``now`` for queueing and batching, ``call_later`` for the idle timer (the
+    event loop's when None)."""
+
+    now: Callable[[], float] = time.perf_counter
+    call_later: CallLater | None = None
 
 
 @dataclass
@@ -75,36 +112,27 @@ class ModelWorker:
     def __init__(
         self,
         name: str,
-        run_batch: RunBatch,
-        limits: BatchLimits,
+        runner: BatchRunner,
+        limits: WorkerLimits,
         executor: Executor,
-        max_pending_items: int,
+        housekeeping: DeviceHousekeeping = DeviceHousekeeping(),
         on_batch: Callable[[BatchStats], None] = lambda stats: None,
-        clock: Callable[[], float] = time.perf_counter,
-        on_idle: Callable[[], object] | None = None,
-        idle_after_s: float = 1.0,
-        on_oom: Callable[[], Awaitable[bool]] | None = None,
-        run_split: RunBatch | None = None,
-        after_batch: Callable[[], object] | None = None,
-        call_later: CallLater | None = None,
-        pipeline_depth: int = 2,
+        clocks: Clocks = Clocks(),
     ) -> None:
         self.name = name
-        self._run_batch = run_batch
-        self._batcher: Batcher[Work] = Batcher(limits)
+        self._runner = runner
+        self._batcher: Batcher[Work] = Batcher(limits.batch)
         self._executor = executor
-        self._max_pending = max_pending_items
+        self._max_pending = limits.max_pending_items
         self._on_batch = on_batch
-        self._clock = clock
-        self._on_idle = on_idle
-        self._idle_after_s = idle_after_s
-        self._on_oom = on_oom
-        self._run_split = run_split
-        self._after_batch = after_batch
-        self._call_later = call_later
+        self._clock = clocks.now
+        self._call_later = clocks.call_later
+        self._housekeeping = housekeeping
         self._idle_timer: Timer | None = None
         # The next batches are formed while one runs, so the device never waits on batch formation.
-        self._ready: asyncio.Queue[list[Entry[Work]]] = asyncio.Queue(maxsize=max(1, pipeline_depth - 1))
+        self._ready: asyncio.Queue[list[Entry[Work]]] = asyncio.Queue(
+            maxsize=max(1, limits.pipeline_depth - 1)
+        )
         self._wakeup = asyncio.Event()
         self._device_idle = True
         self._pending = 0
@@ -189,21 +217,24 @@ class ModelWorker:
                 except BaseException:  # cancelled by close, or the loop itself broke: none may hang
                     self._fail(live, self._ended())
                     raise
-                if self._after_batch is not None:
-                    done = loop.run_in_executor(self._executor, self._after_batch)
+                after_batch = self._housekeeping.after_batch
+                if after_batch is not None:
+                    done = loop.run_in_executor(self._executor, after_batch)
                     done.add_done_callback(partial(self._log_housekeeping_failure, "after-batch"))
             if self._ready.empty():
                 self._device_idle = True
                 self._wakeup.set()
-                if self._on_idle is not None:
+                if self._housekeeping.on_idle is not None:
                     call_later = self._call_later or loop.call_later
-                    self._idle_timer = call_later(self._idle_after_s, partial(self._idle_housekeeping, loop))
+                    idle_after_s = self._housekeeping.idle_after_s
+                    self._idle_timer = call_later(idle_after_s, partial(self._idle_housekeeping, loop))
 
     def _idle_housekeeping(self, loop: asyncio.AbstractEventLoop) -> None:
         """Queued on the device executor, so a batch formed meanwhile simply runs after it."""
         self._idle_timer = None
-        if self._on_idle is not None and self._device_idle and not self._closed:
-            done = loop.run_in_executor(self._executor, self._on_idle)
+        on_idle = self._housekeeping.on_idle
+        if on_idle is not None and self._device_idle and not self._closed:
+            done = loop.run_in_executor(self._executor, on_idle)
             done.add_done_callback(partial(self._log_housekeeping_failure, "idle"))
 
     def _log_housekeeping_failure(self, kind: str, done: asyncio.Future[object]) -> None:
@@ -244,22 +275,21 @@ class ModelWorker:
         engine to evict another model and runs it once more, then runs it split; the split's own
         failure is ``ResourceExhausted``."""
         prepared, groups = [e.payload.prepared for e in batch], [e.group for e in batch]
+        run = future_safe(self._runner.run)
         try:
-            return await loop.run_in_executor(self._executor, future_safe(self._run_batch), prepared, groups)
+            return await loop.run_in_executor(self._executor, run, prepared, groups)
         except OutOfMemory:
-            if self._on_oom is not None and await self._on_oom():
+            on_oom = self._housekeeping.on_oom
+            if on_oom is not None and await on_oom():
                 try:
-                    return await loop.run_in_executor(
-                        self._executor, future_safe(self._run_batch), prepared, groups
-                    )
+                    return await loop.run_in_executor(self._executor, run, prepared, groups)
                 except OutOfMemory:
                     pass
-            if self._run_split is None:
-                raise ResourceExhausted(f"Out of memory running a batch of model '{self.name}'") from None
             log.warning(
                 "model %s: out of memory for %d items; running the batch split", self.name, len(batch)
             )
-            return await loop.run_in_executor(self._executor, future_safe(self._run_split), prepared, groups)
+            split = future_safe(self._runner.run_split)
+            return await loop.run_in_executor(self._executor, split, prepared, groups)
 
     def _shutting_down(self) -> EngineClosed:
         return EngineClosed(f"Model '{self.name}' is shutting down")

@@ -35,7 +35,6 @@ from sie.gateway.errors import WORKER_CODES
 from sie.gateway.metrics import GatewayMetrics, RequestCounting
 from sie.gateway.pools import Pools
 from sie.gateway.routing import Demand, Router, by_priority
-from sie.gateway.settings import GatewaySettings
 from sie.gateway.state import GatewayState
 from sie.gateway.workers import WorkerTable
 from sie.http import openapi
@@ -46,6 +45,8 @@ from sie.observability import tracing
 from sie.queue.connection import connect
 from sie.queue.contract import CONFIG_ALL_SUBJECT, HEALTH_SUBJECT_PREFIX, ContractError, decode_heartbeat
 from sie.queue.payloads import PayloadStore
+from sie.settings.common import secret
+from sie.settings.gateway import GatewaySettings
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,7 @@ async def sweep_pools(state: GatewayState, stop: asyncio.Event) -> None:
 
 def create_app(settings: GatewaySettings) -> Starlette:
     state = build_state(settings)
-    tracing.setup("sie-gateway")  # SIE_TRACING_ENABLED and the OTEL_* variables
+    tracing.setup("sie-gateway", settings.tracing_enabled)  # and the OTEL_* variables
     following = settings.follower_settings()
     if following is not None:
         state.follower = ConfigFollower(following, state.apply_configs, "gateway")
@@ -183,7 +184,10 @@ def create_app(settings: GatewaySettings) -> Starlette:
     app.add_middleware(
         Auth,
         config=AuthConfig(
-            settings.auth_mode, settings.tokens(), settings.admin_token, settings.auth_exempt_operational
+            settings.auth_mode,
+            settings.tokens(),
+            secret(settings.admin_token),
+            settings.auth_exempt_operational,
         ),
     )
     app.add_middleware(RequestCounting, metrics=state.metrics)

@@ -30,8 +30,8 @@ def serve(
 
     from sie.catalog.model_config import ModelConfigError
     from sie.gateway.app import create_app
-    from sie.gateway.settings import GatewaySettings
     from sie.observability.logging import configure_logging
+    from sie.settings.gateway import GatewaySettings
 
     overrides: dict[str, Any] = {
         "gateway_host": host,
@@ -72,8 +72,8 @@ def local(
 
     from sie.gateway.app import create_app
     from sie.gateway.local import LocalClusterError, local_cluster
-    from sie.gateway.settings import GatewaySettings
     from sie.observability.logging import configure_logging
+    from sie.settings.gateway import GatewaySettings
 
     try:
         with local_cluster(workers, preload) as cluster:

@@ -16,9 +16,9 @@ from sie.gateway.dispatch import Dispatcher
 from sie.gateway.metrics import GatewayMetrics
 from sie.gateway.pools import Pools
 from sie.gateway.routing import Demand, Router
-from sie.gateway.settings import GatewaySettings
 from sie.gateway.workers import WorkerTable
 from sie.queue.payloads import PayloadStore
+from sie.settings.gateway import GatewaySettings
 
 
 @dataclass

@@ -28,7 +28,6 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from sie.wire.responses import Timing
 
-TRUE: Final = {"1", "true", "yes", "on"}
 REQUEST_ID: ContextVar[str | None] = ContextVar("sie_request_id", default=None)
 _PROPAGATOR: Final = TraceContextTextMapPropagator()
 _state: dict[str, Any] = {"provider": None}
@@ -38,9 +37,9 @@ def enabled() -> bool:
     return _state["provider"] is not None
 
 
-def setup(default_service: str) -> bool:
-    """Install the SDK's tracer provider when ``SIE_TRACING_ENABLED`` is true; returns whether it did."""
-    if os.environ.get("SIE_TRACING_ENABLED", "").strip().lower() not in TRUE or enabled():
+def setup(default_service: str, wanted: bool) -> bool:
+    """Install the SDK's tracer provider when ``wanted`` (``SIE_TRACING_ENABLED``); returns whether it did."""
+    if not wanted or enabled():
         return enabled()
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource

@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 
 from sie import __version__
-from sie.catalog.bundles import DEFAULT_BUNDLE, Bundle, load_bundle
+from sie.catalog.bundles import DEFAULT_BUNDLE, Bundle, CatalogHash, load_bundle
 from sie.catalog.follower import ConfigFollower
 from sie.engine.engine import Engine
-from sie.engine.runtime import EngineRuntime
 from sie.http.errors import Envelope
 from sie.http.errors import install as install_errors
 from sie.http.middleware import BodyLimit, IdentityHeaders, SdkVersionSkew
@@ -31,8 +30,10 @@ from sie.server import openapi_docs
 from sie.server.api import encode, health, models, openai_compat, rerank, score_extract, status_page, ws
 from sie.server.lifecycle import Draining, Lifecycle
 from sie.server.request_metrics import RequestMetrics
-from sie.server.status import CatalogHash, WorkerIdentity, heartbeat
-from sie.settings import Settings
+from sie.server.runtime import EngineRuntime
+from sie.server.status import WorkerIdentity
+from sie.settings.common import Host, secret
+from sie.settings.server import Settings
 
 if TYPE_CHECKING:  # nats-py is the cluster extra's: imported only when SIE_NATS_URL is set
     from sie.worker.queue_worker import QueueWorker
@@ -41,12 +42,13 @@ if TYPE_CHECKING:  # nats-py is the cluster extra's: imported only when SIE_NATS
 def worker_identity(settings: Settings) -> WorkerIdentity:
     """What ``/ws/status`` reports about this worker; the name is the pod's (``HOSTNAME``/``POD_NAME``)."""
     bundle_name = settings.bundle or DEFAULT_BUNDLE
+    host = Host()
     try:
         scope: Bundle | None = load_bundle(bundle_name, settings.bundles_dir)
     except ValueError:  # a bundles dir without the default bundle: nothing to scope the hash by
         scope = None
     return WorkerIdentity(
-        name=os.environ.get("HOSTNAME") or os.environ.get("POD_NAME") or "",
+        name=host.hostname or host.pod_name,
         machine_profile=settings.machine_profile,
         pool_name=settings.pool,
         bundle=bundle_name,
@@ -68,14 +70,14 @@ def queue_worker(
     """The same process is also a queue-mode worker (``SIE_NATS_URL``): see docs/cluster.md."""
     try:
         from sie.worker.adaptive import AdaptiveWait
-        from sie.worker.pull import worker_id_of
+        from sie.worker.heartbeat import heartbeat
         from sie.worker.queue_worker import QueueWorker, WorkerConfig
     except ImportError as exc:  # nats-py is the cluster extra's
         raise RuntimeError(
             f"SIE_NATS_URL is set but {exc.name} is missing: pip install 'sie-engine[cluster]'"
         ) from exc
     lane = lane_of(settings.pool, settings.machine_profile, settings.bundle)
-    worker_id = worker_id_of(settings.worker_id)
+    worker_id = settings.worker_id or Host().name()
     wait = AdaptiveWait(
         settings.adaptive_min_quantum_ms / 1000,
         settings.adaptive_max_quantum_ms / 1000,
@@ -93,14 +95,14 @@ def queue_worker(
         probe_host=settings.host,
         probe_port=settings.worker_metrics_port,
         gateway_url=settings.gateway_url,
-        gateway_token=settings.auth_token,
+        gateway_token=secret(settings.auth_token),
         admission_enabled=settings.pool_admission_enabled,
         payload_store_url=settings.payload_store_url,
     )
     gpu_count = settings.gpu_count
 
     def snapshot() -> Heartbeat:
-        return heartbeat(engine, identity, lifecycle, lane, worker_id, gpu_count)
+        return heartbeat(engine, identity.config_hash, lifecycle.draining, lane, worker_id, gpu_count)
 
     return QueueWorker(engine, config, snapshot, metrics.render, lambda: lifecycle.draining, follower)
 
@@ -110,7 +112,7 @@ def create_app(settings: Settings) -> FastAPI:
     # per-call thread pool would add one thread per core on top and fight the forward for the cores.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     runtime = EngineRuntime(settings)  # parses the catalogue: a bad YAML stops startup here
-    tracing.setup("sie-server")  # SIE_TRACING_ENABLED and the OTEL_* variables
+    tracing.setup("sie-server", settings.tracing_enabled)  # and the OTEL_* variables
     metrics = runtime.metrics
     lifecycle = Lifecycle(settings.drain_timeout_s, settings.drain_min_s)
     identity = worker_identity(settings)

@@ -20,7 +20,7 @@ log = logging.getLogger("sie.server")
 
 
 def _settings(**overrides: Any) -> Any:
-    from sie.settings import Settings
+    from sie.settings.server import Settings
 
     return Settings(**{k: v for k, v in overrides.items() if v is not None})
 

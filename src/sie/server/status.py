@@ -8,7 +8,6 @@ and cheap, since it runs every 200 ms per connected client.
 
 from __future__ import annotations
 
-import functools
 import getpass
 import os
 import time
@@ -17,31 +16,13 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from sie.catalog.bundles import Bundle, bundle_config_hash
-from sie.catalog.catalog import Catalog
+from sie.catalog.bundles import CatalogHash
 from sie.engine.engine import Engine
 from sie.engine.loader import ModelState
 from sie.observability.gpus import gpu_metrics
-from sie.queue.contract import Heartbeat, Lane
 from sie.server.api.models import model_info
 from sie.server.lifecycle import Lifecycle
 from sie.wire.status import GpuStatus, ModelConfigStatus, ModelStatus, ServerInfo, WorkerStatus
-
-
-class CatalogHash:
-    """``bundle_config_hash`` of the catalogue being served, recomputed only when hot reload swaps it."""
-
-    def __init__(self, bundle: Bundle | None) -> None:
-        self._bundle = bundle
-        self._catalog: Catalog | None = None
-        self._hash = ""
-
-    def __call__(self, catalog: Catalog) -> str:
-        if self._bundle is None:
-            return ""
-        if catalog is not self._catalog:
-            self._catalog, self._hash = catalog, bundle_config_hash(catalog, self._bundle)
-        return self._hash
 
 
 @dataclass(frozen=True)
@@ -143,45 +124,3 @@ def status_message(
         counters=counters,
         histograms=histograms,
     )
-
-
-def heartbeat(
-    engine: Engine,
-    identity: WorkerIdentity,
-    lifecycle: Lifecycle,
-    lane: Lane,
-    worker_id: str,
-    gpu_count: int | None,
-) -> Heartbeat:
-    """A queue worker's ``sie.health`` beat: cheap enough to build four times a second (no device
-    query; the GPU count is the configured one, else the first call's)."""
-    loaded, loading, depth = [], [], 0
-    for slot in engine.slots():
-        name = slot.entry.name
-        if slot.state is ModelState.LOADED:
-            loaded.append(name)
-            depth += engine.queue_depth(name)
-        elif slot.state is ModelState.LOADING:
-            loading.append(name)
-    gpus = gpu_count if gpu_count is not None else _detected_gpus()
-    ready = not lifecycle.draining
-    return Heartbeat(
-        name=worker_id,
-        ready=ready,
-        machine_profile=lane.machine_profile,
-        pool_name=lane.pool,
-        bundle=lane.bundle,
-        timestamp=time.time(),
-        gpu_count=max(gpus, 1),
-        total_gpu_slots=max(gpus, 1),
-        ready_gpu_slots=max(gpus, 1) if ready else 0,
-        bundle_config_hash=identity.config_hash(engine.catalog),
-        loaded_models=loaded,
-        loading_models=loading,
-        queue_depth=depth,
-    )
-
-
-@functools.cache
-def _detected_gpus() -> int:
-    return len(gpu_metrics(100.0))

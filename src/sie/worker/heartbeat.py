@@ -6,14 +6,20 @@ when its models change (a gateway lists a model as soon as it is loaded), and a 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import time
 from collections.abc import Callable
 from typing import Final
 
 import msgspec
 from nats.aio.client import Client
 
-from sie.queue.contract import Heartbeat, encode_heartbeat
+from sie.catalog.bundles import CatalogHash
+from sie.engine.engine import Engine
+from sie.engine.loader import ModelState
+from sie.observability.gpus import gpu_metrics
+from sie.queue.contract import Heartbeat, Lane, encode_heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -67,3 +73,45 @@ class HeartbeatPublisher:
             await self._client.flush(timeout=2)
         except Exception:
             log.debug("last heartbeat not flushed", exc_info=True)
+
+
+def heartbeat(
+    engine: Engine,
+    config_hash: CatalogHash,
+    draining: bool,
+    lane: Lane,
+    worker_id: str,
+    gpu_count: int | None,
+) -> Heartbeat:
+    """A queue worker's ``sie.health`` beat: cheap enough to build four times a second (no device
+    query; the GPU count is the configured one, else the first call's)."""
+    loaded, loading, depth = [], [], 0
+    for slot in engine.slots():
+        name = slot.entry.name
+        if slot.state is ModelState.LOADED:
+            loaded.append(name)
+            depth += engine.queue_depth(name)
+        elif slot.state is ModelState.LOADING:
+            loading.append(name)
+    gpus = gpu_count if gpu_count is not None else _detected_gpus()
+    ready = not draining
+    return Heartbeat(
+        name=worker_id,
+        ready=ready,
+        machine_profile=lane.machine_profile,
+        pool_name=lane.pool,
+        bundle=lane.bundle,
+        timestamp=time.time(),
+        gpu_count=max(gpus, 1),
+        total_gpu_slots=max(gpus, 1),
+        ready_gpu_slots=max(gpus, 1) if ready else 0,
+        bundle_config_hash=config_hash(engine.catalog),
+        loaded_models=loaded,
+        loading_models=loading,
+        queue_depth=depth,
+    )
+
+
+@functools.cache
+def _detected_gpus() -> int:
+    return len(gpu_metrics(100.0))

@@ -15,8 +15,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
@@ -290,10 +288,6 @@ class PullLoop:
         """After a reconnect the open pull request is gone: open a new one now, not at its expiry."""
         self._idle_pulls = 0
         self._pull_over.set()
-
-
-def worker_id_of(configured: str | None) -> str:
-    return configured or os.environ.get("HOSTNAME") or os.environ.get("POD_NAME") or socket.gethostname()
 
 
 def _report_death(task: asyncio.Task[None]) -> None:

@@ -18,11 +18,11 @@ from types import TracebackType
 from sie.catalog.bundles import load_bundle
 from sie.catalog.catalog import Catalog
 from sie.catalog.model_config import ModelConfig
-from sie.engine.build import build_catalog, build_engine
 from sie.engine.engine import Engine
 from sie.engine.hot_reload import watch_models_dir
 from sie.observability.metrics import Metrics
-from sie.settings import Settings
+from sie.server.build import build_catalog, build_engine
+from sie.settings.server import Settings
 from sie.weights.remote_fs import is_remote
 
 

@@ -10,7 +10,7 @@ from sie.catalog.source import models_directory
 from sie.engine.engine import Engine, EngineLimits
 from sie.engine.loader import LoadSettings, ModelState
 from sie.observability.metrics import Metrics
-from sie.settings import Settings
+from sie.settings.server import Settings
 from sie.weights.sources import WeightSources
 
 

@@ -1,42 +1,26 @@
-"""All configuration in one class: ``SIE_*`` environment variables, overridden by CLI flags.
+"""The server's configuration (``sie-server serve``, HTTP and queue-worker modes alike): ``SIE_*``
+environment variables, overridden by CLI flags; the groups other processes share are in ``common``.
 
-Names, defaults and meanings follow the public SIE, so a deployment's environment carries over. It sits
-above no front end: the HTTP server and a queue worker read the same settings. Components never read
-this object directly: the composition root hands each one a small value.
+Names, defaults and meanings follow the public SIE, so a deployment's environment carries over.
+Components never read this object: the composition root (``server.app``) hands each a small value.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from sie.catalog.follower import FollowerSettings
 from sie.core.options import AttentionBackend, ComputePrecision
-
-if TYPE_CHECKING:
-    from sie.catalog.follower import FollowerSettings
-
-PACKAGED_MODELS_DIR = Path(__file__).resolve().parent / "models"
-PACKAGED_BUNDLES_DIR = Path(__file__).resolve().parent / "bundles"
+from sie.settings.common import Catalogue, Cluster, Logging, Tracing, split_csv
 
 
-def split_csv(value: str | None) -> list[str]:
-    return [part.strip() for part in (value or "").split(",") if part.strip()]
-
-
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SIE_", extra="ignore")
-
+class Settings(Catalogue, Cluster, Logging, Tracing):
     host: str = Field("0.0.0.0", description="Interface to listen on (CLI --host).")
     port: int = Field(8080, ge=0, le=65535, description="TCP port (CLI --port).")
     device: str = Field("auto", description="auto (cuda > mps > cpu), cuda, cuda:N, mps or cpu.")
-    models_dir: str = Field(
-        str(PACKAGED_MODELS_DIR),
-        description="Folder of model YAML files, or an s3:// or gs:// prefix holding them (read at startup).",
-    )
     hot_reload: bool = Field(
         True, description="Apply YAMLs added, changed or deleted in a local models dir without a restart."
     )
@@ -46,15 +30,9 @@ class Settings(BaseSettings):
         description="Serve only the models whose adapters the bundle lists (CLI --bundle; excludes --models). "
         "Reported as the worker's bundle on /ws/status ('default' when unset).",
     )
-    bundles_dir: Path = Field(PACKAGED_BUNDLES_DIR, description="Folder of bundle YAML files.")
     pool: str = Field("", description="Pool name reported on /ws/status (pool_name).")
     machine_profile: str | None = Field(
         None, description="Machine profile reported on /ws/status (default: the detected GPU type)."
-    )
-    nats_url: str | None = Field(
-        None,
-        description="NATS server(s), comma-separated: set, `serve` also pulls work items from the pool's "
-        "JetStream stream as a queue-mode worker (docs/cluster.md).",
     )
     adaptive_min_quantum_ms: float = Field(
         2.0, gt=0, description="Queue mode: the pull loop's shortest wait for work."
@@ -66,9 +44,6 @@ class Settings(BaseSettings):
         50.0,
         gt=0,
         description="Queue mode: the p50 latency of answered items the pull loop's wait is steered to.",
-    )
-    health_publish_interval_ms: float = Field(
-        5000, gt=0, description="Queue mode: heartbeat period on sie.health.{worker_id}."
     )
     worker_ping_interval_ms: float = Field(
         2000, gt=0, description="Queue mode: how often the worker checks its NATS connection (readiness)."
@@ -96,25 +71,12 @@ class Settings(BaseSettings):
         2, ge=1, description="Batches per model at once: one running, the others formed and waiting."
     )
     gpu_count: int | None = Field(None, ge=0, description="Queue mode: GPUs advertised (default: detected).")
-    payload_store_url: str | None = Field(
-        None, description="Queue mode: the store gateways put items over 1 MiB in (folder, s3://, gs://)."
-    )
-    auth_token: str | None = Field(None, description="Queue mode: bearer token for the gateway (admission).")
-    config_service_url: str | None = Field(
-        None, description="sie-config's URL: models added there are served here without a restart."
-    )
-    config_read_token: str | None = Field(None, description="Bearer token for sie-config's reads.")
-    admin_token: str | None = Field(None, description="sie-config's admin token (when no read token).")
     worker_config_poll_interval_ms: float = Field(
         30000, gt=0, description="How often sie-config's epoch is read to recover missed deltas."
     )
     worker_config_full_export_interval_ms: float = Field(
         300000, ge=0, description="How often sie-config's whole export is read regardless (0: never)."
     )
-    nats_config_trusted_producers: str = Field(
-        "sie-config", description="Producer ids (or id prefixes before '-') whose config deltas apply."
-    )
-    nats_config_trust_any_producer: bool = Field(False, description="Apply config deltas from anyone.")
     worker_id: str | None = Field(
         None,
         description="This worker's id on the queue (default: HOSTNAME, then POD_NAME, then the host name).",
@@ -178,9 +140,6 @@ class Settings(BaseSettings):
     max_request_body_bytes: int = Field(
         34 * 1024 * 1024, ge=1, description="Largest request body (413 beyond)."
     )
-    max_item_text_bytes: int = Field(
-        2 * 1024 * 1024, ge=1, description="Largest text of one item (413 beyond)."
-    )
     drain_timeout_s: float = Field(
         25.0,
         ge=0,
@@ -193,13 +152,11 @@ class Settings(BaseSettings):
         description="After SIGTERM, least seconds /readyz answers 503 before the listener closes, even with "
         "nothing in flight: set it to the load balancer's probe period so it sees the 503.",
     )
-    log_json: bool = Field(False, description="One JSON object per log line.")
     access_log: bool = Field(
         False,
         description="One log line per HTTP request (uvicorn's access log). Off: at high request rates it "
         "cost up to a third of the event loop; sie_requests_total counts every request either way.",
     )
-    log_level: str = Field("INFO", description="Log level (CLI -v sets DEBUG).")
 
     def filter_list(self) -> list[str]:
         return split_csv(self.model_filter)
@@ -207,20 +164,8 @@ class Settings(BaseSettings):
     def preload_list(self) -> list[str]:
         return split_csv(self.preload_models)
 
-    def nats_servers(self) -> list[str]:
-        return split_csv(self.nats_url)
-
     def follower_settings(self) -> FollowerSettings | None:
-        from sie.catalog.follower import follower_settings
-
-        return follower_settings(
-            self.config_service_url,
-            self.config_read_token or self.admin_token,
-            self.worker_config_poll_interval_ms,
-            self.worker_config_full_export_interval_ms,
-            self.nats_config_trusted_producers,
-            self.nats_config_trust_any_producer,
-        )
+        return self.follower(self.worker_config_poll_interval_ms, self.worker_config_full_export_interval_ms)
 
     def batch_items(self) -> int:
         """Items per batch: a queue worker's ``SIE_BATCHER_MAX_BATCH_REQUESTS`` when set."""

@@ -1,0 +1,119 @@
+"""The ``SIE_*`` variables more than one process reads, each defined once as a group that the
+processes' settings classes (``server``, ``gateway``, ``control``) are composed of.
+
+Names, defaults and meanings follow the public SIE, so a deployment's environment carries over.
+Tokens are ``SecretStr``: a settings object printed or logged shows ``**********``. Only composition
+roots read settings; a component gets the small value it needs.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from sie.catalog.follower import FollowerSettings
+
+PACKAGED_MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+PACKAGED_BUNDLES_DIR = Path(__file__).resolve().parent.parent / "bundles"
+
+
+def split_csv(value: str | None) -> list[str]:
+    return [part.strip() for part in (value or "").split(",") if part.strip()]
+
+
+def secret(value: SecretStr | None) -> str | None:
+    return None if value is None else value.get_secret_value()
+
+
+class SieSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SIE_", extra="ignore")
+
+
+class Logging(SieSettings):
+    log_json: bool = Field(False, description="One JSON object per log line.")
+    log_level: str = Field("INFO", description="Log level (CLI -v sets DEBUG).")
+
+
+class Tracing(SieSettings):
+    tracing_enabled: bool = Field(
+        False, description="Export OpenTelemetry spans over OTLP (the OTEL_* variables say where)."
+    )
+
+
+class Catalogue(SieSettings):
+    models_dir: str = Field(
+        str(PACKAGED_MODELS_DIR),
+        description="Folder of model YAML files, or an s3:// or gs:// prefix holding them (read at startup).",
+    )
+    bundles_dir: Path = Field(PACKAGED_BUNDLES_DIR, description="Folder of bundle YAML files.")
+    max_item_text_bytes: int = Field(
+        2 * 1024 * 1024, ge=1, description="Largest text of one item (413 beyond)."
+    )
+
+
+class Nats(SieSettings):
+    nats_url: str | None = Field(None, description="NATS server(s), comma-separated.")
+
+    def nats_servers(self) -> list[str]:
+        return split_csv(self.nats_url)
+
+
+class Tokens(SieSettings):
+    auth_token: SecretStr | None = Field(
+        None, description="The inference bearer token (a worker's to the gateway; sie-config's reads)."
+    )
+    admin_token: SecretStr | None = Field(None, description="Bearer token for pool and config mutations.")
+    config_read_token: SecretStr | None = Field(None, description="Bearer token for sie-config's reads.")
+
+
+class Follower(Tokens):
+    """A process that serves sie-config's models: where the service is and whose deltas to trust."""
+
+    config_service_url: str | None = Field(
+        None, description="sie-config's URL: models added there are served here without a restart."
+    )
+    nats_config_trusted_producers: str = Field(
+        "sie-config", description="Producer ids (or id prefixes before '-') whose config deltas apply."
+    )
+    nats_config_trust_any_producer: bool = Field(False, description="Apply config deltas from anyone.")
+
+    def follower(self, poll_interval_ms: float, full_export_interval_ms: float) -> FollowerSettings | None:
+        """The follower this process runs, with its own poll periods; None without a config service."""
+        if not self.config_service_url:
+            return None
+        producers = split_csv(self.nats_config_trusted_producers)
+        return FollowerSettings(
+            self.config_service_url,
+            secret(self.config_read_token or self.admin_token),
+            poll_interval_ms / 1000,
+            full_export_interval_ms / 1000,
+            producers,
+            self.nats_config_trust_any_producer,
+        )
+
+
+class Cluster(Nats, Follower):
+    """What a gateway and a worker share about the queue beside NATS itself."""
+
+    payload_store_url: str | None = Field(
+        None, description="Store for items over 1 MiB: a shared folder, s3://bucket/prefix or gs://..."
+    )
+    health_publish_interval_ms: float = Field(
+        5000, gt=0, description="Workers' heartbeat period on sie.health.{worker_id}."
+    )
+
+
+class Host(BaseSettings):
+    """The pod or host this process runs on, as Kubernetes and the shell name it (no ``SIE_`` prefix)."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    hostname: str = Field(default="", validation_alias=AliasChoices("HOSTNAME"))
+    pod_name: str = Field(default="", validation_alias=AliasChoices("POD_NAME"))
+
+    def name(self) -> str:
+        """``HOSTNAME``, then ``POD_NAME``, then what the system calls the host."""
+        return self.hostname or self.pod_name or socket.gethostname()
