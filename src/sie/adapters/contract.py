@@ -19,14 +19,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol, cast, runtime_checkable
+from typing import Any, Final, Protocol, cast, runtime_checkable
 
 from sie.adapters.batch import BatchOutputs, ImageData, ModelInput, Prepared
 from sie.core.options import AttentionBackend, Capability, ComputePrecision, Modality, Pooling
 from sie.core.task import Task, UnsupportedInput
-
-if TYPE_CHECKING:  # tokenizers is imported only by a family that loads one
-    from sie.adapters.runtime.tokenizer import TextTokenizer
 
 
 class Trait(StrEnum):
@@ -90,11 +87,6 @@ class LoadSpec:
     def tokenizer_folder(self) -> Path:
         """Where the tokenizer is: its own weights (a YAML's ``tokenizer_id``) or the model's."""
         return self.tokenizer_weights or self.weights
-
-    def tokenizer(self) -> TextTokenizer:
-        from sie.adapters.runtime.tokenizer import TextTokenizer
-
-        return TextTokenizer.from_folder(self.tokenizer_folder, self.max_seq_length)
 
 
 class Vocabulary(Protocol):

@@ -45,7 +45,7 @@ class OnnxDenseEncoder:
     @classmethod
     def load(cls, spec: LoadSpec) -> Self:
         session = open_session(spec)
-        return cls(session, spec.tokenizer(), Pooling(spec.loadtime.get("pooling", "mean")))
+        return cls(session, TextTokenizer.of(spec), Pooling(spec.loadtime.get("pooling", "mean")))
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
         return [Prepared(ids) for ids in self.tokenizer.encode(texts_only(inputs, _FAMILY))]

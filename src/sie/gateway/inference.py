@@ -76,7 +76,7 @@ def _provisioning(request: Request, state: GatewayState, exc: Provisioning) -> R
     state.metrics.rejected.labels(exc.profile or "unknown", exc.bundle, "provisioning").inc()
     sdk = _sdk_version(request)
     if sdk is not None and sdk >= SDK_WITH_503_PROVISIONING:
-        return error_response(exc, Envelope.GATEWAY)
+        return error_response(exc, Envelope.NATIVE)
     body = {
         "status": "provisioning",
         "gpu": exc.profile or "",

@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response
 
 from sie import __version__
 from sie.errors import FOREIGN, ErrorRule, SieError, WireCode, retry_after, told
+from sie.http.metrics import classify
 from sie.wire.errors import ConfigErrorCode, ErrorCode, error_envelope, openai_error_envelope
 
 ERROR_CODE_HEADER: Final = "X-SIE-Error-Code"
@@ -116,6 +117,14 @@ class Envelope(Enum):
     CONFIG = "config"
 
 
+def envelope_at(path: str, envelope: Envelope) -> Envelope:
+    """A gateway's inference routes answer exactly as the server's do (their clients are the server's);
+    its own API (auth, pools, config reads) puts the message at the top as well."""
+    if envelope is Envelope.GATEWAY and classify(path) is not None:
+        return Envelope.NATIVE
+    return envelope
+
+
 def http_of(rule: ErrorRule) -> HttpRule:
     return HTTP[rule.code]
 
@@ -174,8 +183,8 @@ def install(app: Starlette, envelope: Envelope) -> None:
     """Every error a route raises, answered in ``envelope``: the root's classes, the lower layers'
     client errors (``FOREIGN``) and, outermost, anything else as a 500."""
 
-    async def handle(_: Request, exc: Exception) -> Response:
-        return error_response(exc, envelope)
+    async def handle(request: Request, exc: Exception) -> Response:
+        return error_response(exc, envelope_at(request.url.path, envelope))
 
     handled: list[type[Exception]] = [SieError, *FOREIGN, Exception]
     for exc_type in handled:

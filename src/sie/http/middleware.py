@@ -10,7 +10,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sie.catalog.errors import PayloadTooLarge
 from sie.core.instance import RUNTIME_INSTANCE
-from sie.http.errors import Envelope, error_response, openai_error_response
+from sie.http.errors import Envelope, envelope_at, error_response, openai_error_response
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,8 @@ class BodyLimit:
     async def _reject(self, scope: Scope, receive: Receive, send: Send) -> None:
         exc = PayloadTooLarge(self._message())
         openai = any(route.matches(scope)[0] is Match.FULL for route in self.openai_routes)
-        response = openai_error_response(exc) if openai else error_response(exc, self.envelope)
+        envelope = envelope_at(scope["path"], self.envelope)
+        response = openai_error_response(exc) if openai else error_response(exc, envelope)
         await response(scope, receive, send)
 
 

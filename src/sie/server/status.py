@@ -18,11 +18,23 @@ from prometheus_client import CollectorRegistry
 
 from sie.catalog.bundles import CatalogHash
 from sie.engine.engine import Engine
-from sie.engine.loader import ModelState
+from sie.engine.loader import ModelSlot, ModelState
+from sie.http.model_info import entry_info
 from sie.observability.gpus import gpu_metrics
-from sie.server.api.models import model_info
 from sie.server.lifecycle import Lifecycle
+from sie.wire.errors import ErrorCode
+from sie.wire.responses import ModelError, ModelInfo
 from sie.wire.status import GpuStatus, ModelConfigStatus, ModelStatus, ServerInfo, WorkerStatus
+
+
+def model_info(slot: ModelSlot) -> ModelInfo:
+    failure = slot.failure
+    error = (
+        ModelError(ErrorCode.MODEL_LOAD_FAILED, failure.reason, failure.attempts, failure.permanent)
+        if failure
+        else None
+    )
+    return entry_info(slot.entry, slot.state.value, slot.model is not None, error)
 
 
 @dataclass(frozen=True)

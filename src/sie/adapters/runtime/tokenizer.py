@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
+from sie.adapters.contract import LoadSpec
+
 
 @dataclass(frozen=True, slots=True)
 class TokenSpans:
@@ -47,6 +49,11 @@ class TextTokenizer:
         self.pad_id = self._pad_id(tokenizer)
         self._appended: int | None = None  # a token every text ends with (``ending_with``)
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+
+    @classmethod
+    def of(cls, spec: LoadSpec) -> TextTokenizer:
+        """The tokenizer a model loads with: its own folder's (a YAML's ``tokenizer_id``) or the model's."""
+        return cls.from_folder(spec.tokenizer_folder, spec.max_seq_length)
 
     @classmethod
     def from_folder(cls, folder: Path, max_length: int | None) -> TextTokenizer:

@@ -28,6 +28,7 @@ from sie.adapters.runtime.attention import AttentionPlan, plan_attention
 from sie.adapters.runtime.packed_bert import PackedBert
 from sie.adapters.runtime.packing import PackedTokens, host_to_device
 from sie.adapters.runtime.pooling import unpad
+from sie.adapters.runtime.tokenizer import TextTokenizer
 from sie.core.heap import collect_unloaded
 from sie.core.options import ComputePrecision, Modality
 
@@ -400,7 +401,7 @@ class TransformerAdapter:
     inputs: ClassVar[frozenset[Modality]] = TEXT_ONLY
 
     def __init__(self, spec: LoadSpec) -> None:
-        self.tokenizer = spec.tokenizer()
+        self.tokenizer = TextTokenizer.of(spec)
         self.backbone = Transformer.load(
             spec, self.tokenizer.pad_id, self.auto_class, self.checkpoint_config(spec)
         )

@@ -5,27 +5,15 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from sie.catalog.errors import ModelNotFound
-from sie.engine.loader import ModelSlot
 from sie.errors import RULES
-from sie.http.model_info import entry_info
 from sie.http.openapi import error_responses, struct_response
 from sie.http.parts import model_path
 from sie.server.api.native import EngineDep
+from sie.server.status import model_info
 from sie.wire import codec
-from sie.wire.errors import ErrorCode
-from sie.wire.responses import ModelError, ModelInfo, ModelList
+from sie.wire.responses import ModelInfo, ModelList
 
 router = APIRouter(tags=["models"])
-
-
-def model_info(slot: ModelSlot) -> ModelInfo:
-    failure = slot.failure
-    error = (
-        ModelError(ErrorCode.MODEL_LOAD_FAILED, failure.reason, failure.attempts, failure.permanent)
-        if failure
-        else None
-    )
-    return entry_info(slot.entry, slot.state.value, slot.model is not None, error)
 
 
 def _json(value: object) -> Response:
