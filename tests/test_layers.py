@@ -37,7 +37,9 @@ def test_every_contract_is_kept() -> None:
 
 
 def test_a_gateway_that_imports_the_engine_breaks_the_contract(tmp_path: Path) -> None:
-    shutil.copytree(REPO / "src" / "sie", tmp_path / "src" / "sie", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        REPO / "src" / "sie", tmp_path / "src" / "sie", ignore=shutil.ignore_patterns("__pycache__")
+    )
     shutil.copy(REPO / "pyproject.toml", tmp_path)
     routes = tmp_path / "src" / "sie" / "gateway" / "inference.py"
     routes.write_text(routes.read_text() + "\nfrom sie.engine.engine import Engine  # noqa: E402\n")

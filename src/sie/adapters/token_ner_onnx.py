@@ -40,7 +40,9 @@ class OnnxTokenNer:
     @classmethod
     def load(cls, spec: LoadSpec) -> Self:
         folder = spec.weights if spec.weights.is_dir() else spec.weights.parent
-        return cls(open_session(spec), TextTokenizer.of(spec), token_entities.id2label(folder / "config.json"))
+        return cls(
+            open_session(spec), TextTokenizer.of(spec), token_entities.id2label(folder / "config.json")
+        )
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
         return token_entities.prepare(self.tokenizer, inputs, forward.task)
