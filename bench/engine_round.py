@@ -2,6 +2,8 @@
 100 single 10-word queries one at a time. Prints items/s and the query p50 in ms."""
 
 import asyncio
+import importlib
+import importlib.util
 import random
 import statistics
 import sys
@@ -10,13 +12,16 @@ from pathlib import Path
 
 import sie
 import sie.engine.engine as engine_module
-from sie.catalog.catalog import Catalog
 from sie.core.options import ComputePrecision
 from sie.engine.engine import Engine, EngineLimits
 from sie.engine.loader import LoadSettings
 from sie.observability.metrics import Metrics
 from sie.weights.sources import WeightSources
 from sie.wire.requests import EncodeRequest, Item
+
+# The catalogue moved out of the engine into its own layer: a tree from before has it in the engine.
+_CATALOG = "sie.catalog.catalog" if importlib.util.find_spec("sie.catalog") else "sie.engine.catalog"
+Catalog = importlib.import_module(_CATALOG).Catalog
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 rng = random.Random(int(sys.argv[1]))
