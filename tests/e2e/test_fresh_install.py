@@ -115,7 +115,7 @@ def test_the_ranges_resolve_without_conflicts(fresh: FreshVenv):
 def test_every_family_module_imports(fresh_venv: Path):
     """The libraries each adapter runs on are installed (gliner and peft among them), not only ours."""
     code = (
-        "import importlib, yaml, sie.settings as s\n"
+        "import importlib, yaml, sie.settings.common as s\n"
         "bundle = yaml.safe_load((s.PACKAGED_BUNDLES_DIR / 'default.yaml').read_text())\n"
         "ours = [m for m in bundle['adapters'] if m.startswith('sie.adapters.')]\n"
         "for name in ours + ['gliner', 'peft', 'onnxruntime', 'PIL', 'sentencepiece']:\n"
