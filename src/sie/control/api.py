@@ -41,8 +41,8 @@ from sie.catalog.config_errors import (
     ParseError,
 )
 from sie.control.auth import require_read, require_write
+from sie.control.configs import Plan, schema_errors
 from sie.control.idempotency import Answer, Evicted, KeyMismatch, OwnerFailed
-from sie.control.registry import Plan, schema_errors
 from sie.control.state import ControlState, state_of
 from sie.control.store import StoreError
 

@@ -25,8 +25,8 @@ from sie import __version__
 from sie.catalog.bundles import bundle_names, load_bundle
 from sie.control import api
 from sie.control.auth import Tokens, refuse_open
+from sie.control.configs import ConfigRegistry
 from sie.control.publisher import DeltaPublisher
-from sie.control.registry import ConfigRegistry
 from sie.control.state import ControlState
 from sie.control.store import ConfigStore
 from sie.http.errors import Envelope

@@ -11,9 +11,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from starlette.requests import Request
 
 from sie.control.auth import Tokens
+from sie.control.configs import ConfigRegistry
 from sie.control.idempotency import IdempotencyCache
 from sie.control.publisher import DeltaPublisher
-from sie.control.registry import ConfigRegistry
 from sie.control.store import ConfigStore
 
 
