@@ -29,11 +29,13 @@ from sie.control.configs import ConfigRegistry
 from sie.control.publisher import DeltaPublisher
 from sie.control.state import ControlState
 from sie.control.store import ConfigStore
+from sie.http import openapi
 from sie.http.errors import Envelope
 from sie.http.errors import install as install_errors
 from sie.http.metrics import route_template, run_recording_status
 from sie.settings.common import Host, secret
 from sie.settings.control import ConfigServiceSettings
+from sie.wire.errors import ConfigErrorCode, ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +119,24 @@ def create_app(settings: ConfigServiceSettings) -> Starlette:
         state.metrics.nats_connected.set(1 if connected else 0)
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    routes = [Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics), *api.ROUTES]
+    document = openapi.routes_document(
+        "sie-config",
+        __version__,
+        "The cluster's config control plane.",
+        api.ROUTES,
+        [*ConfigErrorCode, ErrorCode.UNAUTHORIZED, ErrorCode.FORBIDDEN, ErrorCode.INTERNAL_ERROR],
+    )
+
+    async def openapi_json(_: Request) -> Response:
+        return JSONResponse(document)
+
+    routes = [
+        Route("/healthz", healthz),
+        Route("/readyz", readyz),
+        Route("/metrics", metrics),
+        Route("/openapi.json", openapi_json),
+        *api.ROUTES,
+    ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.control = state
     install_errors(app, Envelope.CONFIG)

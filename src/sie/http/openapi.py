@@ -18,6 +18,7 @@ from typing import Any, Final
 
 import msgspec
 import numpy as np
+from starlette.routing import Route
 
 from sie.errors import FOREIGN, RULES, UNEXPECTED, ErrorRule, SieError, WireCode
 from sie.http.errors import http_of, openai_retry_after
@@ -239,3 +240,50 @@ def document(
     if example_model is not None:
         add_example(schema, example_model)
     return schema
+
+
+def routes_document(
+    title: str, version: str, description: str, routes: Sequence[Route], codes: Sequence[WireCode]
+) -> dict[str, Any]:
+    """A document for a process of plain Starlette routes (sie-config): each route's methods, path
+    parameters and summary (its docstring), and its refusals as one ``default`` answer in the
+    process's envelope, ``{"detail": {"error": <code>, ...}}`` with one of ``codes`` (an auth refusal's
+    detail is its bare message)."""
+    paths: dict[str, Any] = {}
+    for route in routes:
+        for method in sorted((route.methods or set()) - {"HEAD"}):
+            summary = (route.endpoint.__doc__ or route.name.replace("_", " ").capitalize()).strip()
+            paths.setdefault(path_template(route.path), {})[method.lower()] = {
+                "summary": summary.splitlines()[0],
+                "operationId": f"{route.name}_{method.lower()}",
+                "parameters": [
+                    {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+                    for name in _PATH_PARAM.findall(route.path)
+                ],
+                "responses": {
+                    "200": {"description": "Success"},
+                    "default": {
+                        "description": f"Refused: {', '.join(str(code) for code in codes)}",
+                        "content": {JSON: {"schema": _CONFIG_ERROR}},
+                    },
+                },
+            }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": title, "version": version, "description": description},
+        "paths": paths,
+    }
+
+
+_CONFIG_ERROR: Final = {
+    "type": "object",
+    "required": ["detail"],
+    "properties": {
+        "detail": {
+            "anyOf": [
+                {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
+                {"type": "string"},
+            ]
+        }
+    },
+}
