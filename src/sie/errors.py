@@ -6,7 +6,7 @@ names its wire ``code``; ``RULES`` says, once per code, what a queue consumer do
 that raised it (answer it, retry it after ``retry_after_s``, give up) and how long a client should
 wait. So one code has one ``Retry-After`` whichever front end answers it: the HTTP edge
 (``sie.http.errors``) renders every one from here, the worker's queue step reads ``queue``, and
-``/openapi.json`` documents the codes of every class a process has imported.
+``/openapi.json`` documents the codes of the error classes each process's routes can raise.
 
 Nothing here knows HTTP or NATS. A caller sees a code and a message; an error outside the root (a
 bug, a library's exception) is ``UNEXPECTED``, and its text stays in the log.
@@ -95,6 +95,10 @@ class SieError(Exception):
 
     code: ClassVar[WireCode]
 
+    def rule(self) -> ErrorRule:
+        """The rule of the nearest class's code (an instance that relays another's code says its own)."""
+        return RULES[self.code]
+
     def details(self) -> dict[str, Any]:
         return {}
 
@@ -105,7 +109,7 @@ class SieError(Exception):
 
     @property
     def retry_after_s(self) -> int | None:
-        return RULES[self.code].retry_after_s
+        return self.rule().retry_after_s
 
 
 class Relayed(SieError):
@@ -117,12 +121,11 @@ class Relayed(SieError):
         self.wire_code: WireCode = ErrorCode(code) if code in _ERROR_CODES else ErrorCode.INTERNAL_ERROR
         self._details = details or {}
 
+    def rule(self) -> ErrorRule:
+        return RULES[self.wire_code]
+
     def details(self) -> dict[str, Any]:
         return self._details
-
-    @property
-    def retry_after_s(self) -> int | None:
-        return RULES[self.wire_code].retry_after_s
 
 
 _ERROR_CODES: Final = frozenset(code.value for code in ErrorCode)
@@ -137,12 +140,12 @@ INTERNAL_MESSAGE: Final = "Internal server error"
 
 
 def rule_for(exc: BaseException) -> ErrorRule | None:
-    """The rule of ``exc``'s code (the nearest class in its MRO that names one); None means an
-    unexpected error (``UNEXPECTED``)."""
-    if isinstance(exc, Relayed):
-        return RULES[exc.wire_code]
+    """The rule of ``exc``'s code: its own, or a lower layer's client error's (``FOREIGN``, by the
+    nearest class in its MRO); None means an unexpected error (``UNEXPECTED``)."""
+    if isinstance(exc, SieError):
+        return exc.rule()
     for cls in type(exc).__mro__:
-        code = FOREIGN.get(cls) or cls.__dict__.get("code")
+        code = FOREIGN.get(cls)
         if code is not None:
             return RULES[code]
     return None
@@ -161,16 +164,3 @@ def told(exc: Exception) -> tuple[ErrorRule, str]:
 def retry_after(exc: Exception, rule: ErrorRule) -> int | None:
     """How long the caller should wait: the instance's own wait where it has one, else the rule's."""
     return exc.retry_after_s if isinstance(exc, SieError) else rule.retry_after_s
-
-
-def raised_classes() -> list[type[Exception]]:
-    """Every error class this process has imported that names a code, and the foreign ones: what
-    ``/openapi.json`` documents."""
-    found: list[type[Exception]] = list(FOREIGN)
-    stack: list[type[SieError]] = [SieError]
-    while stack:
-        cls = stack.pop()
-        if "code" in cls.__dict__:
-            found.append(cls)
-        stack.extend(cls.__subclasses__())
-    return found

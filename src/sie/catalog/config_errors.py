@@ -46,10 +46,9 @@ class ConfigInvalid(ConfigRefused):
 
     def __init__(self, details: list[dict[str, Any]]) -> None:
         super().__init__(None, details=details)
-        self.problems = details
 
     def __str__(self) -> str:
-        return "; ".join(str(d["message"]) for d in self.problems)
+        return "; ".join(str(d["message"]) for d in self.fields["details"])
 
 
 def invalid(message: str) -> ConfigInvalid:

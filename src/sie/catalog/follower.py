@@ -58,23 +58,6 @@ class FollowerSettings:
     trust_any_producer: bool = False
 
 
-def follower_settings(
-    url: str | None,
-    token: str | None,
-    poll_interval_ms: float,
-    full_export_interval_ms: float,
-    trusted_producers: str,
-    trust_any_producer: bool,
-) -> FollowerSettings | None:
-    """The follower a process runs, from its ``SIE_*`` settings; None without ``SIE_CONFIG_SERVICE_URL``."""
-    if not url:
-        return None
-    producers = [p.strip() for p in trusted_producers.split(",") if p.strip()]
-    return FollowerSettings(
-        url, token, poll_interval_ms / 1000, full_export_interval_ms / 1000, producers, trust_any_producer
-    )
-
-
 class ConfigFollower:
     def __init__(self, settings: FollowerSettings, apply: Apply, name: str) -> None:
         self._settings = settings

@@ -1,7 +1,7 @@
 """The HTTP API of ``sie-config``, route for route and body for body the public service's.
 
 Errors are the public service's FastAPI bodies, ``{"detail": ...}``: a ``{"error": <code>, ...}`` map
-for config errors (``control.errors``), a plain string for auth errors (its own tests read
+for config errors (``catalog.config_errors``), a plain string for auth errors (its own tests read
 ``detail.error``); the HTTP edge renders them (``sie.http.errors``, the ``CONFIG`` envelope).
 
 Writes are serialized by one lock, and so is the export, so a follower never gets an epoch ahead of the

@@ -154,10 +154,6 @@ def error_response(exc: Exception, envelope: Envelope = Envelope.NATIVE) -> JSON
     return JSONResponse(body, status_code=http_of(rule).status, headers=headers)
 
 
-def native_error_response(exc: Exception) -> JSONResponse:
-    return error_response(exc, Envelope.NATIVE)
-
-
 def openai_retry_after(status: int) -> str | None:
     """Every OpenAI-envelope 503 invites a retry after a second, whatever the native rule says: OpenAI
     clients back off on their own schedule and only need to know that retrying is right."""

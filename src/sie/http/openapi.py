@@ -59,7 +59,7 @@ def ref_of(name: str) -> str:
 
 
 def _ref(name: str) -> dict[str, str]:
-    return {"$ref": _REF.format(name=name)}
+    return {"$ref": ref_of(name)}
 
 
 def error_components() -> dict[str, Any]:

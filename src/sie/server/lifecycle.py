@@ -18,7 +18,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sie.engine.errors import EngineClosed
-from sie.http.errors import native_error_response, openai_error_response
+from sie.http.errors import error_response, openai_error_response
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class Draining:
         if lifecycle.draining:
             exc = EngineClosed(SHUTTING_DOWN)
             openai = any(route.matches(scope)[0] is Match.FULL for route in self.openai_routes)
-            response = openai_error_response(exc) if openai else native_error_response(exc)
+            response = openai_error_response(exc) if openai else error_response(exc)
             await response(scope, receive, send)
             return
         lifecycle.in_flight += 1
