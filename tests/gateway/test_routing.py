@@ -75,7 +75,7 @@ def test_configured_profiles_are_canonical_and_others_refused(clock: Clock) -> N
 
 
 def test_demand_rises_on_provisioning_and_falls_when_served_or_stale(clock: Clock) -> None:
-    router, workers, demand = _router(clock)
+    router, workers, demand = _router(clock, ["l4"])
     with pytest.raises(Provisioning):
         router.route("default", "l4", None)
     with pytest.raises(Provisioning):
@@ -114,3 +114,17 @@ def test_a_model_goes_to_the_first_bundle_by_priority_that_serves_it() -> None:
     assert [b.name for b in bundles] == ["other", "alpha", "zeta", "gpu"]
     assert bundle_for(entry, bundles) == "alpha"
     assert bundle_for(entry, [Bundle("other", frozenset(), 1)]) == "default"
+
+
+def test_demand_keys_are_the_operators_labels_only(clock: Clock) -> None:
+    """A profile nobody configured or announced, and a pool nobody leased, are demand under
+    ``other``: a caller's headers never become new keys (nor ``sie_gateway_pending_demand`` series)."""
+    router, workers, demand = _router(clock)
+    for n in range(50):
+        with pytest.raises(Provisioning):
+            router.route("default", f"pool-{n}/profile-{n}", None, pool_known=False)
+    assert demand.pending(workers) == {("other", "other", "default"): 1.0}
+    workers.update(beat("w", profile="t4", ready=False))  # announced, though not ready yet
+    with pytest.raises(Provisioning):
+        router.route("default", "t4", None)
+    assert ("", "t4", "default") in demand.pending(workers)

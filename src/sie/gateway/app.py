@@ -28,7 +28,6 @@ from sie.catalog.catalog import Catalog
 from sie.catalog.follower import ConfigFollower
 from sie.catalog.source import models_directory
 from sie.gateway import cluster_api, config_api, inference, pools_api, status_page
-from sie.gateway.auth import Auth, AuthConfig
 from sie.gateway.dead_letters import DeadLetters
 from sie.gateway.dispatch import Dispatcher
 from sie.gateway.errors import WORKER_CODES
@@ -38,6 +37,7 @@ from sie.gateway.routing import Demand, Router, by_priority
 from sie.gateway.state import GatewayState
 from sie.gateway.workers import WorkerTable
 from sie.http import openapi
+from sie.http.auth import Auth
 from sie.http.errors import Envelope
 from sie.http.errors import install as install_errors
 from sie.http.middleware import BodyLimit, IdentityHeaders
@@ -45,7 +45,6 @@ from sie.observability import tracing
 from sie.queue.connection import connect
 from sie.queue.contract import CONFIG_ALL_SUBJECT, HEALTH_SUBJECT_PREFIX, ContractError, decode_heartbeat
 from sie.queue.payloads import PayloadStore
-from sie.settings.common import secret
 from sie.settings.gateway import GatewaySettings
 
 log = logging.getLogger(__name__)
@@ -181,16 +180,8 @@ def create_app(settings: GatewaySettings) -> Starlette:
     install_errors(app, Envelope.GATEWAY)
     # Added innermost first: auth sees a request before anything reads its body.
     app.add_middleware(BodyLimit, limit=settings.max_request_body_bytes, envelope=Envelope.GATEWAY)
-    app.add_middleware(
-        Auth,
-        config=AuthConfig(
-            settings.auth_mode,
-            settings.tokens(),
-            secret(settings.admin_token),
-            settings.auth_exempt_operational,
-        ),
-    )
-    app.add_middleware(RequestCounting, metrics=state.metrics)
+    app.add_middleware(Auth, config=settings.auth_config(), envelope=Envelope.GATEWAY)
+    app.add_middleware(RequestCounting, metrics=state.metrics, profile=state.router.profile_label)
     app.add_middleware(IdentityHeaders)
     log.info(
         "sie-gateway %s: %d models, %d bundles",

@@ -11,10 +11,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sie.catalog.catalog import CatalogEntry
+from sie.gateway.metrics import OTHER
 from sie.gateway.state import GatewayState, state_of
 from sie.gateway.workers import Worker
 from sie.http.model_info import entry_info
 from sie.http.parts import model_path
+from sie.queue.contract import DEFAULT_LANE_TOKEN
 from sie.wire import codec
 from sie.wire.responses import ModelList
 
@@ -118,7 +120,12 @@ async def metrics(request: Request) -> Response:
         m.pending_demand.labels(profile or "unknown", bundle, pool or "any").set(value)
     m.active_lease_gpus.clear()
     if state.pools is not None:
+        known = {b.name for b in state.bundles} | {DEFAULT_LANE_TOKEN}
+        held: dict[tuple[str, str], int] = {}
         for (profile, bundle), count in state.pools.leased_gpus(await state.pools.all()).items():
+            key = (state.router.profile_label(profile), bundle if bundle in known else OTHER)
+            held[key] = held.get(key, 0) + count  # labels of the operator's only: a pool's are a caller's
+        for (profile, bundle), count in held.items():
             m.active_lease_gpus.labels(profile, bundle).set(count)
     dispatcher = state.dispatcher
     m.nats_connected.set(1 if dispatcher is not None and dispatcher.client.is_connected else 0)

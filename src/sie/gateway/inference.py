@@ -35,10 +35,13 @@ from sie.gateway.errors import (
     PublishFailed,
     QueueUnreachable,
 )
+from sie.gateway.metrics import OTHER
+from sie.gateway.pools import PoolRecord
 from sie.gateway.reply import Gathered, render
-from sie.gateway.routing import bundle_for
+from sie.gateway.routing import bundle_for, requested
 from sie.gateway.state import GatewayState, state_of
-from sie.http.errors import Envelope, error_response
+from sie.http.auth import principal_of
+from sie.http.errors import Envelope, Forbidden, error_response
 from sie.http.parts import model_path, timing_headers
 from sie.http.routes import PostRoute
 from sie.observability import tracing
@@ -72,8 +75,9 @@ def _sdk_version(request: Request) -> tuple[int, int] | None:
 
 
 def _provisioning(request: Request, state: GatewayState, exc: Provisioning) -> Response:
-    state.metrics.provisioning.labels(exc.profile or "any").inc()
-    state.metrics.rejected.labels(exc.profile or "unknown", exc.bundle, "provisioning").inc()
+    label = state.router.profile_label
+    state.metrics.provisioning.labels(label(exc.profile, "any")).inc()
+    state.metrics.rejected.labels(label(exc.profile, "unknown"), exc.bundle, "provisioning").inc()
     sdk = _sdk_version(request)
     if sdk is not None and sdk >= SDK_WITH_503_PROVISIONING:
         return error_response(exc, Envelope.NATIVE)
@@ -137,20 +141,32 @@ async def _serve(request: Request, into: type[WireRequest]) -> Response:
     body = codec.decode(await request.body(), request.headers.get("content-type"), into)
     entry = _admitted(state, model, body)
     bundle = bundle_for(entry, state.bundles)
+    profile_header, pool_header = (
+        request.headers.get("x-sie-machine-profile"),
+        request.headers.get("x-sie-pool"),
+    )
+    record = await _leased(request, state, requested(profile_header, pool_header)[0])
     try:
-        lane = state.router.route(
-            bundle, request.headers.get("x-sie-machine-profile"), request.headers.get("x-sie-pool")
-        )
+        lane = state.router.route(bundle, profile_header, pool_header, pool_known=record is not None)
     except Provisioning as exc:
         return _provisioning(request, state, exc)
-    except GpuNotConfigured as exc:
-        state.metrics.rejected.labels(exc.profile, bundle, "gpu_not_configured").inc()
+    except GpuNotConfigured:
+        state.metrics.rejected.labels(OTHER, bundle, "gpu_not_configured").inc()
         raise
-    if lane.pool != DEFAULT_LANE_TOKEN and state.pools is not None:
-        record = await state.pools.record(lane.pool)
-        if record is not None:  # a leased pool is served by its queue namespace
-            lane = Lane(record.spec.queue_pool, lane.machine_profile, lane.bundle)
+    if record is not None and lane.pool != DEFAULT_LANE_TOKEN:
+        lane = Lane(record.spec.queue_pool, lane.machine_profile, lane.bundle)  # its queue namespace
     return await _dispatch(request, state, model, entry.name, body, lane, started)
+
+
+async def _leased(request: Request, state: GatewayState, pool: str | None) -> PoolRecord | None:
+    """The lease of the pool a request names, which only its owner (or the admin) may route into;
+    None for the default pool, or one not leased (yet)."""
+    if not pool or pool.lower() == DEFAULT_LANE_TOKEN or state.pools is None:
+        return None
+    record = await state.pools.record(pool)
+    if record is not None and not principal_of(request).may_route_into(record.owner):
+        raise Forbidden(f"Pool '{record.spec.name}' belongs to another token")
+    return record
 
 
 async def _dispatch(

@@ -5,10 +5,16 @@ and the pools when ``/metrics`` is scraped."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Final
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from sie.gateway.workers import WorkerTable
 from sie.http.metrics import classify, run_recording_status
+
+OTHER: Final = "other"
 
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -101,13 +107,33 @@ class GatewayMetrics:
         return generate_latest(self.registry)
 
 
+class ProfileLabel:
+    """The ``machine_profile`` label of a value a caller chose (a header): a profile of
+    ``SIE_GATEWAY_CONFIGURED_GPUS`` (in its configured spelling) or one a live worker announced, else
+    ``other``; absent stays ``absent``. A caller can never add a series: labels are the operator's."""
+
+    def __init__(self, configured: list[str], workers: WorkerTable) -> None:
+        self._configured = {name.lower(): name for name in configured}
+        self._workers = workers
+
+    def __call__(self, value: str | None, absent: str = "") -> str:
+        if not value:
+            return absent
+        profile = value.rpartition("/")[2]  # ``pool/profile`` names a profile too
+        found = self._configured.get(profile.lower())
+        if found is not None:
+            return found
+        return profile if profile in self._workers.announced_profiles() else OTHER
+
+
 class RequestCounting:
     """``sie_gateway_requests_total`` and ``sie_gateway_request_latency_seconds`` for every inference
     request, counted at the ASGI edge so every outcome (202, 4xx raised by the checks, 5xx) counts once."""
 
-    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics, profile: Callable[[str | None], str]) -> None:
         self.app = app
         self.metrics = metrics
+        self.profile = profile
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         target = classify(scope.get("path", "")) if scope["type"] == "http" else None
@@ -115,10 +141,11 @@ class RequestCounting:
             await self.app(scope, receive, send)
             return
         endpoint = target[0]
-        profile = ""
+        header = None
         for key, value in scope.get("headers", []):
             if key == b"x-sie-machine-profile":
-                profile = value.decode("latin-1")
+                header = value.decode("latin-1")
+        profile = self.profile(header)
 
         def record(status: int, seconds: float) -> None:
             self.metrics.requests.labels(endpoint, str(status), profile).inc()

@@ -22,16 +22,28 @@ from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from sie.gateway.workers import WorkerTable
+from sie.http.auth import OPEN, Principal
+from sie.http.errors import Forbidden
 from sie.queue.contract import DEFAULT_LANE_TOKEN
 
 BUCKET: Final = "sie_pools"
 DEFAULT_POOL: Final = DEFAULT_LANE_TOKEN
 DEFAULT_TTL_S: Final = 1200
 _NAME: Final = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+_PROFILE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+MAX_POOLS: Final = 256  # pools are labels of the gateway's metrics: never a caller's to multiply
+MAX_PROFILES: Final = 16
 
 
 class PoolError(ValueError):
     """A pool request the API refuses (400), with the reason."""
+
+
+class PoolForbidden(Forbidden):
+    """A pool another token owns: only its owner and the admin change it."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"Pool '{name}' belongs to another token")
 
 
 class PoolSpec(msgspec.Struct, omit_defaults=True):
@@ -49,6 +61,7 @@ class PoolRecord(msgspec.Struct):
     spec: PoolSpec
     created_at: float
     last_renewed: float
+    owner: str | None = None  # the creating pool token's hash (``sie.http.auth.owner_of``); None: anyone's
 
 
 def parse_spec(body: bytes, configured_gpus: list[str]) -> PoolSpec:
@@ -61,6 +74,9 @@ def parse_spec(body: bytes, configured_gpus: list[str]) -> PoolSpec:
         raise PoolError(
             f"Invalid pool name '{spec.name}': lowercase letters, digits, '-' and '_', at most 63"
         )
+    profiles = [*spec.gpus, *(spec.gpu_caps or {})]
+    if len(profiles) > 2 * MAX_PROFILES or not all(_PROFILE.match(p) for p in profiles):
+        raise PoolError(f"Pool gpus name at most {MAX_PROFILES} machine profiles, each a plain name")
     if any(count < 0 for count in spec.gpus.values()) or spec.minimum_worker_count < 0:
         raise PoolError("Pool counts must be >= 0")
     if spec.ttl_seconds is not None and spec.ttl_seconds <= 0:
@@ -117,11 +133,17 @@ class Pools:
             return None
         return msgspec.json.decode(entry.value, type=PoolRecord), entry.revision
 
-    async def create(self, spec: PoolSpec) -> dict[str, Any]:
-        """Create, or update and renew: posting a pool again is how a client changes it."""
+    async def create(self, spec: PoolSpec, principal: Principal = OPEN) -> dict[str, Any]:
+        """Create, or update and renew: posting a pool again is how a client changes it (its owner
+        or the admin only). A pool token's pool is owned by it; the admin's and an open gateway's by none."""
         now = self._clock()
         existing = await self._read(spec.name) if spec.name != DEFAULT_POOL else None
-        record = PoolRecord(spec, existing.created_at if existing else now, now)
+        if existing is not None and not principal.may_manage(existing.owner):
+            raise PoolForbidden(spec.name)
+        if existing is None and spec.name != DEFAULT_POOL and len(await self.names()) >= MAX_POOLS:
+            raise PoolError(f"At most {MAX_POOLS} pools; delete one first")
+        owner = existing.owner if existing is not None else (None if principal.admin else principal.owner)
+        record = PoolRecord(spec, existing.created_at if existing else now, now, owner)
         if spec.name != DEFAULT_POOL:
             await self.kv.put(spec.name, msgspec.json.encode(record))
         return self.view(record)
@@ -137,7 +159,7 @@ class Pools:
         name = name.lower()
         return self._default() if name == DEFAULT_POOL else await self._read(name)
 
-    async def renew(self, name: str) -> bool:
+    async def renew(self, name: str, principal: Principal = OPEN) -> bool:
         name = name.lower()
         if name == DEFAULT_POOL:
             return True
@@ -148,6 +170,8 @@ class Pools:
             if found is None:
                 return False
             record, revision = found
+            if not principal.may_manage(record.owner):
+                raise PoolForbidden(name)
             record.last_renewed = self._clock()
             try:
                 await self.kv.update(name, msgspec.json.encode(record), last=revision)
@@ -156,9 +180,12 @@ class Pools:
             return True
         return await self._read(name) is not None  # others kept renewing it
 
-    async def delete(self, name: str) -> bool:
-        if await self._read(name.lower()) is None:
+    async def delete(self, name: str, principal: Principal = OPEN) -> bool:
+        record = await self._read(name.lower())
+        if record is None:
             return False
+        if not principal.may_manage(record.owner):
+            raise PoolForbidden(name)
         await self.kv.delete(name.lower())
         return True
 

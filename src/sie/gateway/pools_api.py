@@ -10,6 +10,7 @@ from sie.catalog.errors import InvalidInput
 from sie.gateway.errors import PoolNotFound, QueueUnreachable
 from sie.gateway.pools import DEFAULT_POOL, PoolError, Pools, parse_spec
 from sie.gateway.state import state_of
+from sie.http.auth import principal_of
 from sie.http.errors import Forbidden
 
 
@@ -27,7 +28,7 @@ async def create(request: Request) -> Response:
         spec = parse_spec(await request.body(), state.settings.configured_gpus())
     except PoolError as exc:
         raise InvalidInput(str(exc)) from exc
-    view = await pools.create(spec)
+    view = await pools.create(spec, principal_of(request))
     state.metrics.pool_events.labels("created").inc()
     return JSONResponse(view, 201)
 
@@ -51,7 +52,7 @@ async def delete_pool(request: Request) -> Response:
     name = request.path_params["name"]
     if name.lower() == DEFAULT_POOL:
         raise Forbidden("The default pool cannot be deleted")
-    if not await pools.delete(name):
+    if not await pools.delete(name, principal_of(request)):
         raise PoolNotFound(name)
     state_of(request).metrics.pool_events.labels("deleted").inc()
     return JSONResponse({"message": "Pool deleted"})
@@ -60,7 +61,7 @@ async def delete_pool(request: Request) -> Response:
 async def renew(request: Request) -> Response:
     pools = _pools(request)
     name = request.path_params["name"]
-    if not await pools.renew(name):
+    if not await pools.renew(name, principal_of(request)):
         raise PoolNotFound(name)
     state_of(request).metrics.pool_events.labels("renewed").inc()
     return JSONResponse({"message": "Pool renewed"})

@@ -17,10 +17,12 @@ from typing import Final
 from sie.catalog.bundles import Bundle
 from sie.catalog.catalog import CatalogEntry
 from sie.gateway.errors import GpuNotConfigured, Provisioning
+from sie.gateway.metrics import OTHER, ProfileLabel
 from sie.gateway.workers import WorkerTable
 from sie.queue.contract import DEFAULT_LANE_TOKEN, Lane
 
 DEMAND_TTL_S: Final = 120.0
+MAX_DEMAND_KEYS: Final = 256
 
 
 class Demand:
@@ -33,7 +35,11 @@ class Demand:
         self._since: dict[tuple[str, str, str], float] = {}
 
     def record(self, pool: str, profile: str, bundle: str) -> None:
-        self._since[(pool, profile, bundle)] = self._clock()
+        """Keys are labels the operator made (``Router.route``); ``MAX_KEYS`` bounds them regardless."""
+        key = (pool, profile, bundle)
+        if key not in self._since and len(self._since) >= MAX_DEMAND_KEYS:
+            del self._since[min(self._since, key=self._since.__getitem__)]  # the stalest goes
+        self._since[key] = self._clock()
 
     def pending(self, workers: WorkerTable) -> dict[tuple[str, str, str], float]:
         """``(pool, machine_profile, bundle) -> 1`` for each lane still waiting ("" where unnamed)."""
@@ -60,6 +66,19 @@ def by_priority(bundles: list[Bundle]) -> list[Bundle]:
     return sorted(bundles, key=lambda b: (b.priority, b.name))
 
 
+def requested(profile_header: str | None, pool_header: str | None) -> tuple[str | None, str | None]:
+    """The pool and profile a request's headers name (``X-SIE-MACHINE-PROFILE: pool/profile`` names
+    both; ``X-SIE-Pool`` wins for the pool)."""
+    pool, profile = pool_header or None, None
+    if profile_header:
+        head, _, tail = profile_header.partition("/")
+        if tail:
+            pool, profile = pool or head, tail
+        else:
+            profile = head
+    return pool, profile
+
+
 class Router:
     def __init__(
         self, workers: WorkerTable, demand: Demand, configured_gpus: list[str], provisioning_wait_s: int = 120
@@ -68,6 +87,7 @@ class Router:
         self._demand = demand
         self._configured = configured_gpus
         self._wait_s = provisioning_wait_s
+        self.profile_label = ProfileLabel(configured_gpus, workers)
 
     def canonical_profile(self, profile: str) -> str:
         if not self._configured:
@@ -81,19 +101,18 @@ class Router:
                 return name
         raise GpuNotConfigured(profile, self._configured)
 
-    def route(self, bundle: str, profile_header: str | None, pool_header: str | None) -> Lane:
-        pool, profile = pool_header or None, None
-        if profile_header:
-            head, _, tail = profile_header.partition("/")
-            if tail:
-                pool, profile = pool or head, tail
-            else:
-                profile = head
+    def route(
+        self, bundle: str, profile_header: str | None, pool_header: str | None, *, pool_known: bool = True
+    ) -> Lane:
+        """The lane of a request's headers. Demand is recorded only under labels the operator made:
+        a pool that exists (``pool_known``) and a configured or live profile, else ``other``."""
+        pool, profile = requested(profile_header, pool_header)
         if profile is not None:
             profile = self.canonical_profile(profile)
         serving = self._workers.serving(bundle, pool, profile)
         if not serving:
-            self._demand.record(pool or "", profile or "", bundle)
+            pool_label = (pool if pool_known else OTHER) if pool else ""
+            self._demand.record(pool_label, self.profile_label(profile), bundle)
             raise Provisioning(pool, profile, bundle, self._wait_s)
         beat = serving[0].heartbeat  # its spelling of the profile: subjects are case-sensitive
         return Lane(beat.pool_name, beat.machine_profile, beat.bundle)

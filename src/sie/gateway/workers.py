@@ -65,3 +65,7 @@ class WorkerTable:
 
     def profiles(self) -> list[str]:
         return sorted({w.heartbeat.machine_profile for w in self.healthy()})
+
+    def announced_profiles(self) -> set[str]:
+        """Every profile a live worker announced, ready or not: what a metric label may name."""
+        return {w.heartbeat.machine_profile for w in self.all()}

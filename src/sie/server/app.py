@@ -20,6 +20,7 @@ from sie import __version__
 from sie.catalog.bundles import DEFAULT_BUNDLE, Bundle, CatalogHash, load_bundle
 from sie.catalog.follower import ConfigFollower
 from sie.engine.engine import Engine
+from sie.http.auth import Auth
 from sie.http.errors import Envelope
 from sie.http.errors import install as install_errors
 from sie.http.middleware import BodyLimit, IdentityHeaders, SdkVersionSkew
@@ -162,6 +163,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(SdkVersionSkew, server_version=__version__)
     openai_routes = [route.route() for route in inference if route.openai_errors]
     app.add_middleware(BodyLimit, limit=settings.max_request_body_bytes, openai_routes=openai_routes)
+    app.add_middleware(Auth, config=settings.auth_config(), envelope=Envelope.NATIVE)  # before a body is read
     app.add_middleware(RequestMetrics, metrics=metrics)
     app.add_middleware(Draining, lifecycle=lifecycle, openai_routes=tuple(openai_routes))
     app.add_middleware(IdentityHeaders)

@@ -1,12 +1,27 @@
 """The server's request counts and latency per model and endpoint (``sie_requests_total``,
-``sie_request_duration_seconds{phase="total"}``), recorded at the ASGI edge."""
+``sie_request_duration_seconds{phase="total"}``), recorded at the ASGI edge.
+
+The ``model`` label is a model the catalogue serves, else ``unknown``, whatever the status: a path
+is the caller's to choose (a 405, a 413 or a 503 while draining names any path), and a label made
+from it would let anyone add series to ``/metrics`` without bound."""
 
 from __future__ import annotations
 
+from typing import Final
+
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from sie.engine.engine import Engine
 from sie.http.metrics import classify, run_recording_status
 from sie.observability.metrics import Metrics
+
+UNKNOWN: Final = "unknown"
+
+
+def model_label(scope: Scope, model: str) -> str:
+    """``model`` when the running engine's catalogue has it (the lifespan's ``engine``), else ``unknown``."""
+    engine = scope.get("state", {}).get("engine")
+    return model if isinstance(engine, Engine) and model in engine.catalog else UNKNOWN
 
 
 class RequestMetrics:
@@ -22,7 +37,7 @@ class RequestMetrics:
         endpoint, model = target
 
         def record(status: int, seconds: float) -> None:
-            named = "unknown" if status == 404 else model  # keep label cardinality bounded
+            named = model_label(scope, model) if model else ""
             self.metrics.requests.labels(named, endpoint, str(status)).inc()
             self.metrics.request_duration.labels(named, endpoint, "total").observe(seconds)
 

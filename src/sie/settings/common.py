@@ -8,13 +8,18 @@ roots read settings; a component gets the small value it needs.
 
 from __future__ import annotations
 
+import logging
 import socket
 from pathlib import Path
+from typing import Any
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sie.catalog.follower import FollowerSettings
+from sie.http.auth import AuthConfig, AuthMode
+
+log = logging.getLogger(__name__)
 
 PACKAGED_MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 PACKAGED_BUNDLES_DIR = Path(__file__).resolve().parent.parent / "bundles"
@@ -67,6 +72,43 @@ class Tokens(SieSettings):
     )
     admin_token: SecretStr | None = Field(None, description="Bearer token for pool and config mutations.")
     config_read_token: SecretStr | None = Field(None, description="Bearer token for sie-config's reads.")
+
+
+class Auth(Tokens):
+    """Bearer auth at an HTTP edge (``sie.http.auth``): the gateway's, and the server's own API."""
+
+    auth_mode: AuthMode = Field(
+        AuthMode.NONE,
+        description="none, or token (alias static): bearer tokens. Anything else refuses to start.",
+    )
+    auth_tokens: str | None = Field(None, description="Accepted client bearer tokens, comma-separated.")
+    auth_pool_tokens: str | None = Field(
+        None, description="Client tokens that may also lease pools (each owns the pools it creates)."
+    )
+    auth_exempt_operational: bool = Field(
+        False, description="Leave /, /health, /metrics and the status sockets open."
+    )
+
+    @field_validator("auth_mode", mode="before")
+    @classmethod
+    def _spelled(cls, value: Any) -> Any:
+        """``" Token"`` is ``token``; ``tokens`` or ``bearer`` stay unknown and refuse the start."""
+        return value.strip().lower() if isinstance(value, str) else value
+
+    def tokens(self) -> list[str]:
+        """The accepted client tokens: ``SIE_AUTH_TOKENS``, else ``SIE_AUTH_TOKEN``."""
+        return split_csv(self.auth_tokens) or split_csv(secret(self.auth_token))
+
+    def auth_config(self) -> AuthConfig:
+        tokens, pool_tokens = self.tokens(), split_csv(self.auth_pool_tokens)
+        if self.auth_mode is AuthMode.NONE and (self.auth_tokens or pool_tokens):
+            log.warning(
+                "SIE_AUTH_TOKENS is set but SIE_AUTH_MODE is none: this process serves everyone "
+                "without a token (set SIE_AUTH_MODE=token to require one)"
+            )
+        return AuthConfig(
+            self.auth_mode, tokens, secret(self.admin_token), self.auth_exempt_operational, pool_tokens
+        )
 
 
 class Follower(Tokens):

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pydantic import Field
 
 from sie.catalog.follower import FollowerSettings
-from sie.settings.common import Catalogue, Cluster, Logging, Tracing, secret, split_csv
+from sie.settings.common import Auth, Catalogue, Cluster, Logging, Tracing, split_csv
 
 
-class GatewaySettings(Catalogue, Cluster, Logging, Tracing):
+class GatewaySettings(Auth, Catalogue, Cluster, Logging, Tracing):
     gateway_host: str = Field("0.0.0.0", description="Interface to listen on (--host).")
     gateway_port: int = Field(8080, ge=0, le=65535, description="TCP port (--port).")
     gateway_request_timeout: float = Field(
@@ -21,9 +21,6 @@ class GatewaySettings(Catalogue, Cluster, Logging, Tracing):
     gateway_provisioning_retry_after_s: int = Field(
         120, ge=1, description="Retry-After of a 202 provisioning answer."
     )
-    auth_mode: str = Field("none", description="none, or token/static (bearer tokens).")
-    auth_tokens: str | None = Field(None, description="Accepted bearer tokens, comma-separated.")
-    auth_exempt_operational: bool = Field(False, description="Leave /, /health, /metrics open.")
     gateway_config_poll_interval_ms: float = Field(
         30000, gt=0, description="How often sie-config's epoch is read to recover missed deltas."
     )
@@ -41,7 +38,3 @@ class GatewaySettings(Catalogue, Cluster, Logging, Tracing):
         return self.follower(
             self.gateway_config_poll_interval_ms, self.gateway_config_full_export_interval_ms
         )
-
-    def tokens(self) -> list[str]:
-        """The accepted client tokens: ``SIE_AUTH_TOKENS``, else ``SIE_AUTH_TOKEN``."""
-        return split_csv(self.auth_tokens) or split_csv(secret(self.auth_token))

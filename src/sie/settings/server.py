@@ -14,10 +14,10 @@ from pydantic import Field
 
 from sie.catalog.follower import FollowerSettings
 from sie.core.options import AttentionBackend, ComputePrecision
-from sie.settings.common import Catalogue, Cluster, Logging, Tracing, split_csv
+from sie.settings.common import Auth, Catalogue, Cluster, Logging, Tracing, split_csv
 
 
-class Settings(Catalogue, Cluster, Logging, Tracing):
+class Settings(Auth, Catalogue, Cluster, Logging, Tracing):
     host: str = Field("0.0.0.0", description="Interface to listen on (CLI --host).")
     port: int = Field(8080, ge=0, le=65535, description="TCP port (CLI --port).")
     device: str = Field("auto", description="auto (cuda > mps > cpu), cuda, cuda:N, mps or cpu.")
