@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from sentence_transformers import CrossEncoder
 
+from sie.catalog.admission import RequestLimits
 from sie.catalog.catalog import Catalog
 from sie.catalog.errors import InvalidInput, PayloadTooLarge
 from sie.core.options import ComputePrecision
@@ -47,7 +48,7 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory, splade_dir: Path) -> Pa
 @pytest.fixture
 async def engine(models_dir: Path, tmp_path: Path) -> AsyncIterator[Engine]:
     load = LoadSettings("cpu", ComputePrecision.FLOAT32, 2, WeightSources(tmp_path, hf_fallback=False))
-    limits = EngineLimits(64, 5, 512, 1, max_item_text_bytes=1000)
+    limits = EngineLimits(64, 5, 512, 1, request=RequestLimits(max_item_text_bytes=1000))
     async with Engine(Catalog.from_directory(models_dir), load, limits, Metrics()) as running:
         yield running
 

@@ -15,14 +15,40 @@ from sie.catalog.catalog import Catalog, CatalogEntry
 from sie.catalog.errors import InvalidInput, ModelNotFound, ModelNotServed, PayloadTooLarge, require_items
 from sie.catalog.families import not_served
 from sie.catalog.options import CustomOptions
+from sie.wire import codec
 from sie.wire.requests import Item
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What one request may hold, the same on the server and the gateway."""
+
+    max_item_text_bytes: int = 2 * 1024 * 1024  # SIE_MAX_ITEM_TEXT_BYTES
+    max_items: int = 512  # SIE_MAX_ITEMS_PER_REQUEST
+
+
+class TooManyItems(InvalidInput):
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"Request has more than {limit} items; at most {limit} per request (SIE_MAX_ITEMS_PER_REQUEST). "
+            "Split the request."
+        )
 
 
 @dataclass(frozen=True)
 class Admission:
     catalog: Catalog
-    max_item_text_bytes: int
+    limits: RequestLimits
     custom_options: CustomOptions | None = None  # a custom adapter's options (``options.check_known``)
+
+    def count(
+        self, body: bytes, content_type: str | None, field: str = "items", *, objects: bool = True
+    ) -> None:
+        """Refuse a body whose ``field`` holds more items than a request may, before it is decoded:
+        the first check of every inference route, so a million items cost a scan, not a million
+        objects (nor a million tokenizations, nor a million queue messages)."""
+        if codec.longer_than(body, content_type, field, self.limits.max_items, objects=objects):
+            raise TooManyItems(self.limits.max_items)
 
     def require(self, model: str) -> CatalogEntry:
         entry = self.catalog.get(model)
@@ -61,7 +87,9 @@ class Admission:
         """Items present, no text over ``SIE_MAX_ITEM_TEXT_BYTES`` (413), no audio, video or document:
         no family here reads them, and an item's text must not be answered as if they had been seen."""
         require_items(items)
-        limit = self.max_item_text_bytes
+        if len(items) > self.limits.max_items:  # a body decoded elsewhere (a work item, a payload)
+            raise TooManyItems(self.limits.max_items)
+        limit = self.limits.max_item_text_bytes
         named = [("Query", query)] if query is not None else []
         for label, item in [*named, *((f"Item {i}", item) for i, item in enumerate(items))]:
             for kind in ("audio", "video", "document"):

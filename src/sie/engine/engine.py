@@ -18,6 +18,7 @@ from collections.abc import Awaitable
 from types import TracebackType
 from typing import Any, TypeVar
 
+from sie.catalog.admission import Admission
 from sie.catalog.catalog import Catalog, CatalogEntry
 from sie.catalog.errors import InvalidInput
 from sie.engine.infer import Infer
@@ -37,7 +38,7 @@ class Engine:
     def __init__(self, catalog: Catalog, load: LoadSettings, limits: EngineLimits, metrics: Metrics) -> None:
         self.registry = ModelRegistry(catalog, load, limits, metrics)
         self._infer = Infer(limits.preprocessor_workers)
-        self._parts = Parts(self.registry, self._infer, metrics, limits.max_item_text_bytes)
+        self._parts = Parts(self.registry, self._infer, metrics, limits.request)
 
     # -- lifetime -----------------------------------------------------------------------------------
 
@@ -100,6 +101,11 @@ class Engine:
     @property
     def device(self) -> str:
         return self.registry.device
+
+    @property
+    def admission(self) -> Admission:
+        """The request checks against the catalogue as it is now, for a front end's first look at a body."""
+        return self._parts.admission
 
     def require(self, model: str) -> CatalogEntry:
         """The entry of a served id, else ``ModelNotFound`` (routes check before reading the body)."""

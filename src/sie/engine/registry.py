@@ -15,11 +15,12 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 from sie.adapters.contract import TakesLora
+from sie.catalog.admission import RequestLimits
 from sie.catalog.catalog import Catalog, CatalogEntry
 from sie.catalog.errors import InvalidInput, ModelNotFound
 from sie.core import heap
@@ -55,7 +56,8 @@ class EngineLimits:
     idle_evict_s: float | None = None
     memory_limit_bytes: int | None = None  # a budget for model weights instead of the device's gauge
     memory_check_s: float = 1.0
-    max_item_text_bytes: int = 2 * 1024 * 1024  # SIE_MAX_ITEM_TEXT_BYTES
+    # SIE_MAX_ITEM_TEXT_BYTES, SIE_MAX_ITEMS_PER_REQUEST
+    request: RequestLimits = field(default_factory=RequestLimits)
     pipeline_depth: int = 2  # batches per model at once: one running, the rest formed and waiting
 
 

@@ -34,6 +34,7 @@ from sie.gateway.errors import WORKER_CODES
 from sie.gateway.metrics import GatewayMetrics, RequestCounting
 from sie.gateway.pools import Pools
 from sie.gateway.routing import Demand, Router, by_priority
+from sie.gateway.shares import StreamShares
 from sie.gateway.state import GatewayState
 from sie.gateway.workers import WorkerTable
 from sie.http import openapi
@@ -62,7 +63,7 @@ def build_state(settings: GatewaySettings) -> GatewayState:
     demand = Demand()
     return GatewayState(
         settings=settings,
-        admission=Admission(catalog, settings.max_item_text_bytes),
+        admission=Admission(catalog, settings.request_limits()),
         bundles=bundles,
         workers=workers,
         demand=demand,
@@ -71,6 +72,7 @@ def build_state(settings: GatewaySettings) -> GatewayState:
         ),
         metrics=GatewayMetrics(),
         payloads=PayloadStore(settings.payload_store_url) if settings.payload_store_url else None,
+        shares=StreamShares(settings.gateway_tenant_stream_share),
         local_catalog=catalog,
         models_folder=folder,
     )

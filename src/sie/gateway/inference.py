@@ -138,7 +138,9 @@ async def _serve(request: Request, into: type[WireRequest]) -> Response:
     state = state_of(request)
     model: str = request.path_params["model"]
     state.admission.require(model)  # 404 before the body is read, as the server does
-    body = codec.decode(await request.body(), request.headers.get("content-type"), into)
+    raw, content_type = await request.body(), request.headers.get("content-type")
+    state.admission.count(raw, content_type)  # before anything is decoded, let alone published
+    body = codec.decode(raw, content_type, into)
     entry = _admitted(state, model, body)
     bundle = bundle_for(entry, state.bundles)
     profile_header, pool_header = (
@@ -200,18 +202,19 @@ async def _dispatch(
     tracing.REQUEST_ID.set(request_id)
     items = work_items(body, envelope)
     operation = items[0].operation
-    keys = await _offload(state, items)
-    subject = work_subject(lane.pool, lane.machine_profile, lane.bundle, model)
-    try:
-        await dispatcher.ensure_stream(lane.pool)
-        publish_started = time.perf_counter()
-        results = await dispatcher.run(request_id, subject, items, timeout_s)
-    except PublishFailed:
-        state.metrics.rejected.labels(lane.machine_profile, lane.bundle, "queue_publish_failed").inc()
-        raise
-    finally:
-        if keys and state.payloads is not None:
-            await state.payloads.delete(keys)
+    with state.shares.hold(principal_of(request).owner, lane.pool, len(items)):
+        keys = await _offload(state, items)
+        subject = work_subject(lane.pool, lane.machine_profile, lane.bundle, model)
+        try:
+            await dispatcher.ensure_stream(lane.pool)
+            publish_started = time.perf_counter()
+            results = await dispatcher.run(request_id, subject, items, timeout_s)
+        except PublishFailed:
+            state.metrics.rejected.labels(lane.machine_profile, lane.bundle, "queue_publish_failed").inc()
+            raise
+        finally:
+            if keys and state.payloads is not None:
+                await state.payloads.delete(keys)
     state.metrics.items_published.labels(operation).inc(len(items))
     state.metrics.result_wait.labels(operation).observe(time.perf_counter() - publish_started)
     if any(result is None for result in results):

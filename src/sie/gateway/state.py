@@ -16,6 +16,7 @@ from sie.gateway.dispatch import Dispatcher
 from sie.gateway.metrics import GatewayMetrics
 from sie.gateway.pools import Pools
 from sie.gateway.routing import Demand, Router
+from sie.gateway.shares import StreamShares
 from sie.gateway.workers import WorkerTable
 from sie.queue.payloads import PayloadStore
 from sie.settings.gateway import GatewaySettings
@@ -31,6 +32,7 @@ class GatewayState:
     router: Router
     metrics: GatewayMetrics
     payloads: PayloadStore | None
+    shares: StreamShares
     local_catalog: Catalog  # the models dir; sie-config's models are laid over it into ``admission``
     models_folder: Path  # what relative weight paths in sie-config's models resolve against
     follower: ConfigFollower | None = None
@@ -40,7 +42,7 @@ class GatewayState:
     async def apply_configs(self, configs: dict[str, ModelConfig]) -> None:
         """Serve sie-config's models from now on: swapped in whole, so a request sees one catalogue."""
         catalog = self.local_catalog.overlaid((c, self.models_folder) for c in configs.values())
-        self.admission = Admission(catalog, self.admission.max_item_text_bytes)
+        self.admission = Admission(catalog, self.admission.limits)
 
 
 def state_of(request: Request) -> GatewayState:

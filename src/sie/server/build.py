@@ -70,7 +70,7 @@ def build_engine(settings: Settings, catalog: Catalog, metrics: Metrics) -> Engi
         memory_threshold_percent=settings.memory_pressure_threshold_percent,
         idle_evict_s=settings.idle_evict_s,
         memory_limit_bytes=settings.memory_limit_bytes,
-        max_item_text_bytes=settings.max_item_text_bytes,
+        request=settings.request_limits(),
         pipeline_depth=settings.rust_pipeline_depth,
     )
     engines.append(Engine(catalog, load, limits, metrics))

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from sie.catalog.admission import RequestLimits
 from sie.catalog.follower import FollowerSettings
 from sie.http.auth import AuthConfig, AuthMode
 
@@ -57,6 +58,17 @@ class Catalogue(SieSettings):
     max_item_text_bytes: int = Field(
         2 * 1024 * 1024, ge=1, description="Largest text of one item (413 beyond)."
     )
+    # One value for the server and the gateway (the public gateway took 256 MiB): a body the server
+    # would refuse is not one the cluster should hold in memory and fan out either.
+    max_request_body_bytes: int = Field(
+        34 * 1024 * 1024, ge=1, description="Largest request body (413 beyond)."
+    )
+    max_items_per_request: int = Field(
+        512, ge=1, description="Most items in one request (400 beyond), counted before anything is decoded."
+    )
+
+    def request_limits(self) -> RequestLimits:
+        return RequestLimits(self.max_item_text_bytes, self.max_items_per_request)
 
 
 class Nats(SieSettings):

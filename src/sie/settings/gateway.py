@@ -27,9 +27,13 @@ class GatewaySettings(Auth, Catalogue, Cluster, Logging, Tracing):
     gateway_config_full_export_interval_ms: float = Field(
         300000, ge=0, description="How often sie-config's whole export is read regardless (0: never)."
     )
-    # A gateway takes the largest bodies of the cluster (the public gateway's 256 MiB): its items go
-    # on to workers one by one, each under the server's own limit.
-    max_request_body_bytes: int = Field(256 * 1024 * 1024, ge=1, description="Largest request body.")
+
+    gateway_tenant_stream_share: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="Most of a pool's work stream one token may hold in flight through this gateway.",
+    )
 
     def configured_gpus(self) -> list[str]:
         return split_csv(self.gateway_configured_gpus)

@@ -137,9 +137,6 @@ class Settings(Auth, Catalogue, Cluster, Logging, Tracing):
     intra_op_threads: int | None = Field(
         None, ge=1, description="Threads for one forward pass (torch/ONNX Runtime); default: all cores."
     )
-    max_request_body_bytes: int = Field(
-        34 * 1024 * 1024, ge=1, description="Largest request body (413 beyond)."
-    )
     drain_timeout_s: float = Field(
         25.0,
         ge=0,

@@ -6,7 +6,8 @@ so ``text/plain`` with a JSON body works). Responses are msgpack unless ``Accept
 
 from __future__ import annotations
 
-from typing import Any, Final, TypeVar
+from functools import cache
+from typing import Annotated, Any, Final, TypeVar
 
 import msgspec
 import numpy as np
@@ -61,6 +62,36 @@ def decode(body: bytes, content_type: str | None, into: type[T], *, strict: bool
         raise WireDecodeError(f"Invalid UTF-8 in request body: {exc.reason} (byte {exc.start})") from exc
     except RecursionError as exc:
         raise WireDecodeError("Request body is nested too deeply") from exc
+
+
+class _Element(msgspec.Struct, gc=False):
+    """An array element the count reads past: an object whose fields are skipped unread."""
+
+
+_LONGER_THAN: Final = "Expected `array` of length <= "
+
+
+@cache
+def _counted(field: str, limit: int, objects: bool) -> type[msgspec.Struct]:
+    element: Any = _Element if objects else msgspec.Raw
+    bounded = Annotated[list[element], msgspec.Meta(max_length=limit)]
+    return msgspec.defstruct("Counted", [(field, bounded, msgspec.field(default_factory=list))])
+
+
+def longer_than(
+    body: bytes, content_type: str | None, field: str, limit: int, *, objects: bool = True
+) -> bool:
+    """Whether the body's top-level array ``field`` holds more than ``limit`` elements, read without
+    decoding them: msgpack states an array's length up front (refused in microseconds, whatever the
+    body), JSON is scanned once with each element skipped. A body that does not parse says False:
+    the full decode tells the caller what is wrong with it."""
+    if len(body) <= 2 * limit:
+        return False  # too short to hold ``limit`` + 1 elements of an array
+    try:
+        decode(body, content_type, _counted(field, limit, objects))
+    except WireDecodeError as exc:
+        return str(exc).startswith(_LONGER_THAN) and str(exc).endswith(f"`$.{field}`")
+    return False
 
 
 def encode(value: Any, *, as_json: bool) -> bytes:

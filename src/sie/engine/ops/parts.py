@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from sie.adapters.loading import custom_options
-from sie.catalog.admission import Admission
+from sie.catalog.admission import Admission, RequestLimits
 from sie.catalog.errors import InvalidInput
 from sie.core.options import Capability
 from sie.engine.infer import Infer
@@ -31,12 +31,12 @@ class Parts:
     registry: ModelRegistry
     infer: Infer
     metrics: Metrics
-    max_item_text_bytes: int
+    limits: RequestLimits
 
     @property
     def admission(self) -> Admission:
         """The request checks against the catalogue as it is now (hot reload replaces it)."""
-        return Admission(self.registry.catalog, self.max_item_text_bytes, custom_options)
+        return Admission(self.registry.catalog, self.limits, custom_options)
 
     def observe(self, model: str, operation: str, timing: Timing) -> None:
         """The request's phases into ``sie_request_duration_seconds`` (the front end adds ``total``)."""

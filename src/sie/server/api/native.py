@@ -34,8 +34,11 @@ EngineDep = Annotated[Engine, Depends(get_engine)]
 
 
 async def read_body(request: Request, into: type[T]) -> T:
+    """The body as ``into``, once its item count passed (``Admission.count``: before any decoding)."""
     body = await request.body()
-    return codec.decode(body, request.headers.get("content-type"), into)
+    content_type = request.headers.get("content-type")
+    engine_of(request).admission.count(body, content_type)
+    return codec.decode(body, content_type, into)
 
 
 # Above this many output values a response is encoded on a worker thread, so a big answer (JSON floats

@@ -102,7 +102,9 @@ async def embeddings(request: Request) -> Response:
     """Dense embeddings in OpenAI's shape: ``float`` lists or ``base64`` little-endian float32."""
     engine = engine_of(request)
     try:
-        body = codec.decode(await request.body(), codec.JSON, OpenAIEmbeddingsRequest, strict=False)
+        raw = await request.body()
+        engine.admission.count(raw, codec.JSON, "input", objects=False)
+        body = codec.decode(raw, codec.JSON, OpenAIEmbeddingsRequest, strict=False)
         items = await _items(engine, body)
         answer = await engine.encode(body.model, EncodeRequest(items=items), wait_loaded=True)
         dense = [item.dense.values for item in answer.response.items if item.dense is not None]

@@ -23,7 +23,9 @@ async def rerank(request: Request) -> Response:
     """The documents ranked against the query, best first, each with its index in the request."""
     engine = engine_of(request)
     try:
-        body = codec.decode(await request.body(), codec.JSON, RerankRequest)
+        raw = await request.body()
+        engine.admission.count(raw, codec.JSON, "documents", objects=False)
+        body = codec.decode(raw, codec.JSON, RerankRequest)
         texts = [doc if isinstance(doc, str) else doc.text for doc in body.documents]
         require_items(texts)
         if body.top_n is not None and body.top_n < 1:
