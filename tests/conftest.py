@@ -23,6 +23,7 @@ import pytest
 
 from sie.adapters.contract import Forward
 from sie.core.options import Capability, Pooling
+from sie.queue.roles import server_config
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS_DIR = REPO / "src" / "sie" / "models"
@@ -219,29 +220,24 @@ class NatsServer:
     """A ``nats-server`` with JetStream on a file store in ``folder``; ``restart`` stops it and starts
     it again on the same port and store (what a rolling restart of NATS looks like to clients)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, passwords: dict[str, str] | None = None) -> None:
         self.folder = folder
         self.port = _free_nats_port()
         self.url = f"nats://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
+        self.passwords = passwords  # role -> password: users and permissions of sie.queue.roles
 
     def start(self) -> None:
         log = self.folder / "nats.log"
+        store = self.folder / "store"
+        if self.passwords is None:
+            argv = [nats_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(store)]
+        else:
+            conf = self.folder / "nats.conf"
+            conf.write_text(server_config("127.0.0.1", self.port, store, self.passwords))
+            argv = [nats_binary(), "-c", str(conf)]
         with log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [
-                    nats_binary(),
-                    "-a",
-                    "127.0.0.1",
-                    "-p",
-                    str(self.port),
-                    "-js",
-                    "-sd",
-                    str(self.folder / "store"),
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 10
         while True:
             with socket.socket() as sock:
@@ -261,8 +257,8 @@ class NatsServer:
 
 
 @contextlib.contextmanager
-def running_nats(folder: Path) -> Iterator[NatsServer]:
-    server = NatsServer(folder)
+def running_nats(folder: Path, passwords: dict[str, str] | None = None) -> Iterator[NatsServer]:
+    server = NatsServer(folder, passwords)
     server.start()
     try:
         yield server

@@ -3,6 +3,7 @@ and the gateway; the SDK encodes through it; SIGTERM stops every process it star
 
 from __future__ import annotations
 
+import asyncio
 import re
 import signal
 import subprocess
@@ -10,8 +11,10 @@ import time
 from pathlib import Path
 
 import httpx
+import nats
 import numpy as np
 import psutil
+import pytest
 
 from sie.sdk import SIEClient
 from tests.e2e.cluster import _gateway_command
@@ -55,6 +58,11 @@ def test_one_command_runs_a_local_cluster_and_stops_it_whole(
         # sie-config runs too: a model posted to it is served through the gateway, no restart.
         config_url = re.search(r"sie-config (http://\S+);", log.read_text())
         assert config_url is not None, log.read_text()
+        # NATS runs with a user per role: a client without credentials is refused.
+        nats_url = re.search(r"nats (nats://\S+);", log.read_text())
+        assert nats_url is not None, log.read_text()
+        with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+            asyncio.run(nats.connect(nats_url[1], allow_reconnect=False, connect_timeout=5))
         added = httpx.post(
             f"{config_url[1]}/v1/configs/models", content=API_CONFIG.format(weights=minilm_dir)
         )

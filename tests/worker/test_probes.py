@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from sie.queue.connection import connect
+from sie.queue.connection import NatsAccess, connect
 from sie.worker.probes import ProbeServer, Readiness, probe_app
 from tests.conftest import running_nats
 from tests.s3 import free_port
@@ -29,7 +29,7 @@ async def _wait_for(client: httpx.AsyncClient, status: int, timeout_s: float = 1
 async def test_readiness_follows_the_nats_connection_and_the_drain(tmp_path: Path) -> None:
     draining = False
     with running_nats(tmp_path) as nats_server:
-        nats = await connect([nats_server.url], "probe-test")
+        nats = await connect(NatsAccess([nats_server.url]), "probe-test")
         readiness = Readiness(0.1, 3, lambda: draining)
         readiness.start(nats)
         port = free_port()

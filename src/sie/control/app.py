@@ -59,7 +59,7 @@ def build_state(settings: ConfigServiceSettings) -> ControlState:
                 log.error("stored config of %s does not parse; left out", model_id)
             log.info("restored %d models from %s", len(registry.api_ids), store.location)
     servers = settings.nats_servers()
-    publisher = DeltaPublisher(servers, producer_id(Host())) if servers else None
+    publisher = DeltaPublisher(settings.nats_access(), producer_id(Host())) if servers else None
     state = ControlState(tokens_of(settings), registry, store, publisher, epoch)
     state.refresh_gauges()
     return state

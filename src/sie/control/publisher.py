@@ -14,28 +14,28 @@ from typing import Any
 import msgspec
 from nats.aio.client import Client
 
-from sie.queue.connection import connect
+from sie.queue.connection import NatsAccess, connect
 from sie.queue.contract import CONFIG_ALL_SUBJECT, config_subject
 
 log = logging.getLogger(__name__)
 
 
 class DeltaPublisher:
-    def __init__(self, servers: list[str], router_id: str) -> None:
-        self._servers = servers
+    def __init__(self, access: NatsAccess, router_id: str) -> None:
+        self._access = access
         self.router_id = router_id
         self._client: Client | None = None
         self._joining: asyncio.Task[Client] | None = None
 
     def start(self) -> None:
         """Join NATS in the background: the service answers reads (and probes) before NATS does."""
-        self._joining = asyncio.create_task(connect(self._servers, "sie-config"), name="sie-config-nats")
+        self._joining = asyncio.create_task(connect(self._access, "sie-config"), name="sie-config-nats")
         self._joining.add_done_callback(self._joined)
 
     def _joined(self, task: asyncio.Task[Client]) -> None:
         if not task.cancelled() and task.exception() is None:
             self._client = task.result()
-            log.info("joined NATS at %s as producer %s", ",".join(self._servers), self.router_id)
+            log.info("joined NATS at %s as producer %s", self._access.described(), self.router_id)
 
     @property
     def connected(self) -> bool:

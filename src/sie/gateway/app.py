@@ -86,7 +86,8 @@ async def join_cluster(state: GatewayState) -> Client:
             state.dispatcher.forget_streams()  # a new server may not have them
         log.info("reconnected to NATS")
 
-    client = await connect(state.settings.nats_servers(), "sie-gateway", reconnected)
+    access = state.settings.nats_access()
+    client = await connect(access, "sie-gateway", reconnected)
 
     async def on_heartbeat(message: Msg) -> None:
         try:
@@ -109,7 +110,7 @@ async def join_cluster(state: GatewayState) -> Client:
     await pools.start()
     await DeadLetters(client, state.metrics).start()
     state.pools, state.dispatcher = pools, dispatcher
-    log.info("joined NATS at %s as router %s", ",".join(state.settings.nats_servers()), dispatcher.router_id)
+    log.info("joined NATS at %s as router %s", access.described(), dispatcher.router_id)
     return client
 
 

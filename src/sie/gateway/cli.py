@@ -82,6 +82,8 @@ def local(
                 "gateway_host": host,
                 "gateway_port": port,
                 "nats_url": cluster.nats_url,
+                "nats_user": cluster.nats_env("gateway")["SIE_NATS_USER"],
+                "nats_password": cluster.nats_env("gateway")["SIE_NATS_PASSWORD"],
                 "config_service_url": cluster.config_url,
                 "payload_store_url": store,
             }

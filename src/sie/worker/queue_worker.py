@@ -18,7 +18,7 @@ from nats.aio.msg import Msg
 
 from sie.catalog.follower import ConfigFollower
 from sie.engine.engine import Engine
-from sie.queue.connection import connect
+from sie.queue.connection import NatsAccess, connect
 from sie.queue.contract import Heartbeat, Lane, config_subject, health_subject
 from sie.queue.payloads import PayloadStore
 from sie.worker.adaptive import AdaptiveWait
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    servers: list[str]
+    nats: NatsAccess
     lane: Lane
     worker_id: str
     wait: AdaptiveWait
@@ -87,7 +87,7 @@ class QueueWorker:
     async def _start(self) -> None:
         config = self._config
         client = self._client = await connect(
-            config.servers, f"sie-worker {config.worker_id}", self._reconnected
+            config.nats, f"sie-worker {config.worker_id}", self._reconnected
         )
         pull = self.pull = PullLoop(
             self._engine,

@@ -1,0 +1,91 @@
+"""What each process of the cluster may do on NATS: the subjects each role publishes to and reads
+from, one table for every place that runs NATS (``sie-gateway local``, ``scripts/cluster``, the
+tests, and the Helm chart, whose rendered permissions a test holds equal to this table).
+
+- a **gateway** publishes work items (``sie.work.>``) and dead letters, manages its streams, the
+  pools bucket and consumers (``$JS.API``), and reads its result inboxes, heartbeats, config deltas
+  and the max-deliveries advisories;
+- a **worker** pulls and acks work (``$JS.API``, ``$JS.ACK``), answers into inboxes and publishes its
+  own heartbeat; it reads its bundle's config deltas;
+- **sie-config** publishes config deltas and nothing else.
+
+So a pod without credentials cannot connect, a gateway's credentials cannot forge a heartbeat or a
+config delta, and a worker's cannot publish work or config. The roles share one account (its
+JetStream), so ``$JS.API`` is not split further: a gateway or worker can still manage streams.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from sie.queue.contract import (
+    CONFIG_ALL_SUBJECT,
+    DEAD_LETTER_PREFIX,
+    HEALTH_SUBJECT_PREFIX,
+    WORK_SUBJECT_PREFIX,
+)
+
+ACCOUNT: Final = "SIE"
+INBOXES: Final = "_INBOX.>"
+JETSTREAM_API: Final = "$JS.API.>"
+MAX_DELIVERIES_ADVISORY: Final = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
+POOLS_BUCKET: Final = "$KV.sie_pools.>"
+CONFIG_DELTAS: Final = "sie.config.models.>"
+
+
+@dataclass(frozen=True)
+class Role:
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+
+
+ROLES: Final[Mapping[str, Role]] = {
+    "gateway": Role(
+        publish=(f"{WORK_SUBJECT_PREFIX}.>", f"{DEAD_LETTER_PREFIX}.>", JETSTREAM_API, POOLS_BUCKET),
+        subscribe=(INBOXES, f"{HEALTH_SUBJECT_PREFIX}.>", CONFIG_ALL_SUBJECT, MAX_DELIVERIES_ADVISORY),
+    ),
+    "worker": Role(
+        publish=(INBOXES, f"{HEALTH_SUBJECT_PREFIX}.>", JETSTREAM_API, "$JS.ACK.>"),
+        subscribe=(INBOXES, CONFIG_DELTAS),
+    ),
+    "config": Role(publish=(CONFIG_DELTAS,), subscribe=(INBOXES,)),
+}
+
+
+def server_config(
+    host: str,
+    port: int,
+    store_dir: Path,
+    passwords: Mapping[str, str],
+    users: Mapping[str, str] | None = None,
+) -> str:
+    """A ``nats-server`` configuration: JetStream on ``store_dir``, one account whose users are the
+    roles (``users``: role → user name, ``sie-{role}`` by default) with their permissions, and no
+    anonymous access. NATS reads its configuration as a JSON superset, so JSON it is."""
+    names = users or {role: f"sie-{role}" for role in ROLES}
+    config = {
+        "host": host,
+        "port": port,
+        "jetstream": {"store_dir": str(store_dir)},
+        "accounts": {
+            ACCOUNT: {
+                "jetstream": "enabled",
+                "users": [
+                    {
+                        "user": names[role],
+                        "password": passwords[role],
+                        "permissions": {
+                            "publish": {"allow": list(permissions.publish)},
+                            "subscribe": {"allow": list(permissions.subscribe)},
+                        },
+                    }
+                    for role, permissions in ROLES.items()
+                ],
+            }
+        },
+    }
+    return json.dumps(config, indent=2)
