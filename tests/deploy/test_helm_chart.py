@@ -4,13 +4,23 @@ unknown fields are errors), and the wiring between the parts as the code reads i
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import helm_python
 import kubernetes_validate
+import nats
 import pytest
 import yaml
 
+from sie.queue.roles import ROLES
+from tests.conftest import _free_nats_port, nats_binary
 from tests.deploy.chart import CHART, GPU_VALUES, NAMESPACE, env_of, one, render
 
 # Custom resources whose schemas ship with their operators (KEDA, Prometheus Operator), not with
@@ -41,7 +51,9 @@ def validate(objects: list[dict[str, Any]]) -> list[str]:
 def test_the_default_values_render_schema_valid_objects(default: list[dict[str, Any]]) -> None:
     checked = validate(default)
     assert {c.split("/")[0] for c in checked} == {
+        "ConfigMap",
         "Deployment",
+        "NetworkPolicy",
         "Service",
         "StatefulSet",
         "Secret",
@@ -239,3 +251,103 @@ def test_every_value_is_documented_in_the_charts_readme() -> None:
     readme = (CHART / "README.md").read_text()
     undocumented = [p for p in leaf_paths(values) if f"| `{p}` |" not in readme]
     assert not undocumented
+
+
+def _nats_users(conf: str) -> dict[str, tuple[list[str], list[str]]]:
+    """user -> (publish allow, subscribe allow), read off the chart's nats.conf."""
+    users = {}
+    for block in re.findall(r"user: (\S+)\n.*?subscribe: \{allow: (\[.*?\])\}", conf, re.S):
+        name, subscribe = block
+        publish = re.search(rf"user: {re.escape(name)}\n.*?publish: \{{allow: (\[.*?\])\}}", conf, re.S)
+        assert publish is not None
+        users[name] = (json.loads(publish[1]), json.loads(subscribe))
+    return users
+
+
+def test_the_charts_nats_users_have_the_roles_permissions(default: list[dict[str, Any]]) -> None:
+    """The chart's NATS config is the table of sie.queue.roles, role for role and subject for subject;
+    each process gets its role's user and the password from the chart's Secret."""
+    conf = one(default, "ConfigMap", "sie-sie-cluster-nats-config")["data"]["nats.conf"]
+    expected = {f"sie-{role}": (list(r.publish), list(r.subscribe)) for role, r in ROLES.items()}
+    assert _nats_users(conf) == expected
+    nats_pod = one(default, "StatefulSet", "sie-sie-cluster-nats")["spec"]["template"]["spec"]
+    assert "--config=/etc/nats/nats.conf" in nats_pod["containers"][0]["args"]
+    secret = one(default, "Secret", "sie-sie-cluster-nats-auth")
+    assert sorted(secret["data"]) == ["config", "gateway", "worker"]
+    assert len({base64.b64decode(v) for v in secret["data"].values()}) == 3  # one password each
+    for kind, name, role in (
+        ("Deployment", "sie-sie-cluster-gateway", "gateway"),
+        ("StatefulSet", "sie-sie-cluster-worker-cpu", "worker"),
+        ("Deployment", "sie-sie-cluster-config", "config"),
+    ):
+        env = env_of(one(default, kind, name)["spec"]["template"]["spec"]["containers"][0])
+        assert env["SIE_NATS_USER"] == f"sie-{role}"
+        assert env["SIE_NATS_PASSWORD"] == {
+            "secretKeyRef": {"name": "sie-sie-cluster-nats-auth", "key": role}
+        }
+
+
+def test_the_charts_nats_config_runs_and_refuses_anonymous_clients(
+    default: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """The rendered nats.conf as the pod runs it: a real nats-server with the passwords in its
+    environment; each role's user connects, a client without credentials is refused."""
+    conf = tmp_path / "nats.conf"
+    conf.write_text(one(default, "ConfigMap", "sie-sie-cluster-nats-config")["data"]["nats.conf"])
+    passwords = {role: f"pw-{role}" for role in ROLES}
+    env = {**os.environ, **{f"SIE_NATS_{role.upper()}_PASSWORD": pw for role, pw in passwords.items()}}
+    port = _free_nats_port()
+    argv = [nats_binary(), "--config", str(conf), "--jetstream", "--store_dir", str(tmp_path / "js")]
+    process = subprocess.Popen([*argv, "-a", "127.0.0.1", "-p", str(port)], env=env)
+    url = f"nats://127.0.0.1:{port}"
+
+    async def check() -> None:
+        for _ in range(100):
+            try:
+                client = await nats.connect(
+                    url, user="sie-worker", password="pw-worker", allow_reconnect=False
+                )
+                break
+            except (OSError, nats.errors.Error):
+                await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("nats-server did not start with the chart's config")
+        await client.close()
+        for role, password in passwords.items():
+            client = await nats.connect(url, user=f"sie-{role}", password=password, allow_reconnect=False)
+            await client.close()
+        with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+            await nats.connect(url, allow_reconnect=False)
+
+    try:
+        asyncio.run(check())
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_network_policies_close_nats_the_workers_and_sie_config(default: list[dict[str, Any]]) -> None:
+    policies = {o["metadata"]["name"]: o["spec"] for o in default if o["kind"] == "NetworkPolicy"}
+    assert sorted(policies) == ["sie-sie-cluster-config", "sie-sie-cluster-nats", "sie-sie-cluster-workers"]
+    clients = policies["sie-sie-cluster-nats"]["ingress"][0]
+    assert clients["ports"] == [{"port": 4222, "protocol": "TCP"}]
+    components = [
+        p["podSelector"].get("matchLabels", {}).get("app.kubernetes.io/component") for p in clients["from"]
+    ]
+    assert components == ["gateway", None, "config"]  # None: the workers, by their pool label
+    assert clients["from"][1]["podSelector"]["matchExpressions"] == [
+        {"key": "sie.engine/pool", "operator": "Exists"}
+    ]
+    assert policies["sie-sie-cluster-workers"]["ingress"] == [{"ports": [{"port": 9095, "protocol": "TCP"}]}]
+    worker_service = one(default, "Service", "sie-sie-cluster-worker-cpu")
+    assert [p["name"] for p in worker_service["spec"]["ports"]] == ["probes"]
+    extra = {"namespaceSelector": {"matchLabels": {"team": "search-admin"}}}
+    opened = render({"networkPolicy": {"configFrom": [extra]}})
+    config_from = one(opened, "NetworkPolicy", "sie-sie-cluster-config")["spec"]["ingress"][0]["from"]
+    assert config_from[-1] == extra
+    assert not [o for o in render({"networkPolicy": {"enabled": False}}) if o["kind"] == "NetworkPolicy"]
+    plain = render({"nats": {"auth": {"enabled": False}}})
+    assert not [o for o in plain if o["kind"] == "ConfigMap"]
+    assert "SIE_NATS_USER" not in env_of(
+        one(plain, "Deployment", "sie-sie-cluster-gateway")["spec"]["template"]["spec"]["containers"][0]
+    )

@@ -70,3 +70,25 @@ app.kubernetes.io/component: {{ .component }}
     secretKeyRef: {name: {{ include "sie.secretName" . }}, key: admin-token, optional: true}
 {{- end }}
 {{- end -}}
+
+{{/* NATS users: the chart's own NATS, or an existing one whose passwords are in nats.auth.existingSecret. */}}
+{{- define "sie.natsAuth" -}}
+{{- if and .Values.nats.auth.enabled (or .Values.nats.install .Values.nats.auth.existingSecret) }}true{{ end -}}
+{{- end -}}
+
+{{- define "sie.natsSecretName" -}}
+{{- .Values.nats.auth.existingSecret | default (printf "%s-nats-auth" (include "sie.fullname" .)) -}}
+{{- end -}}
+
+{{/* The NATS user of a role (sie.queue.roles) and its password, for gateways, workers and sie-config. */}}
+{{- define "sie.natsEnv" -}}
+- name: SIE_NATS_URL
+  value: {{ include "sie.natsUrl" .root | quote }}
+{{- if include "sie.natsAuth" .root }}
+- name: SIE_NATS_USER
+  value: sie-{{ .role }}
+- name: SIE_NATS_PASSWORD
+  valueFrom:
+    secretKeyRef: {name: {{ include "sie.natsSecretName" .root }}, key: {{ .role }}}
+{{- end }}
+{{- end -}}
