@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sie.gateway.app import create_app as create_gateway
+from sie.gateway.shares import ShareExhausted, StreamShares
 from sie.queue.contract import Heartbeat, encode_heartbeat, health_subject
 from sie.server.app import create_app as create_server
 from sie.settings.gateway import GatewaySettings
@@ -316,3 +317,20 @@ async def test_operational_paths_are_exempt_exactly(nats_server: NatsServer) -> 
         assert (await client.get("/ws/anything-else")).status_code == 401
         assert (await client.get("/metrics/more")).status_code == 401
         assert (await client.get("/healthz/more")).status_code == 401
+
+
+async def test_a_token_holds_at_most_its_share_of_a_pools_stream() -> None:
+    """H2: one token's items in flight per pool stop at its share (the stream holds 100,000 and
+    discards new ones past that, for every tenant alike); others and other pools are unaffected."""
+    shares = StreamShares(0.25)
+    assert shares.limit == 25_000
+    with shares.hold("tenant-a", "default", 20_000):
+        with pytest.raises(ShareExhausted) as refused, shares.hold("tenant-a", "default", 5_001):
+            pass
+        assert refused.value.code.value == "QUEUE_FULL" and refused.value.retry_after_s == 1
+        with shares.hold("tenant-b", "default", 25_000), shares.hold("tenant-a", "eval", 25_000):
+            pass
+        with shares.hold(None, "default", 1_000_000):  # auth off: no tenants to tell apart
+            pass
+    with shares.hold("tenant-a", "default", 25_000):  # released: the whole share again
+        pass

@@ -1,0 +1,97 @@
+"""The gateway's and sie-config's ``/openapi.json`` fuzzed by schemathesis (the CLI, as a user runs
+it, with the msgpack hooks of the server's run) against real processes on a real ``nats-server``: no request, however malformed, draws a server
+error (the server's own document is fuzzed with every check in tests/e2e/test_schemathesis.py).
+
+The gateway has no worker here, so an admitted inference request is answered 202 provisioning (the
+answer clients before sie-sdk 0.7 get) and everything before it (the body decode, the item cap, the
+option checks, pools, the config proxy) meets the fuzzer. sie-config runs open (no tokens, not
+production) with a store in a temporary folder, so its writes are reached. Seeds are fixed and
+examples bounded: a few seconds of fuzzing each on two cores.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import NatsServer, running_nats
+from tests.e2e.cluster import run_config_service, run_gateway
+from tests.e2e.test_schemathesis import CONFIG, HOOKS
+
+SEED = 20261128
+MAX_EXAMPLES = 25
+RUN_TIMEOUT_S = 240
+
+
+@pytest.fixture(scope="module")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    with running_nats(tmp_path_factory.mktemp("nats")) as server:
+        yield server
+
+
+def fuzz(url: str, folder: Path) -> str:
+    """``schemathesis run`` of the document at ``url`` checking for server errors; its report."""
+    config = folder / "schemathesis.toml"
+    config.write_text(CONFIG)  # half the model paths name a served model, the rest unknown ids
+    command = [
+        sys.executable,
+        "-m",
+        "schemathesis.cli",
+        "--config-file",
+        str(config),
+        "run",
+        f"{url}/openapi.json",
+        "--checks",
+        "not_a_server_error",
+        "--seed",
+        str(SEED),
+        "--max-examples",
+        str(MAX_EXAMPLES),
+        "--generation-database",
+        "none",
+        "--continue-on-failure",
+        "--request-timeout",
+        "30",
+        "--no-color",
+    ]
+    try:
+        run = subprocess.run(
+            command,
+            cwd=folder,
+            env={**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)},
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"schemathesis ran past {RUN_TIMEOUT_S} s:\n{exc.stdout}\n{exc.stderr}")
+    report = f"{run.stdout}\n{run.stderr}"
+    assert run.returncode == 0, f"schemathesis exited {run.returncode}:\n{report}"
+    assert "Every selected operation was skipped" not in report, report
+    return report
+
+
+def test_the_gateway_answers_every_fuzzed_request_without_a_server_error(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    env = {"SIE_NATS_URL": nats_server.url, "SIE_GATEWAY_REQUEST_TIMEOUT": "2"}
+    with run_gateway(tmp_path / "gateway", env) as gateway:
+        fuzz(gateway.url, tmp_path)
+        assert gateway.metric("sie_gateway_requests_total") > 0
+        assert gateway.client.get("/healthz").status_code == 200
+        assert "Traceback" not in gateway.log(), gateway.log()
+
+
+def test_sie_config_answers_every_fuzzed_request_without_a_server_error(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    env = {"SIE_NATS_URL": nats_server.url, "SIE_CONFIG_STORE_DIR": str(tmp_path / "store")}
+    with run_config_service(tmp_path / "config", env) as service:
+        fuzz(service.url, tmp_path)
+        assert service.client.get("/healthz").status_code == 200
+        assert "Traceback" not in service.log(), service.log()
