@@ -44,8 +44,12 @@ def _requests(metrics: str, endpoint: str, status: str) -> float:
     return sum(float(m.group(1)) for m in re.finditer(pattern, metrics, re.MULTILINE))
 
 
-def test_openapi_document_survives_schemathesis(single_model_server, tmp_path: Path) -> None:
-    config = tmp_path / "schemathesis.toml"
+def run_schemathesis(
+    url: str, folder: Path, checks: str, seed: int, max_examples: int, workers: int = 1
+) -> str:
+    """``schemathesis run`` of the document at ``url`` with this module's hooks and model dictionary,
+    as a user runs the CLI; its report, once it passed."""
+    config = folder / "schemathesis.toml"
     config.write_text(CONFIG)
     command = [
         sys.executable,
@@ -54,18 +58,18 @@ def test_openapi_document_survives_schemathesis(single_model_server, tmp_path: P
         "--config-file",
         str(config),
         "run",
-        f"{single_model_server.url}/openapi.json",
+        f"{url}/openapi.json",
         "--checks",
-        "all",
+        checks,
         "--seed",
-        str(SEED),
+        str(seed),
         "--max-examples",
-        str(MAX_EXAMPLES),
+        str(max_examples),
         "--generation-database",
         "none",
         "--continue-on-failure",
         "--workers",
-        "2",
+        str(workers),
         "--request-timeout",
         "60",
         "--no-color",
@@ -73,13 +77,18 @@ def test_openapi_document_survives_schemathesis(single_model_server, tmp_path: P
     env = {**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)}
     try:
         run = subprocess.run(
-            command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+            command, cwd=folder, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
         )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"schemathesis ran past {RUN_TIMEOUT_S} s:\n{exc.stdout}\n{exc.stderr}")
     report = f"{run.stdout}\n{run.stderr}"
     assert run.returncode == 0, f"schemathesis exited {run.returncode}:\n{report}"
     assert "Every selected operation was skipped" not in report, report
+    return report
+
+
+def test_openapi_document_survives_schemathesis(single_model_server, tmp_path: Path) -> None:
+    run_schemathesis(single_model_server.url, tmp_path, "all", SEED, MAX_EXAMPLES, workers=2)
 
     # The run must have reached inference (not only 404s) and never have drawn a 5xx.
     metrics = single_model_server.client.get("/metrics").text

@@ -11,9 +11,6 @@ examples bounded: a few seconds of fuzzing each on two cores.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,11 +18,10 @@ import pytest
 
 from tests.conftest import NatsServer, running_nats
 from tests.e2e.cluster import run_config_service, run_gateway
-from tests.e2e.test_schemathesis import CONFIG, HOOKS
+from tests.e2e.test_schemathesis import run_schemathesis
 
 SEED = 20261128
 MAX_EXAMPLES = 25
-RUN_TIMEOUT_S = 240
 
 
 @pytest.fixture(scope="module")
@@ -35,45 +31,7 @@ def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer
 
 
 def fuzz(url: str, folder: Path) -> str:
-    """``schemathesis run`` of the document at ``url`` checking for server errors; its report."""
-    config = folder / "schemathesis.toml"
-    config.write_text(CONFIG)  # half the model paths name a served model, the rest unknown ids
-    command = [
-        sys.executable,
-        "-m",
-        "schemathesis.cli",
-        "--config-file",
-        str(config),
-        "run",
-        f"{url}/openapi.json",
-        "--checks",
-        "not_a_server_error",
-        "--seed",
-        str(SEED),
-        "--max-examples",
-        str(MAX_EXAMPLES),
-        "--generation-database",
-        "none",
-        "--continue-on-failure",
-        "--request-timeout",
-        "30",
-        "--no-color",
-    ]
-    try:
-        run = subprocess.run(
-            command,
-            cwd=folder,
-            env={**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)},
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"schemathesis ran past {RUN_TIMEOUT_S} s:\n{exc.stdout}\n{exc.stderr}")
-    report = f"{run.stdout}\n{run.stderr}"
-    assert run.returncode == 0, f"schemathesis exited {run.returncode}:\n{report}"
-    assert "Every selected operation was skipped" not in report, report
-    return report
+    return run_schemathesis(url, folder, "not_a_server_error", SEED, MAX_EXAMPLES)
 
 
 def test_the_gateway_answers_every_fuzzed_request_without_a_server_error(
