@@ -5,6 +5,7 @@ item never run."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 
@@ -71,3 +72,32 @@ async def test_errors_are_answered_cold_models_retried_and_expired_items_skipped
     assert "does not support extraction" in str(results[bad].error)
     assert results[cold].success is True  # NAKed with 5 s while loading, redelivered, answered
     assert expired not in results
+
+
+async def test_a_retried_item_waits_longer_each_time_and_is_answered_before_its_deadline(
+    nats_url: str, engine: Engine, gateway: Gateway
+):
+    """An item told to wait (here: a model the config follower may bring, 1 s) is NAKed with a
+    doubling delay (seen on the ack subject: 1 s, then 2 s) and, once the next wait would pass its
+    deadline, answered with its error at once: not NAKed every second until the deadline and then
+    dropped unanswered (the client waited out its whole timeout), nor 20 deliveries in 20 s."""
+    client = await nats.connect(nats_url)
+    acks: list[bytes] = []
+
+    async def ack(message: nats.aio.msg.Msg) -> None:
+        acks.append(message.data)
+
+    await client.subscribe(f"$JS.ACK.{pool_stream(LANE.pool)}.>", cb=ack)
+    loop = PullLoop(engine, client, LANE, "w0", config_pending=lambda model: True)
+    await loop.start()
+    started = time.monotonic()
+    sent = await gateway.publish("org/not-yet-configured", item=Item(text="x"), deadline=time.time() + 5)
+    (result,) = await gateway.wait_for(1, 8)
+    answered_after = time.monotonic() - started
+    await loop.stop()
+    await client.close()
+    assert (result.work_item_id, result.success, result.error_code) == (sent, False, "MODEL_NOT_FOUND")
+    assert 2.5 < answered_after < 4.5  # after the 1 s and 2 s waits; a 4 s one would pass the deadline
+    naks = [json.loads(a.removeprefix(b"-NAK")) for a in acks if a.startswith(b"-NAK")]
+    assert [n["delay"] / 1e9 for n in naks] == [1.0, 2.0]
+    assert acks[-1] == b""  # then acked, answered

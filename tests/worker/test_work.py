@@ -28,7 +28,7 @@ from sie.queue.contract import (
     work_subject,
 )
 from sie.wire.requests import EncodeRequest, ExtractRequest, Item, ScoreRequest
-from sie.worker.work import answered, failed
+from sie.worker.work import MAX_RETRY_DELAY_S, answered, failed, retry_delay
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -71,12 +71,28 @@ def test_failures_follow_the_error_table(caplog):
         "w1",
     )
     loading = failed(work(), ModelLoading(MINILM), "w1")
-    assert (loading.action, loading.result, loading.retry_after_s) == (QueueAction.RETRY, None, 5)
+    assert (loading.action, loading.retry_after_s) == (QueueAction.RETRY, 5)
+    assert loading.result is not None  # sent only once the item cannot wait any longer
+    assert (loading.result.error_code, loading.result.retry_after_s) == ("MODEL_LOADING", 5)
     boom = failed(work(), RuntimeError("secret detail"), "w1")
     assert boom.action is QueueAction.GIVE_UP and boom.result is not None
     assert (boom.result.error_code, boom.result.error) == ("INTERNAL_ERROR", "Internal server error")
     logged = [r for r in caplog.records if r.exc_info and r.exc_info[1] is not None]
     assert [str(r.exc_info[1]) for r in logged] == ["secret detail"]  # the traceback stays in the log
+
+
+def test_retries_wait_longer_each_time_and_never_reach_max_deliver():
+    """A 1 s wait (overload, a LoRA loading) used to be 20 deliveries in 20 s and a dead letter; the
+    waits now double, so with no deadline the planned delays outlast the stream's 120 s age long
+    before the 20th delivery, and the delivery before the last is answered, never NAKed."""
+    delays = [retry_delay(1, n, 20, 0.0, None) for n in range(1, 20)]
+    assert delays[:6] == [1, 2, 4, 8, 16, MAX_RETRY_DELAY_S]
+    assert delays[-1] is None and all(d is not None for d in delays[:-1])  # the 19th: answered
+    assert sum(d for d in delays[:8] if d is not None) > 120  # the stream's age passes by delivery 9
+    assert retry_delay(5, 3, -1, 0.0, None) == 20  # an unlimited consumer: the waits alone
+    # With a deadline: a retry that would land after it is not made.
+    assert retry_delay(1, 3, 20, 100.0, 105.0) == 4
+    assert retry_delay(1, 3, 20, 101.0, 105.0) is None
 
 
 async def test_a_work_item_round_trips_over_a_real_jetstream(nats_url: str, engine: Engine):

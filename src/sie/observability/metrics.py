@@ -6,12 +6,23 @@ Names follow the public SIE (``sie_requests_total``, ``sie_request_duration_seco
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from sie.observability.gpus import gpu_metrics
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+class SkipReason(StrEnum):
+    """Why a queue worker settled a work item without running it: the only values of
+    ``sie_pull_loop_skipped_total``'s label, whatever a message holds."""
+
+    MALFORMED = "malformed"  # not a work item (bad bytes, types, nesting): terminated, never redelivered
+    EXPIRED = "expired"  # its deadline had passed: acked unanswered, nobody waits for it
+    OUT_OF_TIME = "out_of_time"  # a planned retry would land past its deadline or MAX_DELIVER: answered
 
 
 class Metrics:
@@ -67,6 +78,15 @@ class Metrics:
             ["device", "gpu"],
             registry=r,
         )
+
+        self.pull_skipped = Counter(
+            "sie_pull_loop_skipped_total",
+            "Queue mode: work items settled without running them, by reason (malformed, expired, out_of_time).",
+            ["reason"],
+            registry=r,
+        )
+        for reason in SkipReason:
+            self.pull_skipped.labels(reason.value)
 
     def render(self) -> bytes:
         # Read at scrape time, and only where torch already runs CUDA (``gpus.gpu_metrics``).

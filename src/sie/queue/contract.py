@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final
+from typing import Annotated, Any, Final, TypeVar
 
 import msgspec
 
@@ -32,6 +32,9 @@ DEFAULT_LANE_TOKEN: Final = "default"
 # JetStream's default largest message; a bigger item travels by reference (``payload_ref``).
 INLINE_THRESHOLD_BYTES: Final = 1_048_576
 
+Index = Annotated[int, msgspec.Meta(ge=0)]
+T = TypeVar("T")
+
 
 class Operation(StrEnum):
     ENCODE = "encode"
@@ -44,8 +47,8 @@ class WorkItem(msgspec.Struct, omit_defaults=True):
     # Always present.
     work_item_id: str  # "{request_id}.{item_index}"
     request_id: str  # "{router_id}-{counter}"
-    item_index: int
-    total_items: int
+    item_index: Index
+    total_items: Index
     operation: str  # an ``Operation``; kept a string so an unknown one is answered, not undecodable
     model_id: str
     profile_id: str
@@ -78,7 +81,7 @@ class WorkItem(msgspec.Struct, omit_defaults=True):
 class WorkResult(msgspec.Struct, omit_defaults=True):
     work_item_id: str
     request_id: str
-    item_index: int
+    item_index: Index
     success: bool
     # The answer for this item as msgpack bytes the gateway splices into its response unread:
     # encode one EncodeResult map, score the list of ScoreEntry maps, extract one ExtractResult map.
@@ -111,18 +114,24 @@ def encode_message(message: WorkItem | WorkResult) -> bytes:
     return _ENCODER.encode(message)
 
 
-def decode_work_item(data: bytes) -> WorkItem:
+def decoded(decoder: msgspec.msgpack.Decoder[T] | msgspec.json.Decoder[T], data: bytes, what: str) -> T:
+    """``data`` decoded, or a ``ContractError`` naming ``what``: every way bytes from a peer can fail
+    to be that message (bad bytes, wrong types, invalid UTF-8, nesting past the parser's depth, which
+    is a ``RecursionError``) is the one error a consumer settles the message on (a worker terms it)."""
     try:
-        return _ITEMS.decode(data)
-    except msgspec.DecodeError as exc:
-        raise ContractError(f"not a work item: {exc}") from None
+        return decoder.decode(data)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise ContractError(f"not {what}: {exc}") from None
+    except RecursionError:
+        raise ContractError(f"not {what}: nested too deeply") from None
+
+
+def decode_work_item(data: bytes) -> WorkItem:
+    return decoded(_ITEMS, data, "a work item")
 
 
 def decode_work_result(data: bytes) -> WorkResult:
-    try:
-        return _RESULTS.decode(data)
-    except msgspec.DecodeError as exc:
-        raise ContractError(f"not a work result: {exc}") from None
+    return decoded(_RESULTS, data, "a work result")
 
 
 def subject_token(value: str) -> str:
@@ -260,7 +269,63 @@ def encode_heartbeat(heartbeat: Heartbeat) -> bytes:
 
 
 def decode_heartbeat(data: bytes) -> Heartbeat:
-    try:
-        return _HEARTBEATS.decode(data)
-    except msgspec.DecodeError as exc:
-        raise ContractError(f"not a heartbeat: {exc}") from None
+    return decoded(_HEARTBEATS, data, "a heartbeat")
+
+
+# -- dead letters ---------------------------------------------------------------------------------
+
+
+class MaxDeliveries(msgspec.Struct):
+    """The part of JetStream's ``MAX_DELIVERIES`` advisory (JSON, on
+    ``$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.{consumer}``) a gateway acts on: which
+    stream message a consumer gave up on, after how many deliveries."""
+
+    stream: str
+    consumer: str
+    stream_seq: Annotated[int, msgspec.Meta(ge=1)]
+    deliveries: Index = 0
+
+
+_ADVISORIES: Final = msgspec.json.Decoder(MaxDeliveries)
+
+
+def decode_advisory(data: bytes) -> MaxDeliveries:
+    return decoded(_ADVISORIES, data, "an advisory")
+
+
+class DeadLetter(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """What ``DEAD_LETTERS`` keeps of a work item no worker settled (JSON on ``sie.dlq.{model}``):
+    where it was and what became of it, for an operator to find the request, never the tenant's
+    payload (texts, images, options), which would outlive the request by the stream's age.
+    The item's fields are absent when it was not a work item at all."""
+
+    stream: str
+    consumer: str
+    stream_seq: int
+    deliveries: int
+    reason: str  # why it is here: the JetStream event that gave up on it
+    error: str  # what the request was answered with
+    dead_at: float  # Unix seconds when the gateway moved it
+    subject: str | None = None
+    work_item_id: str | None = None
+    request_id: str | None = None
+    item_index: int | None = None
+    total_items: int | None = None
+    operation: str | None = None
+    model_id: str | None = None
+    pool_name: str | None = None
+    machine_profile: str | None = None
+    router_id: str | None = None
+    timestamp: float | None = None
+    deadline: float | None = None
+
+
+_DEAD_LETTERS: Final = msgspec.json.Decoder(DeadLetter)
+
+
+def encode_dead_letter(letter: DeadLetter) -> bytes:
+    return msgspec.json.encode(letter)
+
+
+def decode_dead_letter(data: bytes) -> DeadLetter:
+    return decoded(_DEAD_LETTERS, data, "a dead letter")

@@ -64,10 +64,15 @@ async def ensure_work_stream(jetstream: JetStreamContext, pool: str) -> None:
         await jetstream.add_stream(work_stream_config(pool))
 
 
-async def ensure_lane_consumer(jetstream: JetStreamContext, stream: str, config: ConsumerConfig) -> None:
-    """Create the lane's durable consumer unless it exists (every worker of the lane shares it)."""
+async def ensure_lane_consumer(
+    jetstream: JetStreamContext, stream: str, config: ConsumerConfig
+) -> ConsumerConfig:
+    """Create the lane's durable consumer unless it exists (every worker of the lane shares it); the
+    configuration in effect comes back, an operator's ``max_deliver`` included."""
     assert config.durable_name is not None
     try:
-        await jetstream.consumer_info(stream, config.durable_name)
+        info = await jetstream.consumer_info(stream, config.durable_name)
     except NotFoundError:
-        await jetstream.add_consumer(stream, config)
+        info = await jetstream.add_consumer(stream, config)
+    in_effect: ConsumerConfig = info.config
+    return in_effect

@@ -105,7 +105,7 @@ def queue_worker(
     def snapshot() -> Heartbeat:
         return heartbeat(engine, identity.config_hash, lifecycle.draining, lane, worker_id, gpu_count)
 
-    return QueueWorker(engine, config, snapshot, metrics.render, lambda: lifecycle.draining, follower)
+    return QueueWorker(engine, config, snapshot, metrics, lambda: lifecycle.draining, follower)
 
 
 def create_app(settings: Settings) -> FastAPI:

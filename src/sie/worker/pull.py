@@ -7,6 +7,11 @@ fetches are bounded by a budget and by how many items are in flight, the fetch w
 (``adaptive.AdaptiveWait``: it widens while the stream is empty and is steered to the p50 target
 once work flows), and an item whose deadline has passed is acked unanswered (nobody waits for it). A result is published before the ack, so a
 crash in between redelivers the item rather than losing it.
+
+A message that is not a work item is terminated on its first delivery (redelivering it cannot
+help); an item told to wait (``QueueAction.RETRY``) is NAKed with a growing delay and answered with
+its error once a retry could not finish before its deadline or its last delivery
+(``work.retry_delay``). Each is counted in ``sie_pull_loop_skipped_total``.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from sie.catalog.errors import ModelNotFound
 from sie.engine.engine import Engine
 from sie.errors import QueueAction
 from sie.observability import tracing
+from sie.observability.metrics import Metrics, SkipReason
 from sie.queue.codec import WireRequest, request_of
 from sie.queue.contract import (
     ContractError,
@@ -42,7 +48,7 @@ from sie.queue.payloads import PayloadMissing, PayloadStore
 from sie.queue.streams import ACK_WAIT_S, ensure_lane_consumer, ensure_work_stream, lane_consumer_config
 from sie.wire.requests import EncodeRequest, ExtractRequest, ScoreRequest
 from sie.worker.adaptive import AdaptiveWait
-from sie.worker.work import Outcome, answered, failed
+from sie.worker.work import Outcome, answered, failed, retry_delay
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +75,10 @@ class PullLoop:
         wait: AdaptiveWait | None = None,
         payloads: PayloadStore | None = None,
         config_pending: Callable[[str], bool] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._engine = engine
+        self._skipped = (metrics or Metrics()).pull_skipped
         # With a config service, a model this worker does not know may be one its config has not
         # reached yet: the item waits (NAK) while the follower catches up, instead of a 404.
         self._config_pending = config_pending
@@ -95,6 +103,7 @@ class PullLoop:
         self._subscription: Any = None
         self._idle_pulls = 0  # empty pulls in a row
         self._stopping = False
+        self._max_deliver = 0  # the lane consumer's, read at start (0: unlimited)
         self.paused = False  # pool admission: a worker of an unleased pool pulls nothing
 
     async def start(self) -> None:
@@ -102,9 +111,10 @@ class PullLoop:
         stream = pool_stream(self._lane.pool)
         await ensure_work_stream(jetstream, self._lane.pool)
         durable = lane_consumer(self._lane.pool, self._lane.machine_profile, self._lane.bundle)
-        await ensure_lane_consumer(
+        consumer = await ensure_lane_consumer(
             jetstream, stream, lane_consumer_config(durable, self._lane.filter_subject)
         )
+        self._max_deliver = consumer.max_deliver or 0
         self._next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
         self._inbox = self._client.new_inbox()
         self._subscription = await self._client.subscribe(self._inbox, cb=self._on_delivery)
@@ -198,6 +208,8 @@ class PullLoop:
     async def _handle(self, message: Msg) -> None:
         try:
             await self._settle(message)
+        except Exception:  # the per-message edge: JetStream redelivers what was not settled
+            log.exception("settling a work item on %s failed", message.subject)
         finally:
             self._held.pop(id(message), None)
 
@@ -205,16 +217,23 @@ class PullLoop:
         try:
             work = decode_work_item(message.data)
         except ContractError as exc:
-            log.warning("dropping an undecodable work item on %s: %s", message.subject, exc)
+            log.warning("terminating a malformed work item on %s: %s", message.subject, exc)
             await message.term()  # redelivering it would only fail again
+            self._skipped.labels(SkipReason.MALFORMED.value).inc()
             return
         if work.deadline is not None and self._clock() > work.deadline:
             await message.ack()  # nobody waits for it any more: do not spend the device on it
+            self._skipped.labels(SkipReason.EXPIRED.value).inc()
             return
         outcome = await self._run(work)
         if outcome.action is QueueAction.RETRY:
-            await message.nak(delay=outcome.retry_after_s)
-            return
+            deliveries = message.metadata.num_delivered
+            wait = outcome.retry_after_s or CONFIG_WAIT_S
+            delay = retry_delay(wait, deliveries, self._max_deliver, self._clock(), work.deadline)
+            if delay is not None:
+                await message.nak(delay=delay)
+                return
+            self._skipped.labels(SkipReason.OUT_OF_TIME.value).inc()
         if outcome.result is not None and work.reply_subject.startswith("_INBOX."):
             await self._client.publish(work.reply_subject, encode_message(outcome.result))
         await message.ack()
@@ -239,9 +258,10 @@ class PullLoop:
             request = request_of(work)
             answer = await self._call(work.model_id, request)
         except ModelNotFound as exc:
+            outcome = failed(work, exc, self._worker_id)
             if self._config_pending is not None and self._config_pending(work.model_id):
-                return Outcome(QueueAction.RETRY, None, CONFIG_WAIT_S)
-            return failed(work, exc, self._worker_id)
+                return Outcome(QueueAction.RETRY, outcome.result, CONFIG_WAIT_S)  # else answered 404
+            return outcome
         except Exception as exc:
             return failed(work, exc, self._worker_id)
         return answered(work, answer, self._worker_id)

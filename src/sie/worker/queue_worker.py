@@ -18,6 +18,7 @@ from nats.aio.msg import Msg
 
 from sie.catalog.follower import ConfigFollower
 from sie.engine.engine import Engine
+from sie.observability.metrics import Metrics
 from sie.queue.connection import NatsAccess, connect
 from sie.queue.contract import Heartbeat, Lane, config_subject, health_subject
 from sie.queue.payloads import PayloadStore
@@ -54,7 +55,7 @@ class QueueWorker:
         engine: Engine,
         config: WorkerConfig,
         snapshot: Callable[[], Heartbeat],
-        render_metrics: Callable[[], bytes],
+        metrics: Metrics,  # the process's own: /metrics on the probe port, and the pull loop's counts
         draining: Callable[[], bool],
         follower: ConfigFollower | None = None,
     ) -> None:
@@ -62,7 +63,7 @@ class QueueWorker:
         self._follower = follower
         self._config = config
         self._snapshot = snapshot
-        self._render_metrics = render_metrics
+        self._metrics = metrics
         self._draining = draining
         self._client: Client | None = None
         self._starting: asyncio.Task[None] | None = None
@@ -78,7 +79,7 @@ class QueueWorker:
         config = self._config
         self._readiness = Readiness(config.ping_interval_s, config.readyz_stale_mult, self._draining)
         if config.probe_port:  # first: probes answer (not ready) while NATS is still out of reach
-            app = probe_app(self._readiness, self._render_metrics)
+            app = probe_app(self._readiness, self._metrics.render)
             self._probes = ProbeServer(app, config.probe_host, config.probe_port)
             await self._probes.start()
         self._starting = asyncio.create_task(self._start(), name="sie-queue-worker-start")
@@ -98,6 +99,7 @@ class QueueWorker:
             wait=config.wait,
             payloads=PayloadStore(config.payload_store_url) if config.payload_store_url else None,
             config_pending=self._config_pending if self._follower is not None else None,
+            metrics=self._metrics,
         )
         if self._follower is not None:
             follower = self._follower

@@ -10,24 +10,49 @@ give up).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from msgspec.structs import replace
 
 from sie.engine.ops.parts import Answer, item_id
-from sie.errors import QueueAction, told
+from sie.errors import QueueAction, retry_after, told
 from sie.queue.contract import WorkItem, WorkResult
 from sie.wire import codec
 from sie.wire.responses import EncodeResponse, ExtractResponse, ExtractResult, ScoreResponse
+
+RETRY_GROWTH: Final = 2.0  # each redelivery of a retried item waits twice as long as the one before
+MAX_RETRY_DELAY_S: Final = 30.0
 
 
 @dataclass(frozen=True)
 class Outcome:
     """What the worker does with a message: publish ``result`` (None: publish nothing) and ack, or
-    NAK it for redelivery after ``retry_after_s``."""
+    NAK it for redelivery after ``retry_after_s``; a retry carries the result to answer with when
+    the item cannot wait any longer (``retry_delay``)."""
 
     action: QueueAction
     result: WorkResult | None
     retry_after_s: int | None = None
+
+
+def retry_delay(
+    wait_s: float, deliveries: int, max_deliver: int, now: float, deadline: float | None
+) -> float | None:
+    """How long an item answered RETRY on its ``deliveries``-th delivery waits before the next, or
+    None: answer it now with its error.
+
+    The error table's wait grows ``RETRY_GROWTH``-fold per delivery (up to ``MAX_RETRY_DELAY_S``), so
+    planned waits (a model or LoRA loading, overload, a config on its way) spread over the item's
+    life instead of spending its ``max_deliver`` deliveries in as many seconds and ending as a dead
+    letter. A retry that would land past the item's deadline is not made (nobody would wait for its
+    answer), and neither is the last delivery JetStream allows (``max_deliver`` < 1: unlimited):
+    dead letters are for items no worker could settle, not for ones that were told to wait."""
+    if 0 < max_deliver <= deliveries + 1:
+        return None
+    delay = min(wait_s * RETRY_GROWTH ** max(deliveries - 1, 0), MAX_RETRY_DELAY_S)
+    if deadline is not None and now + delay >= deadline:
+        return None
+    return delay
 
 
 def answered(
@@ -58,10 +83,10 @@ def answered(
 
 
 def failed(work: WorkItem, error: Exception, worker_id: str) -> Outcome:
-    """The error table decides: a retry is a NAK with no result; anything else is answered."""
+    """The error table decides: a retry is a NAK (its result is only sent once it cannot wait any
+    longer); anything else is answered."""
     rule, message = told(error)
-    if rule.queue is QueueAction.RETRY:
-        return Outcome(QueueAction.RETRY, None, rule.retry_after_s)
+    wait = retry_after(error, rule) if rule.queue is QueueAction.RETRY else None
     result = WorkResult(
         work.work_item_id,
         work.request_id,
@@ -70,5 +95,6 @@ def failed(work: WorkItem, error: Exception, worker_id: str) -> Outcome:
         error=message,
         error_code=rule.code.value,
         worker_id=worker_id,
+        retry_after_s=wait,
     )
-    return Outcome(rule.queue, result)
+    return Outcome(rule.queue, result, wait)
