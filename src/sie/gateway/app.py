@@ -103,8 +103,7 @@ async def join_cluster(state: GatewayState) -> Client:
             await follower.on_delta(message.data)
 
         await client.subscribe(CONFIG_ALL_SUBJECT, cb=on_delta)
-    publish_seconds = state.metrics.publish_seconds
-    dispatcher = Dispatcher(client, lambda operation, s: publish_seconds.labels(operation).observe(s))
+    dispatcher = Dispatcher(client, state.metrics, state.settings.gateway_publish_concurrency)
     await dispatcher.start()
     pools = Pools(client.jetstream(), state.workers)
     await pools.start()

@@ -6,6 +6,16 @@ collector's slots by ``item_index``, and the request's task awaits the last one 
 JetStream holds the items durably until a worker acks them, so a worker that dies mid-batch only delays
 its items (redelivered to another worker) and the first result for a slot is the one kept: nothing is
 answered twice.
+
+Because the first result wins, a result is taken only when the three places that name its request
+agree: the inbox subject's last token, the body's ``request_id`` and its ``work_item_id``
+(``{request_id}.{item_index}``); otherwise any peer that can publish into ``_INBOX.>`` could answer
+another tenant's request before its worker does. Whatever the inbox drops is counted by reason
+(``sie_gateway_queue_inbox_skips_total``).
+
+A request's items go out through a window of ``publish_concurrency`` publishes at a time (each
+awaits JetStream's ack), so a 512-item request holds a bounded number of publishes and encoded
+messages, and the first refusal (a full stream) stops the rest instead of every item trying.
 """
 
 from __future__ import annotations
@@ -14,7 +24,6 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +32,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from sie.gateway.errors import PublishFailed
+from sie.gateway.metrics import GatewayMetrics, InboxSkip
 from sie.queue.contract import ContractError, WorkItem, WorkResult, decode_work_result, encode_message
 from sie.queue.streams import ensure_work_stream
 
@@ -39,20 +49,27 @@ class Collector:
     def __post_init__(self) -> None:
         self.missing = len(self.slots)
 
-    def put(self, result: WorkResult) -> None:
+    def put(self, result: WorkResult) -> InboxSkip | None:
+        """Fill the result's slot; why it was not taken otherwise."""
         index = result.item_index
-        if not 0 <= index < len(self.slots) or self.slots[index] is not None:
-            return  # out of range, or a redelivered item's second answer: the first one stands
+        if not 0 <= index < len(self.slots):
+            return InboxSkip.MISMATCHED  # an index this request never published
+        if self.slots[index] is not None:
+            return InboxSkip.DUPLICATE  # a redelivered item's second answer: the first one stands
         self.slots[index] = result
         self.missing -= 1
         if self.missing == 0 and not self.done.done():
             self.done.set_result(None)
+        return None
 
 
 class Dispatcher:
-    def __init__(self, client: Client, published: Callable[[str, float], None] | None = None) -> None:
+    def __init__(self, client: Client, metrics: GatewayMetrics, publish_concurrency: int) -> None:
+        if publish_concurrency < 1:
+            raise ValueError(f"publish_concurrency must be at least 1, not {publish_concurrency}")
         self.client = client
-        self._published = published  # (operation, seconds until JetStream acked every item)
+        self._metrics = metrics
+        self._window = publish_concurrency
         self.router_id = uuid.uuid4().hex
         self._jetstream: JetStreamContext = client.jetstream()
         self._collectors: dict[str, Collector] = {}
@@ -68,15 +85,33 @@ class Dispatcher:
         return f"_INBOX.{self.router_id}.{request_id}"
 
     async def _on_inbox(self, message: Msg) -> None:
+        skipped = self._take(message)
+        if skipped is not None:
+            self._metrics.inbox_skips.labels(skipped.value).inc()
+
+    def _take(self, message: Msg) -> InboxSkip | None:
         try:
             result = decode_work_result(message.data)
         except ContractError as exc:
             log.warning("dropping an undecodable result on %s: %s", message.subject, exc)
-            return
-        collector = self._collectors.get(result.request_id)
+            return InboxSkip.UNDECODABLE
+        inbox, _, request_id = message.subject.rpartition(".")
+        if (
+            inbox != f"_INBOX.{self.router_id}"
+            or result.request_id != request_id
+            or result.work_item_id != f"{request_id}.{result.item_index}"
+        ):
+            log.warning(
+                "dropping a result on %s that names request %.64r, item %.80r",
+                message.subject,
+                result.request_id,
+                result.work_item_id,
+            )
+            return InboxSkip.MISMATCHED
+        collector = self._collectors.get(request_id)
         if collector is None:
-            return  # late: its request timed out
-        collector.put(result)
+            return InboxSkip.LATE  # its request was answered, or timed out
+        return collector.put(result)
 
     async def ensure_stream(self, pool: str) -> None:
         if pool not in self._streams:
@@ -97,17 +132,16 @@ class Dispatcher:
         try:
             # The acks are awaited beside the results, not before them: a result may come back before
             # JetStream's ack does, and waiting for the ack first added its round trip to every request.
-            acks = asyncio.ensure_future(
-                asyncio.gather(*(self._jetstream.publish(subject, encode_message(item)) for item in items))
-            )
+            acks = asyncio.ensure_future(self._publish(subject, items))
             collector.published_at = time.monotonic()
-            if self._published is not None and items:
-                report, operation, since = self._published, items[0].operation, collector.published_at
+            if items:
+                histogram = self._metrics.publish_seconds.labels(items[0].operation)
+                since = collector.published_at
                 acks.add_done_callback(
                     lambda done: (
                         None
                         if done.cancelled() or done.exception()
-                        else report(operation, time.monotonic() - since)
+                        else histogram.observe(time.monotonic() - since)
                     )
                 )
             deadline = collector.published_at + timeout_s
@@ -127,6 +161,23 @@ class Dispatcher:
             return collector.slots
         finally:
             del self._collectors[request_id]
+
+    async def _publish(self, subject: str, items: list[WorkItem]) -> None:
+        """Every item, ``publish_concurrency`` at a time, each encoded only when its turn comes; the
+        first publish JetStream refuses cancels the others and is raised (the items already stored
+        are answered into a collector nobody reads, as after a timeout)."""
+        pending = iter(items)
+
+        async def publish_next() -> None:
+            for item in pending:  # one iterator shared by the window: each item is taken once
+                await self._jetstream.publish(subject, encode_message(item))
+
+        try:
+            async with asyncio.TaskGroup() as window:
+                for _ in range(min(self._window, len(items))):
+                    window.create_task(publish_next())
+        except BaseExceptionGroup as failed:
+            raise failed.exceptions[0] from None
 
 
 def _log_late_failure(acks: asyncio.Future[Any]) -> None:

@@ -6,6 +6,7 @@ and the pools when ``/metrics`` is scraped."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -15,6 +16,16 @@ from sie.gateway.workers import WorkerTable
 from sie.http.metrics import classify, run_recording_status
 
 OTHER: Final = "other"
+
+
+class InboxSkip(StrEnum):
+    """Why the inbox dropped a result: ``sie_gateway_queue_inbox_skips_total``'s only label values."""
+
+    UNDECODABLE = "undecodable"  # not a work result
+    MISMATCHED = "mismatched"  # its subject, request id and work item id disagree (or no such item)
+    LATE = "late"  # its request was answered or timed out already
+    DUPLICATE = "duplicate"  # a second answer for one item (a redelivery): the first stands
+
 
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -86,6 +97,14 @@ class GatewayMetrics:
             buckets=_LATENCY,
             registry=r,
         )
+        self.inbox_skips = Counter(
+            "sie_gateway_queue_inbox_skips_total",
+            "Work results the gateway's inbox dropped, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        for skip in InboxSkip:
+            self.inbox_skips.labels(skip.value)
         self.payload_offloads = Counter(
             "sie_gateway_queue_payload_offloads_total", "Items passed through the payload store.", registry=r
         )

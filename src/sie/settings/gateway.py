@@ -28,6 +28,12 @@ class GatewaySettings(Auth, Catalogue, Cluster, Logging, Tracing):
         300000, ge=0, description="How often sie-config's whole export is read regardless (0: never)."
     )
 
+    gateway_publish_concurrency: int = Field(
+        64,
+        ge=1,
+        description="Work items of one request published at once, each awaiting JetStream's ack; the "
+        "first refused publish stops the rest.",
+    )
     gateway_tenant_stream_share: float = Field(
         0.25,
         gt=0,
