@@ -45,7 +45,7 @@ from sie.http.middleware import BodyLimit, IdentityHeaders
 from sie.observability import tracing
 from sie.queue.connection import connect
 from sie.queue.contract import CONFIG_ALL_SUBJECT, HEALTH_SUBJECT_PREFIX, ContractError, decode_heartbeat
-from sie.queue.payloads import PayloadStore
+from sie.queue.payloads import PayloadStore, sweep_payloads
 from sie.settings.gateway import GatewaySettings
 
 log = logging.getLogger(__name__)
@@ -139,6 +139,9 @@ def create_app(settings: GatewaySettings) -> Starlette:
         joining = asyncio.create_task(join_cluster(state), name="sie-gateway-join")
         stop = asyncio.Event()
         tasks = [asyncio.create_task(sweep_pools(state, stop), name="sie-gateway-pool-sweep")]
+        if state.payloads is not None:  # what a killed gateway left in the store
+            sweep = sweep_payloads(state.payloads, settings.payload_store_ttl, stop)
+            tasks.append(asyncio.create_task(sweep, name="sie-gateway-payload-sweep"))
         if state.follower is not None:
             tasks.append(asyncio.create_task(state.follower.run(stop), name="sie-gateway-config"))
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from sie.catalog.follower import FollowerSettings
+from sie.queue.streams import STREAM_MAX_AGE_S
 from sie.settings.common import Auth, Catalogue, Cluster, Logging, Tracing, split_csv
 
 
@@ -28,6 +29,12 @@ class GatewaySettings(Auth, Catalogue, Cluster, Logging, Tracing):
         300000, ge=0, description="How often sie-config's whole export is read regardless (0: never)."
     )
 
+    payload_store_ttl: float = Field(
+        300,
+        gt=STREAM_MAX_AGE_S,
+        description="Seconds after which gateways delete a payload-store object its request left behind "
+        "(a killed gateway's); more than the work stream's max age (120 s).",
+    )
     gateway_publish_concurrency: int = Field(
         64,
         ge=1,
