@@ -107,7 +107,7 @@ async def join_cluster(state: GatewayState) -> Client:
     await dispatcher.start()
     pools = Pools(client.jetstream(), state.workers)
     await pools.start()
-    await DeadLetters(client, state.metrics).start()
+    await DeadLetters(client, state.metrics, state.settings.dead_letter_limits()).start()
     state.pools, state.dispatcher = pools, dispatcher
     log.info("joined NATS at %s as router %s", access.described(), dispatcher.router_id)
     return client

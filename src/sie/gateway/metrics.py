@@ -18,6 +18,14 @@ from sie.http.metrics import classify, run_recording_status
 OTHER: Final = "other"
 
 
+class AdvisoryIgnored(StrEnum):
+    """Why a ``MAX_DELIVERIES`` advisory changed nothing: ``sie_gateway_dlq_advisories_ignored_total``."""
+
+    UNREADABLE = "unreadable"  # not the advisory's JSON, or its subject names another stream
+    NOT_A_WORK_STREAM = "not_a_work_stream"  # names a stream that is no pool's work stream
+    UNKNOWN_CONSUMER = "unknown_consumer"  # names a consumer the stream does not have
+
+
 class InboxSkip(StrEnum):
     """Why the inbox dropped a result: ``sie_gateway_queue_inbox_skips_total``'s only label values."""
 
@@ -114,6 +122,20 @@ class GatewayMetrics:
             ["stream", "consumer"],
             registry=r,
         )
+        self.dlq_republish_failures = Counter(
+            "sie_gateway_dlq_republish_failures_total",
+            "Dead letters the dead-letter stream refused (the item is answered and removed all the same).",
+            ["stream", "consumer"],
+            registry=r,
+        )
+        self.dlq_ignored = Counter(
+            "sie_gateway_dlq_advisories_ignored_total",
+            "MAX_DELIVERIES advisories acted on not at all, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        for ignored in AdvisoryIgnored:
+            self.dlq_ignored.labels(ignored.value)
         self.pool_events = Counter(
             "sie_gateway_pool_events_total", "Pool lifecycle events.", ["event"], registry=r
         )

@@ -195,6 +195,14 @@ def pool_stream_subjects(pool: str) -> list[str]:
     return [f"{WORK_SUBJECT_PREFIX}.{pool}.*.*.*"]
 
 
+def pool_of_stream(stream: str) -> str | None:
+    """The pool whose stream ``stream`` is named as, or None for any other name (the inverse of
+    ``pool_stream``; whether the stream really is that pool's is its subjects' to say)."""
+    prefix = f"{WORK_POOL_STREAM_PREFIX}_"
+    pool = stream.removeprefix(prefix)
+    return pool if stream.startswith(prefix) and pool else None
+
+
 def lane_consumer(pool: str, machine_profile: str, bundle: str) -> str:
     """The durable pull consumer every worker of one lane (pool, profile, bundle) shares."""
     return f"{subject_token(pool)}_{subject_token(machine_profile)}_{subject_token(bundle)}"

@@ -9,6 +9,7 @@ full stream refuses the publish, which the gateway answers 503 ``QUEUE_FULL``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 from nats.js import JetStreamContext
@@ -22,7 +23,7 @@ from nats.js.api import (
 )
 from nats.js.errors import NotFoundError
 
-from sie.queue.contract import pool_stream, pool_stream_subjects
+from sie.queue.contract import DEAD_LETTER_PREFIX, pool_stream, pool_stream_subjects
 
 STREAM_MAX_AGE_S: Final = 120.0
 STREAM_MAX_MSGS: Final = 100_000
@@ -31,6 +32,53 @@ STREAM_MAX_MSGS: Final = 100_000
 ACK_WAIT_S: Final = 10.0
 MAX_DELIVER: Final = 20
 MAX_ACK_PENDING: Final = 1000
+
+
+DEAD_LETTER_STREAM: Final = "DEAD_LETTERS"
+DEAD_LETTER_MAX_AGE_S: Final = 86_400.0
+DEAD_LETTER_DEDUP_WINDOW_S: Final = 120.0
+# A dead letter is an item's metadata (``contract.DeadLetter``), a few hundred bytes: one far
+# larger is not one the gateway wrote.
+DEAD_LETTER_MAX_MSG_BYTES: Final = 16 * 1024
+
+
+@dataclass(frozen=True)
+class DeadLetterLimits:
+    """How much ``DEAD_LETTERS`` holds; past either bound the oldest letters go (``discard old``),
+    so a storm of failures cannot fill JetStream's volume under the work streams and the pools."""
+
+    max_bytes: int
+    max_msgs: int
+
+
+def dead_letter_stream_config(limits: DeadLetterLimits) -> StreamConfig:
+    return StreamConfig(
+        name=DEAD_LETTER_STREAM,
+        subjects=[f"{DEAD_LETTER_PREFIX}.>"],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        max_age=DEAD_LETTER_MAX_AGE_S,
+        max_bytes=limits.max_bytes,
+        max_msgs=limits.max_msgs,
+        max_msg_size=DEAD_LETTER_MAX_MSG_BYTES,
+        discard=DiscardPolicy.OLD,
+        duplicate_window=DEAD_LETTER_DEDUP_WINDOW_S,
+    )
+
+
+async def ensure_dead_letter_stream(jetstream: JetStreamContext, limits: DeadLetterLimits) -> None:
+    """Create ``DEAD_LETTERS``, or bring an existing one (an older gateway's, or the public one's in
+    memory) to these bounds: its storage stays, its limits become ours."""
+    wanted = dead_letter_stream_config(limits)
+    try:
+        info = await jetstream.stream_info(DEAD_LETTER_STREAM)
+    except NotFoundError:
+        await jetstream.add_stream(wanted)
+        return
+    current: StreamConfig = info.config
+    bounds = ("max_bytes", "max_msgs", "max_msg_size", "discard", "max_age")
+    if any(getattr(current, name) != getattr(wanted, name) for name in bounds):
+        await jetstream.update_stream(current.evolve(**{name: getattr(wanted, name) for name in bounds}))
 
 
 def work_stream_config(pool: str) -> StreamConfig:

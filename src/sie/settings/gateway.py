@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from sie.catalog.follower import FollowerSettings
-from sie.queue.streams import STREAM_MAX_AGE_S
+from sie.queue.streams import STREAM_MAX_AGE_S, DeadLetterLimits
 from sie.settings.common import Auth, Catalogue, Cluster, Logging, Tracing, split_csv
 
 
@@ -48,8 +48,20 @@ class GatewaySettings(Auth, Catalogue, Cluster, Logging, Tracing):
         description="Most of a pool's work stream one token may hold in flight through this gateway.",
     )
 
+    gateway_dlq_max_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024,
+        description="Bytes the DEAD_LETTERS stream keeps (item metadata, no payloads); the oldest go first.",
+    )
+    gateway_dlq_max_msgs: int = Field(
+        100_000, ge=1, description="Dead letters the DEAD_LETTERS stream keeps; the oldest go first."
+    )
+
     def configured_gpus(self) -> list[str]:
         return split_csv(self.gateway_configured_gpus)
+
+    def dead_letter_limits(self) -> DeadLetterLimits:
+        return DeadLetterLimits(self.gateway_dlq_max_bytes, self.gateway_dlq_max_msgs)
 
     def follower_settings(self) -> FollowerSettings | None:
         return self.follower(
