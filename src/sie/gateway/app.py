@@ -178,7 +178,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
         *cluster_api.ROUTES,
         *pools_api.ROUTES,
         *config_api.ROUTES,
-        *status_page.ROUTES,
+        *status_page.routes(state, settings.gateway_status_max_connections),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.gateway = state

@@ -1,23 +1,36 @@
 """The gateway's status page: ``GET /`` (one HTML page, no assets) kept live by ``/ws/cluster-status``,
 which pushes the cluster as the gateway sees it every second: workers (pool, profile, bundle, loaded
-models, queue depth, health), models, pools and leases, and the error rate since the last message."""
+models, queue depth, health), models, pools and leases, and the error rate since the last message.
+
+A snapshot costs 1 + P reads of the pools bucket (P pools), so one ``StatusFeed`` builds one a second
+for every viewer, and only while there is one; viewers are capped
+(``SIE_GATEWAY_STATUS_MAX_CONNECTIONS``), and the socket only pushes.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 import time
 from typing import Any, Final
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from sie.gateway.cluster_api import health_body
 from sie.gateway.state import GatewayState
 
+log = logging.getLogger(__name__)
+
 PERIOD_S: Final = 1.0
+# RFC 6455 close codes: the server is at its limit (the client may come back), and a frame this
+# endpoint does not take (it only pushes).
+TRY_AGAIN_LATER: Final = 1013
+UNSUPPORTED_DATA: Final = 1003
 
 
 def _answers(state: GatewayState) -> tuple[float, float]:
@@ -59,23 +72,107 @@ async def cluster_status(state: GatewayState, since: tuple[float, float]) -> dic
     }
 
 
+class StatusFeed:
+    """The one producer of ``/ws/cluster-status`` snapshots and its viewers.
+
+    The producer task runs while at least one viewer is connected: a snapshot per ``period_s``,
+    encoded once and sent to all, so what the bucket and the encoder cost does not grow with
+    viewers. A viewer that connects gets the latest snapshot at once, then each new one; a slow
+    viewer skips the ones it missed instead of queueing them. Past ``max_viewers`` a connection is
+    closed ``TRY_AGAIN_LATER``; a viewer that sends anything is closed ``UNSUPPORTED_DATA``.
+    """
+
+    def __init__(self, state: GatewayState, max_viewers: int, period_s: float = PERIOD_S) -> None:
+        self._state = state
+        self._max_viewers = max_viewers
+        self._period_s = period_s
+        self._viewers = 0
+        self._latest: str | None = None
+        self._fresh = asyncio.Event()  # set, then replaced, each time ``_latest`` changes
+        self._producer: asyncio.Task[None] | None = None
+
+    async def serve(self, websocket: WebSocket) -> None:
+        await websocket.accept()
+        if self._viewers >= self._max_viewers:
+            reason = (
+                f"at most {self._max_viewers} /ws/cluster-status connections "
+                "(SIE_GATEWAY_STATUS_MAX_CONNECTIONS); try again later"
+            )
+            await websocket.close(TRY_AGAIN_LATER, reason)
+            return
+        self._join()
+        pushing = asyncio.create_task(self._push(websocket))
+        listening = asyncio.create_task(self._refuse_input(websocket))
+        try:  # until the viewer leaves, sends, or cannot be sent to
+            await asyncio.wait({pushing, listening}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            pushing.cancel()
+            listening.cancel()
+            await asyncio.gather(pushing, listening, return_exceptions=True)
+            self._leave()
+
+    def _join(self) -> None:
+        self._viewers += 1
+        if self._producer is None:
+            self._fresh = asyncio.Event()  # on the running loop
+            self._producer = asyncio.create_task(self._produce(), name="sie-gateway-cluster-status")
+            self._producer.add_done_callback(_report_death)
+
+    def _leave(self) -> None:
+        self._viewers -= 1
+        if self._viewers == 0 and self._producer is not None:
+            self._producer.cancel()
+            self._producer, self._latest = None, None
+
+    async def _produce(self) -> None:
+        since = _answers(self._state)
+        while True:
+            try:
+                snapshot = await cluster_status(self._state, since)
+            except Exception:  # NATS away: the viewers keep the last snapshot until it answers again
+                log.warning("building the cluster status failed", exc_info=True)
+            else:
+                since = (
+                    since[0] + snapshot["recent"]["requests"],
+                    since[1] + snapshot["recent"]["errors"],
+                )
+                self._latest = json.dumps(snapshot)
+                fresh, self._fresh = self._fresh, asyncio.Event()
+                fresh.set()
+            await asyncio.sleep(self._period_s)
+
+    async def _push(self, websocket: WebSocket) -> None:
+        sent: str | None = None
+        with contextlib.suppress(WebSocketDisconnect, OSError, RuntimeError):
+            while True:
+                fresh, latest = self._fresh, self._latest
+                if latest is not None and latest is not sent:
+                    await websocket.send_text(latest)
+                    sent = latest
+                await fresh.wait()
+
+    async def _refuse_input(self, websocket: WebSocket) -> None:
+        """Until the viewer leaves (its slot is free at once); a frame from it closes the socket."""
+        with contextlib.suppress(WebSocketDisconnect, OSError, RuntimeError):
+            message = await websocket.receive()
+            if message["type"] == "websocket.receive":
+                await websocket.close(UNSUPPORTED_DATA, "/ws/cluster-status only pushes")
+
+
+def _report_death(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the cluster status feed died", exc_info=task.exception())
+
+
 async def page(_: Request) -> HTMLResponse:
     return HTMLResponse(PAGE)
 
 
-async def ws_cluster_status(websocket: WebSocket) -> None:
-    state: GatewayState = websocket.app.state.gateway
-    await websocket.accept()
-    since = _answers(state)
-    with contextlib.suppress(WebSocketDisconnect, OSError, RuntimeError):
-        while True:
-            message = await cluster_status(state, since)
-            since = _answers(state)
-            await websocket.send_json(message)
-            await asyncio.sleep(PERIOD_S)
+def routes(state: GatewayState, max_viewers: int) -> list[BaseRoute]:
+    """``/`` and ``/ws/cluster-status``, whose viewers share one ``StatusFeed``."""
+    feed = StatusFeed(state, max_viewers)
+    return [Route("/", page), WebSocketRoute("/ws/cluster-status", feed.serve)]
 
-
-ROUTES = [Route("/", page), WebSocketRoute("/ws/cluster-status", ws_cluster_status)]
 
 PAGE: Final = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>sie cluster</title>

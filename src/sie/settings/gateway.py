@@ -28,6 +28,12 @@ class GatewaySettings(Auth, Catalogue, Cluster, Logging, Tracing):
     gateway_config_full_export_interval_ms: float = Field(
         300000, ge=0, description="How often sie-config's whole export is read regardless (0: never)."
     )
+    gateway_status_max_connections: int = Field(
+        32,
+        ge=1,
+        description="Most /ws/cluster-status viewers at once; the next is closed 1013 (try again later). "
+        "All of them share one snapshot a second (1 + P reads of the pools bucket, P pools).",
+    )
 
     payload_store_ttl: float = Field(
         300,
