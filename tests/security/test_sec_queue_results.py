@@ -158,3 +158,19 @@ async def test_a_full_request_is_published_whole_through_the_window(client: Clie
     assert results == [None] * 50
     stored = await jetstream.stream_info(pool_stream(POOL))
     assert stored.state.messages == 50
+
+
+async def test_a_request_that_gave_up_publishes_no_more(client: Client) -> None:
+    """A request that times out while its items are still going out (a slow stream, a huge request)
+    stops publishing them: nobody would read their answers."""
+    jetstream = client.jetstream()
+    await ensure_work_stream(jetstream, POOL)
+    dispatcher = Dispatcher(client, GatewayMetrics(), publish_concurrency=1)
+    await dispatcher.start()
+    request_id = dispatcher.new_request_id()
+    results = await dispatcher.run(request_id, SUBJECT, requested(dispatcher, request_id, 2000), 0.05)
+    assert results == [None] * 2000
+    before = (await jetstream.stream_info(pool_stream(POOL))).state.messages
+    await asyncio.sleep(0.5)
+    after = (await jetstream.stream_info(pool_stream(POOL))).state.messages
+    assert after == before < 2000

@@ -129,10 +129,10 @@ class Dispatcher:
         loop = asyncio.get_running_loop()
         collector = Collector([None] * len(items), loop.create_future())
         self._collectors[request_id] = collector
+        # The acks are awaited beside the results, not before them: a result may come back before
+        # JetStream's ack does, and waiting for the ack first added its round trip to every request.
+        acks = asyncio.ensure_future(self._publish(subject, items))
         try:
-            # The acks are awaited beside the results, not before them: a result may come back before
-            # JetStream's ack does, and waiting for the ack first added its round trip to every request.
-            acks = asyncio.ensure_future(self._publish(subject, items))
             collector.published_at = time.monotonic()
             if items:
                 histogram = self._metrics.publish_seconds.labels(items[0].operation)
@@ -156,11 +156,14 @@ class Dispatcher:
                 if acks in finished and acks.exception() is not None:
                     exc = acks.exception()
                     raise PublishFailed(str(exc) or type(exc).__name__) from exc
-            if not acks.done():
-                acks.add_done_callback(_log_late_failure)
             return collector.slots
         finally:
             del self._collectors[request_id]
+            if not acks.done():
+                if collector.done.done():
+                    acks.add_done_callback(_log_late_failure)  # every item is out; acks are late
+                else:
+                    acks.cancel()  # timed out or cancelled: what is not out yet stays unpublished
 
     async def _publish(self, subject: str, items: list[WorkItem]) -> None:
         """Every item, ``publish_concurrency`` at a time, each encoded only when its turn comes; the
