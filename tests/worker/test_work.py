@@ -90,9 +90,11 @@ def test_retries_wait_longer_each_time_and_never_reach_max_deliver():
     assert delays[-1] is None and all(d is not None for d in delays[:-1])  # the 19th: answered
     assert sum(d for d in delays[:8] if d is not None) > 120  # the stream's age passes by delivery 9
     assert retry_delay(5, 3, -1, 0.0, None) == 20  # an unlimited consumer: the waits alone
-    # With a deadline: a retry that would land after it is not made.
-    assert retry_delay(1, 3, 20, 100.0, 105.0) == 4
-    assert retry_delay(1, 3, 20, 101.0, 105.0) is None
+    # With a deadline: a retry lands at most halfway to it, and none shorter than the table's wait.
+    assert retry_delay(1, 3, 20, 100.0, 130.0) == 4
+    assert retry_delay(1, 3, 20, 100.0, 105.0) == 2.5
+    assert retry_delay(1, 3, 20, 103.5, 105.0) is None
+    assert retry_delay(5, 1, 20, 100.0, 109.0) is None  # a 5 s wait does not fit in half of 9 s
 
 
 async def test_a_work_item_round_trips_over_a_real_jetstream(nats_url: str, engine: Engine):

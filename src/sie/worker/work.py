@@ -44,15 +44,18 @@ def retry_delay(
     The error table's wait grows ``RETRY_GROWTH``-fold per delivery (up to ``MAX_RETRY_DELAY_S``), so
     planned waits (a model or LoRA loading, overload, a config on its way) spread over the item's
     life instead of spending its ``max_deliver`` deliveries in as many seconds and ending as a dead
-    letter. A retry that would land past the item's deadline is not made (nobody would wait for its
-    answer), and neither is the last delivery JetStream allows (``max_deliver`` < 1: unlimited):
-    dead letters are for items no worker could settle, not for ones that were told to wait."""
+    letter. Before a deadline a retry lands at most halfway to it (half the time left is kept for
+    running the item), and when even that is shorter than the table's wait the item is answered
+    now rather than redelivered after nobody waits for it. The last delivery JetStream allows
+    (``max_deliver`` < 1: unlimited) is never spent on a wait either: dead letters are for items no
+    worker could settle, not for ones that were told to wait."""
     if 0 < max_deliver <= deliveries + 1:
         return None
     delay = min(wait_s * RETRY_GROWTH ** max(deliveries - 1, 0), MAX_RETRY_DELAY_S)
-    if deadline is not None and now + delay >= deadline:
-        return None
-    return delay
+    if deadline is None:
+        return delay
+    half_left = (deadline - now) / 2
+    return None if half_left < wait_s else min(delay, half_left)
 
 
 def answered(
