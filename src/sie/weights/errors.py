@@ -8,7 +8,12 @@
   may heal by itself: the load-failure class ``NETWORK``, retried after a cooldown. It derives from
   ``ConnectionError`` so a classifier that knows only the standard types gets it right too.
 
-Both messages name every tier tried, in order, and why each gave nothing.
+Both messages name every tier tried, in order, and why each gave nothing. They are for the operator's
+log: a client is told the load-failure class and a generic text (``engine.load_errors``).
+
+``TooLarge`` is one tier's refusal, not a miss: the files are there but over the cap a fetch may take
+(``WeightSources.max_fetch_bytes``, the LoRAs' ``SIE_LORA_MAX_BYTES``); the resolve records it and goes
+on to the next tier.
 """
 
 from __future__ import annotations
@@ -20,3 +25,7 @@ class WeightsNotFound(LookupError):
 
 class WeightsUnavailable(ConnectionError):
     """A tier that might hold the files could not be reached; the message lists what was tried."""
+
+
+class TooLarge(Exception):
+    """A copy or download was refused before it started: its files are over the fetch cap."""

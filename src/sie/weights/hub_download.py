@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sie.weights.disk_cache import folder_name
+from sie.weights.errors import TooLarge
 from sie.weights.files import needed_files
 from sie.weights.progress import report_progress
 
@@ -34,7 +35,8 @@ def _reason(exc: BaseException) -> str:
 def download(
     hf_id: str, revision: str | None, cache_root: Path, onnx: bool, make_room: Callable[[int], object]
 ) -> Path:
-    """The local snapshot folder of ``hf_id`` after downloading the files it needs."""
+    """The local snapshot folder of ``hf_id`` after downloading the files it needs. ``make_room`` gets
+    their total size before anything is fetched; it may refuse with ``TooLarge``."""
     try:
         from huggingface_hub import HfApi, constants, snapshot_download
         from huggingface_hub.errors import (
@@ -67,6 +69,8 @@ def download(
                 cache_dir=str(cache_root),
                 allow_patterns=[glob.escape(name) for name in files],
             )
+    except TooLarge:  # ``make_room``'s cap: refused before a byte was fetched
+        raise
     except missing as exc:
         raise HubMiss(_reason(exc)) from exc
     except Exception as exc:  # connection errors, timeouts, 5xx, 401/403: it may work later

@@ -7,8 +7,9 @@
    into the local cache on a hit and served from there;
 5. the Hugging Face Hub, only when ``hf_fallback`` is on, downloaded into the local cache.
 
-Copies and downloads fetch only the files an adapter reads (``weight_files``), make room first on a
-full disk (``disk_cache``) and log their progress. Nothing here loads a model: it answers with a folder
+Copies and downloads fetch only the files an adapter reads (``weight_files``), are refused when those
+are over ``max_fetch_bytes`` (``TooLarge``: the LoRAs' cap), make room first on a full disk
+(``disk_cache``) and log their progress. Nothing here loads a model: it answers with a folder
 or raises ``WeightsNotFound`` (no tier has it: permanent) or ``WeightsUnavailable`` (a tier that might
 have it could not be reached: may heal); see ``weight_errors``.
 """
@@ -22,7 +23,8 @@ from pathlib import Path
 
 from sie.weights.cluster_cache import ClusterCache, ClusterUnreachable
 from sie.weights.disk_cache import DiskCache, folder_name, nothing_in_use
-from sie.weights.errors import WeightsNotFound, WeightsUnavailable
+from sie.weights.errors import TooLarge, WeightsNotFound, WeightsUnavailable
+from sie.weights.files import needed_files
 from sie.weights.hub_download import HubMiss, HubUnreachable, download
 from sie.weights.packaged import INSTALL_COMMAND, PACKAGED
 
@@ -34,7 +36,9 @@ class WeightSources:
     """The configured tiers; built once from settings and handed to the loader.
 
     ``in_use`` names the hub ids the disk cache must never evict (the models loaded now); the
-    composition root passes the engine's view of it."""
+    composition root passes the engine's view of it. ``max_fetch_bytes`` refuses a copy or download
+    whose files are larger (None: any size); ``hub_setting`` is the setting a log line names when the
+    Hub is off."""
 
     local_cache: Path | None = None
     hf_fallback: bool = True
@@ -42,6 +46,8 @@ class WeightSources:
     disk_cache_enabled: bool = True
     disk_pressure_threshold_percent: float = 85.0
     in_use: Callable[[], Collection[str]] = field(default=nothing_in_use, compare=False)
+    max_fetch_bytes: int | None = None
+    hub_setting: str = "hf_fallback"
 
     def cache_root(self) -> Path:
         if self.local_cache is not None:
@@ -85,7 +91,7 @@ class WeightSources:
                 if located is not None:
                     return located
                 tried.append(f"package '{packaged.module}' (not installed: {INSTALL_COMMAND} {hf_id})")
-            cached = self._from_cache(hf_id, revision)
+            cached = self.cached(hf_id, revision)
             if cached is not None:
                 self.disk_cache().touch(hf_id)
                 return cached
@@ -98,7 +104,9 @@ class WeightSources:
                 tried.append("cluster cache (not configured: SIE_CLUSTER_CACHE is unset)")
             if self.hf_fallback:
                 try:
-                    folder = download(hf_id, revision, self.cache_root(), onnx, self._make_room(hf_id))
+                    folder = download(hf_id, revision, self.cache_root(), onnx, self._before_fetch(hf_id))
+                except TooLarge as exc:
+                    tried.append(f"hub download of {hf_id!r} (refused: {exc})")
                 except HubMiss as exc:
                     tried.append(f"hub download of {hf_id!r} ({exc})")
                 except HubUnreachable as exc:
@@ -108,12 +116,20 @@ class WeightSources:
                     self.disk_cache().touch(hf_id)
                     return folder
             else:
-                tried.append(f"hub download of {hf_id!r} (disabled: hf_fallback is off)")
+                tried.append(f"hub download of {hf_id!r} (disabled: {self.hub_setting} is off)")
         error = WeightsUnavailable if unreachable else WeightsNotFound
         raise error(f"no weights for {hf_id or weights_path!r}; tried: {'; '.join(tried)}")
 
-    def _make_room(self, hf_id: str) -> Callable[[int], object]:
-        return lambda needed: self.disk_cache().make_room(hf_id, needed)
+    def _before_fetch(self, hf_id: str) -> Callable[[int], object]:
+        """What runs once a fetch knows its size: the cap, then room on the disk."""
+
+        def check(needed: int) -> object:
+            cap = self.max_fetch_bytes
+            if cap is not None and needed > cap:
+                raise TooLarge(f"{needed} bytes, over the cap of {cap} bytes")
+            return self.disk_cache().make_room(hf_id, needed)
+
+        return check
 
     def _from_cluster(
         self, hf_id: str, revision: str | None, onnx: bool, tried: list[str]
@@ -127,8 +143,12 @@ class WeightSources:
             if snapshot is None:
                 tried.append(f"{where} (no snapshot)")
                 return None, False
-            self._make_room(hf_id)(sum(snapshot.sizes.values()))
+            needed = needed_files(snapshot.sizes, onnx)
+            self._before_fetch(hf_id)(sum(snapshot.sizes[name] for name in needed))
             copied = cluster.copy(snapshot, self.cache_root(), onnx)
+        except TooLarge as exc:
+            tried.append(f"{where} (refused: {exc})")
+            return None, False
         except ClusterUnreachable as exc:
             tried.append(f"{where} (unreachable: {exc})")
             return None, True
@@ -138,7 +158,8 @@ class WeightSources:
     def _snapshots(self, hf_id: str) -> Path:
         return self.cache_root() / folder_name(hf_id) / "snapshots"
 
-    def _from_cache(self, hf_id: str, revision: str | None) -> Path | None:
+    def cached(self, hf_id: str, revision: str | None = None) -> Path | None:
+        """The local cache's snapshot of ``hf_id`` (the newest, or the pinned ``revision``), else None."""
         snapshots = self._snapshots(hf_id)
         if not snapshots.is_dir():
             return None
