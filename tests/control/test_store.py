@@ -11,7 +11,7 @@ from unittest import mock
 import pytest
 import yaml
 
-from sie.control.store import ConfigStore, StoreError
+from sie.control.store import ConfigStore, EpochUnreadable, StoreError
 from tests.e2e.cluster import run_config_service
 from tests.s3 import S3, moto_s3
 
@@ -35,26 +35,29 @@ def s3() -> Iterator[S3]:
 def test_a_folder_store_writes_whole_readable_files_and_maps_ids(tmp_path: Path) -> None:
     store = ConfigStore(str(tmp_path / "store"))
     assert store.read_epoch() == 0 and store.model_ids() == []
-    store.write_epoch(7)
-    store.write_model("acme/a", "sie_id: acme/a\n")
-    store.write_model("acme/a", "sie_id: acme/a\nhf_id: x\n")  # replaced whole
+    for seen in range(7):
+        assert store.advance_epoch(seen) == seen + 1
+    store.write_model("acme/a", "sie_id: acme/a\n", expected=None)
+    store.write_model("acme/a", "sie_id: acme/a\nhf_id: x\n", expected="sie_id: acme/a\n")  # replaced whole
     files = sorted(p.name for p in (tmp_path / "store").rglob("*") if p.is_file())
-    assert files == ["acme__a.yaml", "epoch"]  # no temporary file left behind
+    assert files == [".lock", "acme__a.yaml", "epoch"]  # no temporary file left behind
     path = tmp_path / "store" / "models" / "acme__a.yaml"
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert store.read_epoch() == 7 and store.model_ids() == ["acme/a"]
     assert store.load_all() == {"acme/a": "sie_id: acme/a\nhf_id: x\n"}
     with pytest.raises(StoreError, match="reserved sequence '__'"):
-        store.write_model("acme__a", "x")
+        store.write_model("acme__a", "x", expected=None)
     (tmp_path / "store" / "epoch").write_text("garbage")
-    assert store.read_epoch() == 0  # unreadable reads as 0, as the public service does
+    with pytest.raises(EpochUnreadable, match="garbage"):  # no longer read as 0 (tests/security)
+        store.read_epoch()
 
 
 def test_an_s3_store_holds_models_and_the_epoch(s3: S3) -> None:
     with mock.patch.dict(os.environ, s3.env()):
         store = ConfigStore(f"s3://{BUCKET}/unit")
-        store.write_epoch(3)
-        store.write_model("acme/a", yaml.safe_dump(CONFIG))
+        for seen in range(3):
+            store.advance_epoch(seen)
+        store.write_model("acme/a", yaml.safe_dump(CONFIG), expected=None)
         again = ConfigStore(f"s3://{BUCKET}/unit")
         assert again.read_epoch() == 3
         assert again.model_ids() == ["acme/a"]

@@ -5,8 +5,8 @@ for config errors (``catalog.config_errors``), a plain string for auth errors (i
 ``detail.error``); the HTTP edge renders them (``sie.http.errors``, the ``CONFIG`` envelope).
 
 Writes are serialized by one lock, and so is the export, so a follower never gets an epoch ahead of the
-models it is shown. Inside the lock a write bumps the persisted epoch, writes the model's merged YAML,
-updates the registry, then publishes the deltas (see ``store`` for why the epoch goes first).
+models it is shown; what a write does inside the lock is ``writer``'s. Every body is at most
+``MAX_BODY_BYTES``: the app's ``BodyLimit`` refuses a longer one before it is read.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from starlette.routing import Route
 
 from sie.catalog.bundles import parse_model_spec
 from sie.catalog.config_errors import (
-    BodyTooLarge,
     BundleNotFound,
     ConfigInvalid,
     ConfigNotFound,
@@ -41,10 +40,11 @@ from sie.catalog.config_errors import (
     ParseError,
 )
 from sie.control.auth import require_read, require_write
-from sie.control.configs import Plan, schema_errors
+from sie.control.configs import dump_yaml, schema_errors
 from sie.control.idempotency import Answer, Evicted, KeyMismatch, OwnerFailed
 from sie.control.state import ControlState, state_of
-from sie.control.store import StoreError
+from sie.control.store import storable
+from sie.control.writer import write
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("sie.audit")
@@ -66,10 +66,6 @@ def check_model_id(model_id: str) -> None:
         raise InvalidModelId(
             "Model ID must not end with '/status' (reserved for the gateway status endpoint)."
         )
-
-
-def dump_yaml(config: dict[str, Any]) -> str:
-    return yaml.safe_dump(config, default_flow_style=False, sort_keys=False, allow_unicode=True)
 
 
 async def list_models(request: Request) -> Response:
@@ -106,9 +102,7 @@ async def add_model(request: Request) -> Response:
     started = time.monotonic()
     if state.publisher is not None and not state.publisher.connected:
         raise NatsUnavailable("NATS not connected -- cannot distribute config changes.")
-    body = await request.body()
-    if len(body) > MAX_BODY_BYTES:
-        raise BodyTooLarge(f"Config body exceeds {MAX_BODY_BYTES} bytes limit.")
+    body = await request.body()  # at most MAX_BODY_BYTES: the app's BodyLimit refuses more unread
     key = request.headers.get("Idempotency-Key")
     body_hash = hashlib.sha256(body).hexdigest()
     if key:
@@ -181,14 +175,14 @@ def _parse(body: bytes) -> dict[str, Any]:
     model_id = config.get("sie_id")
     if model_id:
         check_model_id(str(model_id))
+        reason = storable(str(model_id))
+        if reason is not None:
+            raise InvalidModelId(reason)
     return config
 
 
 async def _add(state: ControlState, body: bytes) -> tuple[int, dict[str, Any]]:
-    config = _parse(body)
-    async with state.write_lock:
-        plan = state.registry.plan(config)
-        warnings = await _commit(state, plan) if plan.created else []
+    plan, warnings = await write(state, _parse(body))
     registry = state.registry
     answer = {
         "model_id": plan.model_id,
@@ -201,55 +195,6 @@ async def _add(state: ControlState, body: bytes) -> tuple[int, dict[str, Any]]:
         "router_id": state.publisher.router_id if state.publisher is not None else "standalone",
     }
     return (201 if plan.created else 200), answer
-
-
-async def _commit(state: ControlState, plan: Plan) -> list[str]:
-    """Epoch, then model, then registry, then deltas (under the write lock)."""
-    text = dump_yaml(plan.merged)
-    epoch = state.epoch
-    if state.store is not None:
-        store = state.store
-        try:
-            await asyncio.to_thread(store.write_epoch, epoch + 1)
-            epoch += 1
-            state.metrics.store_writes.labels("increment_epoch", "success").inc()
-            await asyncio.to_thread(store.write_model, plan.model_id, text)
-            state.metrics.store_writes.labels("write_model", "success").inc()
-        except StoreError as exc:
-            raise ConfigInvalid([{"message": str(exc)}]) from exc
-        except OSError:
-            state.metrics.store_writes.labels("write_model", "failure").inc()
-            raise
-        state.epoch = epoch
-    state.registry.commit(plan.merged)
-    state.refresh_gauges()
-    if state.publisher is None:
-        return []
-    deltas = [
-        {
-            "bundle_id": bundle,
-            "epoch": epoch,
-            "bundle_config_hash": state.bundle_hash(bundle),
-            "model_id": plan.model_id,
-            "profiles_added": plan.created,
-            "model_config": text,
-            "affected_bundles": plan.bundles,
-            "pool": "default",
-            "bundle_adapters": {b: state.bundle_adapters(b) for b in plan.bundles},
-        }
-        for bundle in plan.bundles
-    ]
-    failed = await state.publisher.publish(deltas)
-    state.metrics.nats_publishes.labels("failure" if failed else "success").inc()
-    if not failed:
-        return []
-    if len(failed) < len(deltas):
-        return [
-            "nats_publish_partial: Config persisted but NATS notification failed for bundle(s) "
-            f"{failed}. Workers on those bundles will stay on the previous epoch until the gateway's "
-            "periodic epoch poll triggers a re-export."
-        ]
-    return ["nats_publish_failed: Config persisted but NATS notification failed. Workers may not be updated."]
 
 
 async def resolve(request: Request) -> Response:

@@ -1,8 +1,9 @@
 """The composition root of ``sie-config``: settings in, an ASGI app out.
 
-Start: bundles and the baked catalogue (a bad YAML stops startup) → the store (its epoch, and with
-``SIE_CONFIG_RESTORE=true`` its models back into the registry) → serve, while NATS is joined in the
-background (writes answer 503 ``nats_unavailable`` until it is, reads and probes answer at once).
+Start: bundles and the baked catalogue (a bad YAML stops startup) → the store (its epoch, which must
+read as an integer, and with ``SIE_CONFIG_RESTORE=true`` its models back into the registry) → serve,
+while NATS is joined in the background (writes answer 503 ``nats_unavailable`` until it is, reads and
+probes answer at once). Every body is refused past ``api.MAX_BODY_BYTES`` before it is read.
 """
 
 from __future__ import annotations
@@ -23,16 +24,19 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sie import __version__
 from sie.catalog.bundles import bundle_names, load_bundle
+from sie.catalog.config_errors import BodyTooLarge
 from sie.control import api
 from sie.control.auth import Tokens, refuse_open
 from sie.control.configs import ConfigRegistry
 from sie.control.publisher import DeltaPublisher
 from sie.control.state import ControlState
 from sie.control.store import ConfigStore
+from sie.errors import SieError
 from sie.http import openapi
 from sie.http.errors import Envelope
 from sie.http.errors import install as install_errors
 from sie.http.metrics import route_template, run_recording_status
+from sie.http.middleware import BodyLimit
 from sie.settings.common import Host, secret
 from sie.settings.control import ConfigServiceSettings
 from sie.wire.errors import ConfigErrorCode, ErrorCode
@@ -84,6 +88,10 @@ class RequestCounting:
             self.state.metrics.requests.labels(scope["method"], template, str(status)).inc()
 
         await run_recording_status(self.app, scope, receive, send, record)
+
+
+def too_large(limit: int) -> SieError:
+    return BodyTooLarge(f"Config body exceeds {limit} bytes limit.")
 
 
 def tokens_of(settings: ConfigServiceSettings) -> Tokens:
@@ -140,6 +148,7 @@ def create_app(settings: ConfigServiceSettings) -> Starlette:
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.control = state
     install_errors(app, Envelope.CONFIG)
+    app.add_middleware(BodyLimit, limit=api.MAX_BODY_BYTES, envelope=Envelope.CONFIG, refusal=too_large)
     app.add_middleware(RequestCounting, state=state, routes=routes)
     log.info(
         "sie-config %s: %d bundles, %d models (%d from the store), epoch %d",

@@ -71,6 +71,11 @@ def schema_errors(body: dict[str, Any]) -> list[dict[str, Any]]:
     return []
 
 
+def dump_yaml(config: dict[str, Any]) -> str:
+    """A config's YAML as the service stores and serves it (the public service's dump)."""
+    return yaml.safe_dump(config, default_flow_style=False, sort_keys=False, allow_unicode=True)
+
+
 def parse_config(body: dict[str, Any]) -> ModelConfig:
     try:
         return ModelConfig.model_validate(body)
@@ -108,6 +113,8 @@ class ConfigRegistry:
         self._parsed: dict[str, ModelConfig] = {}
         self._texts: dict[str, str] = {}  # the baseline's own YAML text, served as written
         self.api_ids: set[str] = set()
+        # By sie_id: the text the store holds, as this registry read or wrote it.
+        self._stored: dict[str, str] = {}
         if models_dir is not None and models_dir.is_dir():
             for path, config in load_model_dir(models_dir):
                 self._texts[config.sie_id] = path.read_text(encoding="utf-8")
@@ -148,6 +155,15 @@ class ConfigRegistry:
         all_profiles = config.get("profiles") or {}
         names = list(all_profiles) if profiles is None else list(profiles)
         return self.bundles_serving(p for name in names if (p := _profile_adapter(all_profiles, name)))
+
+    def forget_stored(self, model_id: str) -> None:
+        """The store no longer holds ``model_id`` (removed by hand): its next write creates the file."""
+        self._stored.pop(model_id, None)
+
+    def stored_text(self, model_id: str) -> str | None:
+        """What the store holds of ``model_id`` as far as this registry knows (None: nothing): the
+        condition of the next write of it (``ConfigStore.write_model``)."""
+        return self._stored.get(model_id)
 
     def bundle(self, name: str) -> Bundle | None:
         return next((b for b in self.bundles if b.name == name), None)
@@ -254,13 +270,16 @@ class ConfigRegistry:
             )
         return Plan(model_id, created, skipped, bundles, merged)
 
-    def commit(self, merged: dict[str, Any], *, from_api: bool = True) -> None:
+    def commit(self, merged: dict[str, Any], stored: str | None = None) -> None:
+        """``merged`` becomes the model's config, added through the API; ``stored`` is its text in the
+        store (None without a store)."""
         model_id = merged["sie_id"]
-        self._configs[model_id] = merged
         self._parsed[model_id] = parse_config(merged)
+        self._configs[model_id] = merged
         self._texts.pop(model_id, None)
-        if from_api:
-            self.api_ids.add(model_id)
+        self.api_ids.add(model_id)
+        if stored is not None:
+            self._stored[model_id] = stored
         self._catalog = None
 
     def restore(self, texts: dict[str, str]) -> list[str]:
@@ -271,7 +290,7 @@ class ConfigRegistry:
                 merged = yaml.safe_load(text)
                 if not isinstance(merged, dict) or merged.get("sie_id") != model_id:
                     raise ValueError("not a model config for this id")
-                self.commit(merged)
-            except (ValueError, yaml.YAMLError):
+                self.commit(merged, stored=text)
+            except (ValueError, yaml.YAMLError, ConfigInvalid):
                 bad.append(model_id)
         return bad

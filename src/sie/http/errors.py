@@ -6,10 +6,10 @@ A process answers in the envelope of its API (``Envelope``): the server's native
 ``{"detail": {"code", "message"}}`` (its OpenAI routes: OpenAI's ``{"error": {...}}``, so the ``openai``
 client raises its own errors), the gateway's native envelope with the message also at the top level
 (where the public gateway puts it), sie-config's ``{"detail": {"error": <code>, ...}}`` (the public
-service's FastAPI bodies; an auth refusal there is a bare ``{"detail": "<message>"}``). Errors always
-answer JSON (the public server does the same even when msgpack was asked for), with ``Retry-After``
-when the code invites a retry and ``X-SIE-Error-Code``. A 500 never carries internal text: the
-traceback goes to the log, the client gets a stable code.
+service's FastAPI bodies, and its 500s; an auth refusal there is a bare ``{"detail": "<message>"}``).
+Errors always answer JSON (the public server does the same even when msgpack was asked for), with
+``Retry-After`` when the code invites a retry and ``X-SIE-Error-Code``. A 500 never carries internal
+text: the traceback goes to the log, the client gets a stable code.
 """
 
 from __future__ import annotations
@@ -134,6 +134,8 @@ def _body(exc: Exception, rule: ErrorRule, message: str, envelope: Envelope) -> 
     if envelope is Envelope.CONFIG:
         if isinstance(rule.code, ConfigErrorCode):
             return {"detail": {"error": rule.code.value, **details}}
+        if rule.code is ErrorCode.INTERNAL_ERROR:  # its refusals' shape and case, no text of the exception's
+            return {"detail": {"error": rule.code.value.lower(), "message": message}}
         return {"detail": message}  # FastAPI's bare detail, as the public service's auth answers
     body = error_envelope(rule.code, message, **details)
     return {"message": message, **body} if envelope is Envelope.GATEWAY else body

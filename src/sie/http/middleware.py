@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sie.catalog.errors import PayloadTooLarge
 from sie.core.instance import RUNTIME_INSTANCE
+from sie.errors import SieError
 from sie.http.errors import Envelope, envelope_at, error_response, openai_error_response
 
 log = logging.getLogger(__name__)
+
+
+def payload_too_large(limit: int) -> SieError:
+    return PayloadTooLarge(f"Request body exceeds the limit of {limit} bytes (SIE_MAX_REQUEST_BODY_BYTES)")
 
 
 class BodyLimit:
@@ -20,6 +25,7 @@ class BodyLimit:
 
     The refusal comes before any route runs, so it is rendered here in the envelope of the route that
     was asked: OpenAI's on ``openai_routes`` (their clients parse nothing else), the process's elsewhere.
+    ``refusal`` is the error answered (sie-config words its own, with its code).
     """
 
     def __init__(
@@ -28,11 +34,13 @@ class BodyLimit:
         limit: int,
         openai_routes: Sequence[BaseRoute] = (),
         envelope: Envelope = Envelope.NATIVE,
+        refusal: Callable[[int], SieError] = payload_too_large,
     ) -> None:
         self.app = app
         self.limit = limit
         self.openai_routes = tuple(openai_routes)
         self.envelope = envelope
+        self.refusal = refusal
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -44,14 +52,16 @@ class BodyLimit:
             return
         seen = 0
         started = False
+        refused: SieError | None = None  # the refusal raised into the app, once the body is too long
 
         async def counting_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, refused
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    raise PayloadTooLarge(self._message())
+                    refused = self.refusal(self.limit)
+                    raise refused
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -61,16 +71,13 @@ class BodyLimit:
 
         try:
             await self.app(scope, counting_receive, tracking_send)
-        except PayloadTooLarge:
-            if started:
+        except SieError as exc:
+            if exc is not refused or started:
                 raise
             await self._reject(scope, receive, send)
 
-    def _message(self) -> str:
-        return f"Request body exceeds the limit of {self.limit} bytes (SIE_MAX_REQUEST_BODY_BYTES)"
-
     async def _reject(self, scope: Scope, receive: Receive, send: Send) -> None:
-        exc = PayloadTooLarge(self._message())
+        exc = self.refusal(self.limit)
         openai = any(route.matches(scope)[0] is Match.FULL for route in self.openai_routes)
         envelope = envelope_at(scope["path"], self.envelope)
         response = openai_error_response(exc) if openai else error_response(exc, envelope)

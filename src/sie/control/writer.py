@@ -1,0 +1,133 @@
+"""How a write lands, under the service's write lock: plan it against the registry, persist it (epoch,
+then model, each a compare-and-swap: ``store``), commit it to the registry, publish the deltas.
+
+A store shared with another writer (two pods in a rolling update) can move under this one: the
+epoch it holds is no longer the store's, or the model's file is not what its registry was built from.
+Then nothing was written, and the writer catches up (the store's epoch, the model's stored text into
+the registry), plans the same body again (it may now be a replay, or a conflict) and retries, a few
+times, before it answers 409. The epoch a lost race already took stays taken: an epoch with nothing
+new costs followers one export, two models at one epoch would cost one of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Final
+
+from sie.catalog.config_errors import ConfigRefused
+from sie.control.configs import Plan, dump_yaml
+from sie.control.state import ControlState
+from sie.control.store import ConfigStore, StoreConflict
+from sie.wire.errors import ConfigErrorCode
+
+log = logging.getLogger(__name__)
+
+STORE_ATTEMPTS: Final = 5
+
+
+class StoreRace(ConfigRefused):
+    """The store kept moving under this writer, or holds a config of the model it cannot read."""
+
+    code = ConfigErrorCode.CONTENT_CONFLICT
+
+
+async def write(state: ControlState, config: dict[str, Any]) -> tuple[Plan, list[str]]:
+    """``config`` added: the plan carried out and the answer's warnings."""
+    async with state.write_lock:
+        plan = state.registry.plan(config)
+        stored = None
+        if plan.created and state.store is not None:
+            plan, stored = await _persist(state, state.store, config, plan)
+        if not plan.created:
+            return plan, []
+        text = stored if stored is not None else dump_yaml(plan.merged)
+        state.registry.commit(plan.merged, stored=stored)
+        state.refresh_gauges()
+        return plan, await _publish(state, plan, text)
+
+
+async def _persist(
+    state: ControlState, store: ConfigStore, config: dict[str, Any], plan: Plan
+) -> tuple[Plan, str | None]:
+    """The plan as the store took it, and the model's text there (None: nothing was left to write)."""
+    writes = state.metrics.store_writes
+    for attempt in range(1, STORE_ATTEMPTS + 1):
+        text = dump_yaml(plan.merged)
+        op = "increment_epoch"
+        try:
+            state.epoch = await asyncio.to_thread(store.advance_epoch, state.epoch)
+            writes.labels(op, "success").inc()
+            op = "write_model"
+            expected = state.registry.stored_text(plan.model_id)
+            await asyncio.to_thread(store.write_model, plan.model_id, text, expected=expected)
+            writes.labels(op, "success").inc()
+            return plan, text
+        except StoreConflict as exc:
+            writes.labels(op, "conflict").inc()
+            log.warning(
+                "the config store %s moved under this writer (%s): another sie-config writes it; "
+                "reading it again (attempt %d of %d)",
+                store.location,
+                exc,
+                attempt,
+                STORE_ATTEMPTS,
+            )
+        except OSError:
+            writes.labels(op, "failure").inc()
+            raise
+        await _catch_up(state, store, plan.model_id)
+        plan = state.registry.plan(config)
+        if not plan.created:
+            return plan, None
+    raise StoreRace(
+        f"The config store kept changing under this write of '{plan.model_id}' ({STORE_ATTEMPTS} tries): "
+        "another sie-config writes the same store. Nothing of this write was stored; retry it.",
+        model_id=plan.model_id,
+    )
+
+
+async def _catch_up(state: ControlState, store: ConfigStore, model_id: str) -> None:
+    """The store's epoch, and its text of ``model_id``, into this writer's state."""
+    state.epoch = await asyncio.to_thread(store.read_epoch)
+    text = await asyncio.to_thread(store.read_model, model_id)
+    if text is None:
+        state.registry.forget_stored(model_id)
+    elif text != state.registry.stored_text(model_id) and state.registry.restore({model_id: text}):
+        raise StoreRace(
+            f"The config store holds a config of '{model_id}' that this service cannot read; "
+            "fix or remove it in the store before adding to the model.",
+            model_id=model_id,
+        )
+    state.refresh_gauges()
+
+
+async def _publish(state: ControlState, plan: Plan, text: str) -> list[str]:
+    """One delta per bundle the model is in (the public wire format); the warnings of failures."""
+    if state.publisher is None:
+        return []
+    deltas = [
+        {
+            "bundle_id": bundle,
+            "epoch": state.epoch,
+            "bundle_config_hash": state.bundle_hash(bundle),
+            "model_id": plan.model_id,
+            "profiles_added": plan.created,
+            "model_config": text,
+            "affected_bundles": plan.bundles,
+            "pool": "default",
+            "bundle_adapters": {b: state.bundle_adapters(b) for b in plan.bundles},
+        }
+        for bundle in plan.bundles
+    ]
+    failed = await state.publisher.publish(deltas)
+    state.metrics.nats_publishes.labels("failure" if failed else "success").inc()
+    if not failed:
+        return []
+    if len(failed) < len(deltas):
+        return [
+            "nats_publish_partial: Config persisted but NATS notification failed for bundle(s) "
+            f"{failed}. Workers on those bundles will stay on the previous epoch until the gateway's "
+            "periodic epoch poll triggers a re-export."
+        ]
+    return ["nats_publish_failed: Config persisted but NATS notification failed. Workers may not be updated."]
