@@ -26,7 +26,7 @@ from sie import __version__
 from sie.catalog.bundles import bundle_names, load_bundle
 from sie.catalog.config_errors import BodyTooLarge
 from sie.control import api
-from sie.control.auth import Tokens, refuse_open
+from sie.control.auth import Tokens, refuse_open, require_metrics
 from sie.control.configs import ConfigRegistry
 from sie.control.publisher import DeltaPublisher
 from sie.control.state import ControlState
@@ -122,7 +122,8 @@ def create_app(settings: ConfigServiceSettings) -> Starlette:
     async def readyz(_: Request) -> Response:
         return JSONResponse({"status": "ready"})
 
-    async def metrics(_: Request) -> Response:
+    async def metrics(request: Request) -> Response:
+        require_metrics(request, state.tokens)
         connected = state.publisher is not None and state.publisher.connected
         state.metrics.nats_connected.set(1 if connected else 0)
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,20 +1,27 @@
-"""Who may read and who may write configs: the public service's rules.
+"""Who may read and who may write configs.
 
-Reads take the config read token (``SIE_CONFIG_READ_TOKEN``), the inference token (``SIE_AUTH_TOKEN``,
-not for the export, which holds the write lock while it is built) or the admin token; writes take the
-admin token only. With no token configured the service is open (a laptop, a private network); in
-production (``SIE_DEPLOYMENT_ENV``/``SIE_ENV``) it refuses to start that way (``refuse_open``).
+Writes take the admin token only. Reads, by the public service's rule, take the config read token
+(``SIE_CONFIG_READ_TOKEN``), the inference token (``SIE_AUTH_TOKEN``, not for the export, which holds
+the write lock while it is built) or the admin token, and ``/metrics`` is open. Once a read token is
+set, reads and ``/metrics`` take it or the admin token and nothing else: every tenant holds the
+inference token, and the catalogue (hub ids, weight paths, bundles) and the service's metrics are the
+operator's. ``POST /v1/configs/resolve`` is a read. With no token configured the service is open (a
+laptop, a private network); in production (``SIE_DEPLOYMENT_ENV``/``SIE_ENV``) it refuses to start that
+way (``refuse_open``).
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 from dataclasses import dataclass
 from typing import Final
 
 from starlette.requests import Request
 
 from sie.http.errors import Forbidden, Unauthorized
+
+log = logging.getLogger(__name__)
 
 PRODUCTION: Final = frozenset({"prod", "production"})
 
@@ -26,16 +33,30 @@ class OpenInProduction(ValueError):
 @dataclass(frozen=True)
 class Tokens:
     read: str | None  # SIE_CONFIG_READ_TOKEN
-    inference: str | None  # SIE_AUTH_TOKEN: reads, but not the export
+    inference: str | None  # SIE_AUTH_TOKEN: reads (not the export) while no read token is set
     admin: str | None  # SIE_ADMIN_TOKEN: writes, and every read
 
     @property
     def open(self) -> bool:
         return self.read is None and self.inference is None and self.admin is None
 
+    def readers(self, *, export: bool = False) -> list[str]:
+        """The tokens a read takes."""
+        if self.read is not None or export:
+            candidates = [self.read, self.admin]
+        else:
+            candidates = [self.inference, self.admin]
+        return [token for token in candidates if token is not None]
+
 
 def refuse_open(deployment_env: str, tokens: Tokens) -> None:
-    """At start: a production deployment must configure the tokens its reads and writes take."""
+    """At start: a production deployment must configure the tokens its reads and writes take; a read
+    token equal to the admin token is one token that writes, said so."""
+    if tokens.read is not None and tokens.admin is not None and _same(tokens.read, tokens.admin):
+        log.warning(
+            "SIE_CONFIG_READ_TOKEN equals SIE_ADMIN_TOKEN, so every holder of the read token can write "
+            "configs; give the read token its own value"
+        )
     if deployment_env.strip().lower() not in PRODUCTION:
         return
     if tokens.open:
@@ -57,12 +78,17 @@ def _same(presented: str, expected: str) -> bool:
 def require_read(request: Request, tokens: Tokens, *, export: bool = False) -> None:
     if tokens.open:
         return
-    accepted = [tokens.read, tokens.admin] if export else [tokens.read, tokens.admin, tokens.inference]
     token = bearer(request)
     if not token:
         raise Unauthorized("Missing Authorization header")
-    if not any(_same(token, expected) for expected in accepted if expected is not None):
+    if not any(_same(token, expected) for expected in tokens.readers(export=export)):
         raise Forbidden("Invalid token")
+
+
+def require_metrics(request: Request, tokens: Tokens) -> None:
+    """``/metrics`` is a read once a read token is set, and open before (as the public service's)."""
+    if tokens.read is not None:
+        require_read(request, tokens)
 
 
 def require_write(request: Request, tokens: Tokens) -> None:

@@ -107,10 +107,16 @@ class Nats(SieSettings):
 
 class Tokens(SieSettings):
     auth_token: SecretStr | None = Field(
-        None, description="The inference bearer token (a worker's to the gateway; sie-config's reads)."
+        None,
+        description="The inference bearer token (a worker's to the gateway; sie-config's reads, but not "
+        "its export, while no SIE_CONFIG_READ_TOKEN is set).",
     )
     admin_token: SecretStr | None = Field(None, description="Bearer token for pool and config mutations.")
-    config_read_token: SecretStr | None = Field(None, description="Bearer token for sie-config's reads.")
+    config_read_token: SecretStr | None = Field(
+        None,
+        description="Bearer token for sie-config's reads and /metrics (the admin token reads too); once "
+        "set, SIE_AUTH_TOKEN no longer reads configs and /metrics needs a token. Followers send it.",
+    )
 
 
 class Auth(Tokens):
