@@ -131,7 +131,8 @@ class Dispatcher:
         self._collectors[request_id] = collector
         # The acks are awaited beside the results, not before them: a result may come back before
         # JetStream's ack does, and waiting for the ack first added its round trip to every request.
-        acks = asyncio.ensure_future(self._publish(subject, items))
+        stop = asyncio.Event()
+        acks = asyncio.ensure_future(self._publish(subject, items, stop))
         try:
             collector.published_at = time.monotonic()
             if items:
@@ -162,18 +163,27 @@ class Dispatcher:
             if not acks.done():
                 if collector.done.done():
                     acks.add_done_callback(_log_late_failure)  # every item is out; acks are late
-                else:
-                    acks.cancel()  # timed out or cancelled: what is not out yet stays unpublished
+                else:  # timed out or cancelled: what is not out yet stays unpublished
+                    stop.set()
+                    acks.cancel()
 
-    async def _publish(self, subject: str, items: list[WorkItem]) -> None:
-        """Every item, ``publish_concurrency`` at a time, each encoded only when its turn comes; the
-        first publish JetStream refuses cancels the others and is raised (the items already stored
-        are answered into a collector nobody reads, as after a timeout)."""
+    async def _publish(self, subject: str, items: list[WorkItem], stop: asyncio.Event) -> None:
+        """Every item, ``publish_concurrency`` at a time, each encoded only when its turn comes, until
+        ``stop``; the first publish JetStream refuses stops the others and is raised (the items
+        already stored are answered into a collector nobody reads, as after a timeout). ``stop`` as
+        well as the cancel: Python 3.11's ``wait_for`` (inside nats-py's request) can swallow a
+        cancellation that lands as the ack arrives, and the window would then publish on."""
         pending = iter(items)
 
         async def publish_next() -> None:
             for item in pending:  # one iterator shared by the window: each item is taken once
-                await self._jetstream.publish(subject, encode_message(item))
+                if stop.is_set():
+                    return
+                try:
+                    await self._jetstream.publish(subject, encode_message(item))
+                except BaseException:
+                    stop.set()
+                    raise
 
         try:
             async with asyncio.TaskGroup() as window:
