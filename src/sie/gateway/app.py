@@ -3,6 +3,7 @@
 Start: the catalogue and bundles (a bad YAML stops startup, as on the server) → the HTTP app, which
 serves at once → NATS in the background (``/readyz`` answers 503 and inference 503 ``QUEUE_FULL``
 until it connects) → the inbox, the heartbeat subscription, pools, dead letters and the pool sweep.
+The payload store's sweep (``SIE_PAYLOAD_STORE_TTL``) runs from the start, NATS or not.
 """
 
 from __future__ import annotations
