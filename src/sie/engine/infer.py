@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final, TypeVar
 
 from sie.adapters.batch import AnnotatedText, ImageData, MediaPair, ModelInput
 from sie.adapters.contract import Trait
+from sie.adapters.runtime.images import images_of
 from sie.catalog.errors import InvalidInput
 from sie.core.task import UnsupportedInput
 from sie.engine.errors import future_safe
+from sie.engine.pixels import ImageLimits, PixelBudget
 from sie.engine.registry import Held
 from sie.engine.runner import BatchGroup
 from sie.engine.worker import ItemResult
@@ -24,6 +26,8 @@ from sie.wire.responses import Timing
 # takes 33 us there, while handing it to the pool costs the loop 55 us and the request ~120 us (two
 # thread wake-ups). Longer texts go to the pool so the loop keeps admitting requests meanwhile.
 INLINE_TOKENIZE_CHARS: Final = 160
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -72,31 +76,46 @@ def _input_chars(inputs: Sequence[ModelInput]) -> int:
 
 
 class Infer:
-    def __init__(self, preprocessor_workers: int) -> None:
+    def __init__(self, preprocessor_workers: int, images: ImageLimits | None = None) -> None:
         self._pool = ThreadPoolExecutor(preprocessor_workers, thread_name_prefix="sie-tok")
+        self._images = images or ImageLimits()
+        self._pixels = PixelBudget(self._images.max_inflight_pixels)
 
     async def __call__(self, held: Held, inputs: list[ModelInput], group: BatchGroup) -> Inference:
-        """Prepare (on the loop when tiny, else on the pool), queue on the model's worker, await all."""
+        """Check the images from their headers, take their pixels from the engine's budget, prepare
+        (on the loop when tiny, else on the pool), queue on the model's worker, await all. The pixels
+        are given back once every item is answered (``sie.engine.pixels`` says why)."""
         adapter = held.model.adapter
         started = time.perf_counter()
-        try:
+        inline = (
+            Trait.PREPARES_ON_POOL not in adapter.traits and _input_chars(inputs) <= INLINE_TOKENIZE_CHARS
+        )
+        images = images_of(inputs)
+        pixels = await self._prepared_on(inline, self._images.pixels, images) if images else 0
+        checked_ms = (time.perf_counter() - started) * 1000
+        async with self._pixels.taken(pixels):
+            preparing = time.perf_counter()
             prepare = future_safe(adapter.prepare)
-            if Trait.PREPARES_ON_POOL not in adapter.traits and _input_chars(inputs) <= INLINE_TOKENIZE_CHARS:
-                prepared = prepare(inputs, group.forward)
-            else:
-                loop = asyncio.get_running_loop()
-                prepared = await loop.run_in_executor(self._pool, prepare, inputs, group.forward)
+            prepared = await self._prepared_on(inline, prepare, inputs, group.forward)
+            tokenization_ms = checked_ms + (time.perf_counter() - preparing) * 1000
+            futures = held.worker.submit(prepared, group)
+            try:
+                results: list[ItemResult] = await asyncio.gather(*futures)
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+        return Inference(results, tokenization_ms, sum(item.cost for item in prepared))
+
+    async def _prepared_on(self, inline: bool, call: Callable[..., R], *args: Any) -> R:
+        """``call(*args)`` on the loop when ``inline``, else on the pool; a family's refusal of an
+        input is the client's ``InvalidInput``."""
+        try:
+            if inline:
+                return call(*args)
+            return await asyncio.get_running_loop().run_in_executor(self._pool, call, *args)
         except UnsupportedInput as exc:
             raise InvalidInput(str(exc)) from exc
-        tokenization_ms = (time.perf_counter() - started) * 1000
-        futures = held.worker.submit(prepared, group)
-        try:
-            results: list[ItemResult] = await asyncio.gather(*futures)
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
-        return Inference(results, tokenization_ms, sum(item.cost for item in prepared))
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -37,6 +37,7 @@ from sie.engine.loader import (
 )
 from sie.engine.loras import Loras
 from sie.engine.memory import gauge_for
+from sie.engine.pixels import ImageLimits
 from sie.engine.residency import Residency
 from sie.engine.runner import ModelRunner
 from sie.engine.worker import BatchStats, DeviceHousekeeping, ModelWorker, WorkerLimits
@@ -58,6 +59,8 @@ class EngineLimits:
     memory_check_s: float = 1.0
     # SIE_MAX_ITEM_TEXT_BYTES, SIE_MAX_ITEMS_PER_REQUEST
     request: RequestLimits = field(default_factory=RequestLimits)
+    # SIE_MAX_IMAGE_PIXELS, SIE_MAX_REQUEST_PIXELS, SIE_MAX_INFLIGHT_PIXELS
+    images: ImageLimits = field(default_factory=ImageLimits)
     pipeline_depth: int = 2  # batches per model at once: one running, the rest formed and waiting
 
 

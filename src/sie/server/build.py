@@ -71,6 +71,7 @@ def build_engine(settings: Settings, catalog: Catalog, metrics: Metrics) -> Engi
         idle_evict_s=settings.idle_evict_s,
         memory_limit_bytes=settings.memory_limit_bytes,
         request=settings.request_limits(),
+        images=settings.image_limits(),
         pipeline_depth=settings.rust_pipeline_depth,
     )
     engines.append(Engine(catalog, load, limits, metrics))

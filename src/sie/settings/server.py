@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from sie.catalog.follower import FollowerSettings
 from sie.core.options import AttentionBackend, ComputePrecision
+from sie.engine.pixels import ImageLimits
 from sie.settings.common import Auth, Catalogue, Cluster, Logging, Tracing, split_csv
 
 
@@ -105,6 +106,25 @@ class Settings(Auth, Catalogue, Cluster, Logging, Tracing):
         10.0, ge=0, description="Most ms a queued item waits for its batch to fill while the model is busy."
     )
     max_concurrent_requests: int = Field(512, ge=1, description="Most items queued or running per model.")
+    max_image_pixels: int = Field(
+        ImageLimits.max_image_pixels,
+        ge=1,
+        description="Most pixels (width x height, read from the header before decoding) of one image; "
+        "400 beyond. At most Pillow's 89,478,485 (ours, not public).",
+    )
+    max_request_pixels: int = Field(
+        ImageLimits.max_request_pixels,
+        ge=1,
+        description="Most pixels of one request's images together, from their headers before any is "
+        "decoded; 400 beyond. At least SIE_MAX_IMAGE_PIXELS (ours, not public).",
+    )
+    max_inflight_pixels: int = Field(
+        ImageLimits.max_inflight_pixels,
+        ge=1,
+        description="Most pixels of images held decoded at once, across the requests (or queue work items) "
+        "being prepared, queued and run; a request waits for room. At least SIE_MAX_REQUEST_PIXELS "
+        "(ours, not public).",
+    )
     memory_pressure_threshold_percent: float = Field(
         85.0,
         ge=50,
@@ -186,3 +206,12 @@ class Settings(Auth, Catalogue, Cluster, Logging, Tracing):
         if self.preprocessor_workers is not None:
             return self.preprocessor_workers
         return 1 if device.startswith("cpu") else 4
+
+    def image_limits(self) -> ImageLimits:
+        return ImageLimits(self.max_image_pixels, self.max_request_pixels, self.max_inflight_pixels)
+
+    @model_validator(mode="after")
+    def _pixel_limits_nest(self) -> Settings:
+        """Refuse at start what ``ImageLimits`` would: limits that cannot all be met."""
+        self.image_limits()
+        return self
