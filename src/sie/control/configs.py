@@ -37,6 +37,7 @@ from sie.catalog.config_errors import (
 )
 from sie.catalog.families import canonical
 from sie.catalog.model_config import ModelConfig, load_model_dir
+from sie.control.store import file_name_of
 
 PROFILE_NAME: Final = re.compile(r"^[A-Za-z0-9._-]+$")
 # Bundles without an ``engine`` run the Python adapters; the public service names that ``pytorch``.
@@ -283,12 +284,16 @@ class ConfigRegistry:
         self._catalog = None
 
     def restore(self, texts: dict[str, str]) -> list[str]:
-        """Put the store's models back at startup; returns the ids that did not parse (kept out)."""
+        """Put the store's models back (``texts`` by the id each file name maps to); returns the ids
+        that did not parse (kept out). A config is taken under the ``sie_id`` it names when that id's
+        file name is the file's: an older release stored ``a_/b`` as ``a___b.yaml``, which maps to
+        ``a/_b``."""
         bad = []
         for model_id, text in sorted(texts.items()):
             try:
                 merged = yaml.safe_load(text)
-                if not isinstance(merged, dict) or merged.get("sie_id") != model_id:
+                sie_id = merged.get("sie_id") if isinstance(merged, dict) else None
+                if not isinstance(sie_id, str) or file_name_of(sie_id) != file_name_of(model_id):
                     raise ValueError("not a model config for this id")
                 self.commit(merged, stored=text)
             except (ValueError, yaml.YAMLError, ConfigInvalid):

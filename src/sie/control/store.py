@@ -46,6 +46,11 @@ class EpochUnreadable(ValueError):
     """The epoch file holds something other than a non-negative integer."""
 
 
+def file_name_of(model_id: str) -> str:
+    """The file name ``model_id`` has, storable or not (``file_name`` refuses the ids that share one)."""
+    return model_id.replace("/", SEPARATOR) + ".yaml"
+
+
 def storable(model_id: str) -> str | None:
     """Why the store cannot hold ``model_id`` (None: it can)."""
     for sequence in AMBIGUOUS:
@@ -68,11 +73,6 @@ def file_name(model_id: str) -> str:
     if reason is not None:
         raise StoreError(reason)
     return file_name_of(model_id)
-
-
-def file_name_of(model_id: str) -> str:
-    """The file name ``model_id`` has, storable or not (for messages)."""
-    return model_id.replace("/", SEPARATOR) + ".yaml"
 
 
 def model_id_of(name: str) -> str:
@@ -144,11 +144,16 @@ class ConfigStore:
         return sorted(model_id_of(f) for f in files if f.endswith(".yaml") and not f.startswith("."))
 
     def load_all(self) -> dict[str, str]:
-        """Every stored model's YAML text, by id (a file whose name more than one id maps to, as an
-        older release wrote ``a_/b``, is left out with a warning: whose it is cannot be told)."""
-        ids = self.model_ids()
-        for model_id in ids:
+        """Every stored model's YAML text, by the id its file name maps to. A file an older release (or
+        the public service) wrote for an id another shares the name of (``a_/b``: ``a___b.yaml``) maps
+        to one of them; the registry takes it under the id its YAML names (``ConfigRegistry.restore``),
+        and new profiles for that id are refused from then on."""
+        texts = {}
+        for model_id in self.model_ids():
+            name = file_name_of(model_id)
             if storable(model_id) is not None:
-                log.warning("%s is left out: more than one model ID maps to its name", file_name_of(model_id))
-        texts = {model_id: self.read_model(model_id) for model_id in ids if storable(model_id) is None}
-        return {model_id: text for model_id, text in texts.items() if text is not None}
+                log.warning("%s: more than one model ID maps to its name; its YAML's sie_id says whose", name)
+            text = self._swap.read(self._path(MODELS_FOLDER, name))
+            if text is not None:
+                texts[model_id] = text
+        return texts

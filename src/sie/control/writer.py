@@ -1,12 +1,18 @@
 """How a write lands, under the service's write lock: plan it against the registry, persist it (epoch,
 then model, each a compare-and-swap: ``store``), commit it to the registry, publish the deltas.
 
-A store shared with another writer (two pods in a rolling update) can move under this one: the
-epoch it holds is no longer the store's, or the model's file is not what its registry was built from.
-Then nothing was written, and the writer catches up (the store's epoch, the model's stored text into
-the registry), plans the same body again (it may now be a replay, or a conflict) and retries, a few
-times, before it answers 409. The epoch a lost race already took stays taken: an epoch with nothing
-new costs followers one export, two models at one epoch would cost one of them.
+A store shared with another writer (two pods in a rolling update) can move under this one. Then
+nothing was written, and the writer catches up before it plans the same body again (it may now be a
+replay, or a conflict) and retries, a few times, before it answers 409:
+
+- the epoch is no longer the one it holds: another writer added something, any model, so every
+  stored model whose text differs from what the registry holds is read back in with the epoch, and
+  this writer's export stays whole at the epoch it says;
+- the model's file is not what its registry was built from: that model is read back in.
+
+The epoch a lost race already took stays taken: an epoch with nothing new costs followers one
+export, two models at one epoch would cost one of them. A writer that never writes does not learn
+of another's writes until it restarts: one writer per store is the deployment (the chart's).
 """
 
 from __future__ import annotations
@@ -76,7 +82,8 @@ async def _persist(
         except OSError:
             writes.labels(op, "failure").inc()
             raise
-        await _catch_up(state, store, plan.model_id)
+        everything = op == "increment_epoch"
+        await _catch_up(state, store, None if everything else plan.model_id)
         plan = state.registry.plan(config)
         if not plan.created:
             return plan, None
@@ -87,19 +94,28 @@ async def _persist(
     )
 
 
-async def _catch_up(state: ControlState, store: ConfigStore, model_id: str) -> None:
-    """The store's epoch, and its text of ``model_id``, into this writer's state."""
+async def _catch_up(state: ControlState, store: ConfigStore, model_id: str | None) -> None:
+    """The store's epoch, and its text of ``model_id`` (None: of every model), into this writer's
+    registry where it differs from what the registry holds."""
     state.epoch = await asyncio.to_thread(store.read_epoch)
-    text = await asyncio.to_thread(store.read_model, model_id)
-    if text is None:
-        state.registry.forget_stored(model_id)
-    elif text != state.registry.stored_text(model_id) and state.registry.restore({model_id: text}):
+    if model_id is None:
+        texts = await asyncio.to_thread(store.load_all)
+    else:
+        text = await asyncio.to_thread(store.read_model, model_id)
+        if text is None:
+            state.registry.forget_stored(model_id)
+        texts = {model_id: text} if text is not None else {}
+    changed = {i: t for i, t in texts.items() if t != state.registry.stored_text(i)}
+    unreadable = state.registry.restore(changed)
+    state.refresh_gauges()
+    if model_id in unreadable:
         raise StoreRace(
             f"The config store holds a config of '{model_id}' that this service cannot read; "
             "fix or remove it in the store before adding to the model.",
             model_id=model_id,
         )
-    state.refresh_gauges()
+    for bad in unreadable:
+        log.error("stored config of %s does not parse; left out", bad)
 
 
 async def _publish(state: ControlState, plan: Plan, text: str) -> list[str]:
