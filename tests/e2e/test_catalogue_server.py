@@ -179,11 +179,14 @@ def test_absent_weights_fail_naming_every_place_searched(
     assert entry is not None
     hf_id = entry.config.hf_id
     message = detail["message"]
-    assert message.startswith(f"Model '{model}' failed to load: WeightsNotFound: no weights for '{hf_id}'")
+    assert message.startswith(f"Model '{model}' failed to load (NOT_FOUND): its weights are in none")
+    assert str(empty_cache) not in message  # the places searched are the log's (audit L2)
+    log = server.log()
+    assert f"no weights for '{hf_id}'" in log
     snapshots = empty_cache / f"models--{hf_id.replace('/', '--')}" / "snapshots"
-    assert f"local cache {snapshots} (no snapshot)" in message
-    assert "packages (none ships this model)" in message
-    assert f"hub download of '{hf_id}' (offline: HF_HUB_OFFLINE is set)" in message
+    assert f"local cache {snapshots} (no snapshot)" in log
+    assert "packages (none ships this model)" in log
+    assert f"hub download of '{hf_id}' (offline: HF_HUB_OFFLINE is set)" in log
 
     # Permanent: the next request is answered from the recorded failure, without a new load.
     again = post(server, route, model, body)

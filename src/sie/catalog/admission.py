@@ -14,7 +14,7 @@ from typing import Any
 from sie.catalog.catalog import Catalog, CatalogEntry
 from sie.catalog.errors import InvalidInput, ModelNotFound, ModelNotServed, PayloadTooLarge, require_items
 from sie.catalog.families import not_served
-from sie.catalog.options import CustomOptions
+from sie.catalog.options import CustomOptions, check_lora
 from sie.wire import codec
 from sie.wire.requests import Item
 
@@ -81,6 +81,7 @@ class Admission:
         family = not_served(entry.profile.adapter_path)
         if family is not None:
             raise ModelNotServed(entry.name, entry.profile.adapter_path, family)
+        check_lora(entry, options)
         return entry
 
     def items(self, items: Sequence[Item], query: Item | None = None) -> None:

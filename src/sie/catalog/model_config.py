@@ -6,7 +6,10 @@ reason instead of silently serving a different model.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from functools import cached_property
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Final, Literal
 
 import yaml
@@ -224,6 +227,19 @@ class ModelConfig(_Strict):
             loadtime=child.loadtime or parent.loadtime,
             runtime=child.runtime or parent.runtime,
         )
+
+    @cached_property
+    def loras(self) -> Mapping[str, str]:
+        """The LoRAs its profiles declare (``adapter_options.runtime.lora_id``, the public field), each
+        with the first profile naming it: the only ids a request may name for this model besides the
+        operator's LoRA root (``weights.lora_sources``). Read on every request that names a LoRA, so
+        worked out once."""
+        declared: dict[str, str] = {}
+        for name in self.profiles:
+            lora = self.resolve_profile(name).runtime.get("lora_id")
+            if isinstance(lora, str) and lora:
+                declared.setdefault(lora, name)
+        return MappingProxyType(declared)
 
     def output_types(self) -> frozenset[Capability]:
         """The encode outputs the YAML declares: the one source a request's output types are checked by."""

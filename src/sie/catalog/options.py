@@ -10,12 +10,13 @@ is loaded or imported for it, so it answers before a load, in the gateway too.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from sie.catalog.catalog import CatalogEntry
 from sie.catalog.errors import InvalidInput
 from sie.catalog.families import declared_request_options
+from sie.weights.lora_sources import is_name, is_path
 
 _EVERY: Final = frozenset({"profile", "lora_id", "instruction"})
 ENCODE: Final = _EVERY | {
@@ -66,6 +67,47 @@ def check_known(
 def overlay(runtime: Mapping[str, Any], options: Mapping[str, Any] | None) -> dict[str, Any]:
     """The one precedence of options (the public server's): the request's over the profile's."""
     return {**runtime, **(options or {})}
+
+
+SHOWN_ID_CHARS: Final = 100  # of a refused lora_id, echoed back
+
+
+class LoraNotAllowed(InvalidInput):
+    """A ``lora_id`` that is neither declared by the model's profiles nor a name in the LoRA root.
+
+    The message names the id and what is allowed, never a folder of the server: a declared LoRA that
+    is a folder is shown by its profile. ``root_names`` are the root's names where the caller knows
+    them (the engine), None where it cannot (a gateway has no LoRA root)."""
+
+    def __init__(
+        self, model: str, lora_id: str, declared: Mapping[str, str], root_names: Sequence[str] | None
+    ) -> None:
+        shown = lora_id if len(lora_id) <= SHOWN_ID_CHARS else lora_id[:SHOWN_ID_CHARS] + "..."
+        ids = [lora for lora in declared if not is_path(lora)]
+        ids += [f"the LoRA of profile '{profile}'" for lora, profile in declared.items() if is_path(lora)]
+        if root_names is None:
+            names = "a LoRA folder's name in the server's LoRA root (letters, digits, '.', '_', '-')"
+        elif root_names:
+            names = f"a name in the server's LoRA root: {', '.join(root_names)}"
+        else:
+            names = "a name in the server's LoRA root (none here: SIE_LORA_ROOT is unset or empty)"
+        super().__init__(
+            f"LoRA '{shown}' is not available for model '{model}'. Allowed: "
+            f"{', '.join(ids) if ids else 'none declared by its profiles'}; or {names}. "
+            "A lora_id is never a path."
+        )
+
+
+def check_lora(entry: CatalogEntry, options: Mapping[str, Any] | None) -> None:
+    """The request's ``lora_id`` is one its model declares or could be a LoRA root's name; anything
+    else (a path, ``~``, a Hub id no profile declares) is refused here, before any model or file is
+    touched, in the gateway too. Whether the name is in the root is the engine's check."""
+    lora = (options or {}).get("lora_id")
+    if not isinstance(lora, str) or not lora:  # lora_option says what is wrong with it
+        return
+    declared = entry.config.loras
+    if lora not in declared and not is_name(lora):
+        raise LoraNotAllowed(entry.name, lora, declared, None)
 
 
 def lora_option(options: Mapping[str, Any]) -> str | None:

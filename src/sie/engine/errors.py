@@ -52,10 +52,13 @@ class LoraLoading(SieError):
 
 
 class ModelLoadFailed(SieError):
+    """A recorded load failure: ``reason`` is the class's generic text (``load_errors.told``), never the
+    loader's exception, whose folders, cache paths and bucket URLs stay in the log."""
+
     code = ErrorCode.MODEL_LOAD_FAILED
 
     def __init__(self, model: str, reason: str, attempts: int, permanent: bool, error_class: str) -> None:
-        super().__init__(f"Model '{model}' failed to load: {reason}")
+        super().__init__(f"Model '{model}' failed to load ({error_class}): {reason}")
         self.model = model
         self.reason = reason
         self.attempts = attempts

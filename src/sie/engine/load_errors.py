@@ -6,6 +6,9 @@ reload) or the server restarts; out of memory, the network, a full disk or an un
 so they are retried after a cooldown that doubles with each failed attempt (capped), and become
 permanent once they have failed ``MAX_TRANSIENT_ATTEMPTS`` times. The names are the public server's,
 plus ``CORRUPT`` for weights that cannot be read (a truncated safetensors file).
+
+A client is told the class and its generic text (``told``), never the exception: a loader's text names
+local folders, cache paths, bucket URLs and Hub errors. The log keeps the exception.
 """
 
 from __future__ import annotations
@@ -48,6 +51,24 @@ BASE_COOLDOWN_S: Final = {
 }
 MAX_COOLDOWN_S: Final = 1800.0
 MAX_TRANSIENT_ATTEMPTS: Final = 8
+
+# What a client is told of each class (a model's or a LoRA's weights alike).
+PUBLIC_REASONS: Final = {
+    LoadErrorClass.NOT_FOUND: "its weights are in none of the places this server is configured to look",
+    LoadErrorClass.DEPENDENCY: "a library it needs is not installed",
+    LoadErrorClass.CONFIG: "its configuration does not fit its weights or its adapter",
+    LoadErrorClass.CORRUPT: "its weight files are corrupt or incomplete",
+    LoadErrorClass.OOM: "the device ran out of memory",
+    LoadErrorClass.NETWORK: "a source of its weights could not be reached",
+    LoadErrorClass.STORAGE: "the disk is full",
+    LoadErrorClass.UNKNOWN: "an unexpected error",
+}
+
+
+def told(error_class: LoadErrorClass) -> str:
+    """The reason a client reads (after ``failed to load (<class>): ``): generic, pointing to the log."""
+    return f"{PUBLIC_REASONS[error_class]}. The server's log has the detail."
+
 
 _CORRUPT_MESSAGES: Final = (
     "incomplete metadata",

@@ -3,8 +3,9 @@
 Loads run one at a time on the device executor, the same thread as every forward (see
 ``load_and_warm_up``), so a load pauses inference on that device while it runs.
 A failed load is remembered (``last_error``) and answered as ``MODEL_LOAD_FAILED`` until its cooldown
-ends; ``load_errors`` classifies it and decides whether it is permanent (until the config changes or
-the server restarts) and how long the cooldown of a transient one is.
+ends, telling its class and a generic text (the exception is logged); ``load_errors`` classifies it
+and decides whether it is permanent (until the config changes or the server restarts) and how long
+the cooldown of a transient one is.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from sie.catalog.catalog import CatalogEntry
 from sie.core import heap
 from sie.core.options import AttentionBackend, Capability, ComputePrecision, Modality
 from sie.core.task import Task
-from sie.engine.load_errors import LoadErrorClass, classify
+from sie.engine.load_errors import LoadErrorClass, classify, told
 from sie.engine.memory import model_bytes
 from sie.postprocess.muvera import MuveraStage
+from sie.weights.lora_sources import LoraSettings
 from sie.weights.sources import WeightSources
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,7 @@ class ModelState(StrEnum):
 
 @dataclass(frozen=True)
 class LoadFailure:
-    reason: str
+    reason: str  # what a client is told (``load_errors.told``); the exception went to the log
     attempts: int
     permanent: bool
     retry_at: float
@@ -74,6 +76,7 @@ class LoadSettings:
     threads: int | None
     weights: WeightSources
     attention: AttentionBackend = AttentionBackend.AUTO
+    loras: LoraSettings = field(default_factory=LoraSettings)
 
 
 @dataclass
@@ -183,9 +186,12 @@ def failure_after(name: str, exc: Exception, previous: LoadFailure | None) -> Lo
         exc,
         exc_info=exc,
     )
-    reason = f"{type(exc).__name__}: {exc}"
     return LoadFailure(
-        reason, attempts, failure.permanent, time.monotonic() + failure.cooldown_s, failure.error_class
+        told(failure.error_class),
+        attempts,
+        failure.permanent,
+        time.monotonic() + failure.cooldown_s,
+        failure.error_class,
     )
 
 

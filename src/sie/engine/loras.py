@@ -4,7 +4,10 @@ A request naming a LoRA that is not loaded starts its load and is answered 503 `
 ``Retry-After: 1`` (the public SDK retries it); once loaded, the LoRA's items batch only with items of
 the same LoRA (``Forward.lora``). At most ``capacity`` stay loaded: a load beyond that evicts the least
 recently used LoRA that no request is using. A failed load is remembered for ``retry_after_s`` and
-reported to the requests naming it (400, naming the LoRA and why), then tried again.
+reported to the requests naming it (400, naming the LoRA and its load-failure class; the exception,
+with its folders and URLs, goes to the log only), then tried again. At most ``max_failed`` failures
+are remembered (the oldest forgotten first), so ids that fail cannot grow this without bound. Which
+ids may get here at all is the registry's check (``weights.lora_sources``).
 """
 
 from __future__ import annotations
@@ -23,17 +26,19 @@ from typing import Final
 from sie.adapters.contract import TakesLora
 from sie.catalog.errors import InvalidInput
 from sie.engine.errors import LoraLoading
+from sie.engine.load_errors import LoadErrorClass, classify, told
 
 log = logging.getLogger(__name__)
 
 FAILED_LORA_RETRY_S: Final = 30.0
+MAX_FAILED_LORAS: Final = 64
 
 
 @dataclass
 class _Lora:
     task: asyncio.Task[None] | None = field(default=None, repr=False)
     loaded: bool = False
-    error: str | None = None
+    error: LoadErrorClass | None = None
     failed_at: float = 0.0
     users: int = 0  # requests between ``using`` and their answer
 
@@ -47,6 +52,7 @@ class Loras:
         locate: Callable[[str], Path],
         device: Executor,
         retry_after_s: float = FAILED_LORA_RETRY_S,
+        max_failed: int = MAX_FAILED_LORAS,
     ) -> None:
         self._model = model
         self._adapter = adapter
@@ -54,6 +60,7 @@ class Loras:
         self._locate = locate
         self._device = device
         self._retry_after_s = retry_after_s
+        self._max_failed = max_failed
         self._loras: OrderedDict[str, _Lora] = OrderedDict()  # least recently used first
 
     def loaded(self) -> list[str]:
@@ -82,7 +89,10 @@ class Loras:
         lora = self._loras.get(name)
         if lora is not None and lora.error is not None:
             if time.monotonic() - lora.failed_at < self._retry_after_s:
-                raise InvalidInput(f"LoRA '{name}' for model '{self._model}' failed to load: {lora.error}")
+                raise InvalidInput(
+                    f"LoRA '{name}' for model '{self._model}' failed to load ({lora.error.value}): "
+                    f"{told(lora.error)}"
+                )
             del self._loras[name]
             lora = None
         if lora is None:
@@ -105,8 +115,16 @@ class Loras:
             path = await asyncio.to_thread(self._locate, name)  # may download
             await loop.run_in_executor(self._device, self._adapter.load_lora, name, path)
         except Exception as exc:
-            lora.error, lora.failed_at = f"{type(exc).__name__}: {exc}", time.monotonic()
-            log.warning("LoRA %s for %s failed to load: %s", name, self._model, lora.error)
+            lora.error, lora.failed_at = classify(exc, 1).error_class, time.monotonic()
+            log.warning(
+                "LoRA %s for %s failed to load (%s): %s: %s",
+                name,
+                self._model,
+                lora.error.value,
+                type(exc).__name__,
+                exc,
+            )
+            self._forget_failures()
             return
         if self._loras.get(name) is not lora:  # dropped while loading (model closed)
             await loop.run_in_executor(self._device, self._adapter.unload_lora, name)
@@ -114,6 +132,12 @@ class Loras:
         lora.loaded = True
         log.info("LoRA %s for %s loaded in %.2f s", name, self._model, time.perf_counter() - started)
         await self._evict(keep=name)
+
+    def _forget_failures(self) -> None:
+        """Drop the oldest remembered failures beyond ``max_failed`` (a request for one loads anew)."""
+        failed = [name for name, lora in self._loras.items() if lora.error is not None]
+        for name in failed[: max(len(failed) - self._max_failed, 0)]:
+            del self._loras[name]
 
     async def _evict(self, keep: str) -> None:
         """Unload least recently used LoRAs beyond the capacity; ones in use wait for a later load."""

@@ -4,7 +4,8 @@ A slot goes AVAILABLE → LOADING → LOADED (or FAILED, remembered until its co
 AVAILABLE. Loads start in the background on first use; a model is evicted under memory pressure, after
 ``idle_evict_s`` idle, or when another one runs out of memory, never while a request holds it or has
 items queued (``Residency``). A loaded model has one ``ModelWorker`` (its batching loop) and, when its
-adapter takes LoRAs, one ``Loras``. Every load and forward runs on the one device thread.
+adapter takes LoRAs, one ``Loras``: only the LoRAs its profiles declare or the LoRA root holds
+(``weights.lora_sources``). Every load and forward runs on the one device thread.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sie.adapters.contract import TakesLora
 from sie.catalog.admission import RequestLimits
 from sie.catalog.catalog import Catalog, CatalogEntry
 from sie.catalog.errors import InvalidInput, ModelNotFound
+from sie.catalog.options import LoraNotAllowed
 from sie.core import heap
 from sie.engine.batcher import BatchLimits
 from sie.engine.errors import EngineClosed, ModelLoadFailed, ModelLoading
@@ -42,6 +44,8 @@ from sie.engine.residency import Residency
 from sie.engine.runner import ModelRunner
 from sie.engine.worker import BatchStats, DeviceHousekeeping, ModelWorker, WorkerLimits
 from sie.observability.metrics import Metrics
+from sie.weights.errors import WeightsNotFound
+from sie.weights.lora_sources import LoraSources
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +86,7 @@ class ModelRegistry:
         self._slots = {entry.name: ModelSlot(entry) for entry in catalog.entries()}
         self._workers: dict[str, ModelWorker] = {}
         self._loras: dict[str, Loras] = {}
-        self._weights = load.weights
+        self._lora_sources = LoraSources(load.weights, load.loras)
         self._residency = Residency()
         self._gauge = gauge_for(load.device, limits.memory_limit_bytes, self._loaded_bytes)
         self._watcher: asyncio.Task[None] | None = None
@@ -190,10 +194,22 @@ class ModelRegistry:
         self._metrics.tokens.labels(name).inc(stats.tokens)
 
     def _locate_lora(self, entry: CatalogEntry, lora_id: str) -> Path:
-        """A LoRA's folder: a path (absolute, ``~``, or relative to the model's YAML), else an id
-        looked up in the weight tiers like a model's ``hf_id``."""
-        is_path = lora_id.startswith(("/", "./", "../", "~"))
-        return self._weights.resolve(None if is_path else lora_id, lora_id, entry.config_dir)
+        """A LoRA's folder (on a thread: it may fetch): a declared one from its sources, else the LoRA
+        root's folder of that name, which ``lora`` saw there."""
+        if lora_id in entry.config.loras:
+            return self._lora_sources.declared(lora_id, entry.config_dir)
+        folder = self._lora_sources.under_root(lora_id)
+        if folder is None:
+            raise WeightsNotFound(f"LoRA {lora_id!r} is no longer in the LoRA root")
+        return folder
+
+    def _check_lora(self, entry: CatalogEntry, lora_id: str) -> None:
+        """Before a LoRA is looked for or remembered: one its model's profiles declare, or a folder in
+        the LoRA root. Admission already refused paths and undeclared Hub ids; this is the check a
+        gateway cannot make, and the same again for a caller that skipped admission."""
+        declared = entry.config.loras
+        if lora_id not in declared and self._lora_sources.under_root(lora_id) is None:
+            raise LoraNotAllowed(entry.name, lora_id, declared, self._lora_sources.root_names())
 
     # -- serving ------------------------------------------------------------------------------------
 
@@ -243,6 +259,7 @@ class ModelRegistry:
             raise InvalidInput(
                 f"Model '{held.name}' does not support LoRA adapters ({held.model.adapter.family} adapter)"
             )
+        self._check_lora(self._slot(held.name).entry, lora_id)
         return loras.using(lora_id)
 
     # -- eviction -----------------------------------------------------------------------------------

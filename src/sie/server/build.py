@@ -60,6 +60,7 @@ def build_engine(settings: Settings, catalog: Catalog, metrics: Metrics) -> Engi
         threads=settings.threads(),
         weights=weights,
         attention=settings.attention_backend,
+        loras=settings.lora_settings(),
     )
     limits = EngineLimits(
         max_batch_items=settings.batch_items(),

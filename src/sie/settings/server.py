@@ -16,6 +16,8 @@ from sie.catalog.follower import FollowerSettings
 from sie.core.options import AttentionBackend, ComputePrecision
 from sie.engine.pixels import ImageLimits
 from sie.settings.common import Auth, Catalogue, Cluster, Logging, Tracing, split_csv
+from sie.weights.lora_sources import DEFAULT_MAX_BYTES as DEFAULT_LORA_MAX_BYTES
+from sie.weights.lora_sources import LoraSettings
 
 
 class Settings(Auth, Catalogue, Cluster, Logging, Tracing):
@@ -142,6 +144,26 @@ class Settings(Auth, Catalogue, Cluster, Logging, Tracing):
     max_loras_per_model: int = Field(
         10, ge=1, description="LoRA adapters kept loaded per model; the least recently used is evicted."
     )
+    lora_root: Path | None = Field(
+        None,
+        description="Folder of LoRA adapters a request may name by folder name (options.lora_id: letters, "
+        "digits, '.', '_', '-'; never a path). Unset: only the LoRAs the model's profiles declare.",
+    )
+    lora_hf_fallback: bool = Field(
+        False,
+        description="Download a LoRA a profile declares from the Hugging Face Hub when no cache holds it "
+        "(off: the local and cluster caches only).",
+    )
+    lora_max_bytes: int = Field(
+        DEFAULT_LORA_MAX_BYTES,
+        ge=1,
+        description="Largest LoRA copied from the cluster cache or downloaded, in bytes (the files it reads).",
+    )
+    lora_cache: Path | None = Field(
+        None,
+        description="Folder (Hugging Face hub layout) LoRA copies and downloads go to, outside the models' "
+        "disk LRU; default: sie-loras in the local weight cache.",
+    )
     preprocessor_workers: int | None = Field(
         None, ge=1, description="Tokenization threads (unset: 4, or 1 when models run on the CPU)."
     )
@@ -174,6 +196,9 @@ class Settings(Auth, Catalogue, Cluster, Logging, Tracing):
         description="One log line per HTTP request (uvicorn's access log). Off: at high request rates it "
         "cost up to a third of the event loop; sie_requests_total counts every request either way.",
     )
+
+    def lora_settings(self) -> LoraSettings:
+        return LoraSettings(self.lora_root, self.lora_hf_fallback, self.lora_max_bytes, self.lora_cache)
 
     def filter_list(self) -> list[str]:
         return split_csv(self.model_filter)
