@@ -1,22 +1,34 @@
-"""The follower's delta rules: trusted producers only, the epoch advanced only by the next delta."""
+"""The follower's delta rules: a delta from a trusted producer makes it fetch sie-config's export,
+nothing of the delta's body is applied, an untrusted or malformed one sets off nothing. sie-config
+runs in process (``httpx.ASGITransport``), with no NATS: the test hands the follower the deltas."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+from pathlib import Path
 
+import httpx
 import msgspec
 import yaml
 
 from sie.catalog.follower import ConfigFollower, FollowerSettings, trusted
 from sie.catalog.model_config import ModelConfig
+from sie.control.app import create_app
+from sie.settings.control import ConfigServiceSettings
 
-CONFIG = {
-    "sie_id": "acme/a",
-    "hf_id": "sentence-transformers/all-MiniLM-L6-v2",
-    "profiles": {
-        "default": {"max_batch_tokens": 8192, "adapter_path": "sie.adapters.dense_torch:TorchDenseEncoder"}
-    },
-}
+
+def config(sie_id: str) -> dict[str, object]:
+    return {
+        "sie_id": sie_id,
+        "hf_id": "sentence-transformers/all-MiniLM-L6-v2",
+        "profiles": {
+            "default": {
+                "max_batch_tokens": 8192,
+                "adapter_path": "sie.adapters.dense_torch:TorchDenseEncoder",
+            }
+        },
+    }
 
 
 def test_a_producer_is_trusted_by_its_id_or_a_dashed_prefix() -> None:
@@ -26,37 +38,40 @@ def test_a_producer_is_trusted_by_its_id_or_a_dashed_prefix() -> None:
     assert not trusted("mallory", ["sie-config", "other"])
 
 
-def delta(epoch: int, producer: str = "sie-config-0", **config: object) -> bytes:
-    text = yaml.safe_dump({**CONFIG, **config})
-    return msgspec.json.encode(
-        {"router_id": producer, "epoch": epoch, "model_id": "acme/a", "model_config": text}
-    )
+def delta(producer: str, sie_id: str) -> bytes:
+    text = yaml.safe_dump(config(sie_id))
+    return msgspec.json.encode({"router_id": producer, "epoch": 99, "model_id": sie_id, "model_config": text})
 
 
-def test_deltas_apply_in_order_and_a_gap_waits_for_the_export() -> None:
+async def test_a_trusted_delta_fetches_the_export_and_its_body_is_never_applied(tmp_path: Path) -> None:
+    (tmp_path / "models").mkdir()
+    app = create_app(ConfigServiceSettings(models_dir=str(tmp_path / "models")))
+    transport = httpx.ASGITransport(app=app)
     applied: list[dict[str, ModelConfig]] = []
 
     async def apply(configs: dict[str, ModelConfig]) -> None:
         applied.append(configs)
 
-    async def scenario() -> tuple[ConfigFollower, list[int | None]]:
-        settings = FollowerSettings("http://127.0.0.1:9", None, 30, 300, ["sie-config"])
-        follower = ConfigFollower(settings, apply, "test")
-        follower.epoch = 4  # as after a bootstrap
-        epochs: list[int | None] = []
-        await follower.on_delta(delta(5, producer="mallory"))  # untrusted: ignored
-        epochs.append(follower.epoch)
-        await follower.on_delta(delta(5))  # the next one: applied, epoch 5
-        epochs.append(follower.epoch)
-        await follower.on_delta(delta(5))  # the same again (another bundle's copy): nothing new
-        epochs.append(follower.epoch)
-        await follower.on_delta(delta(7, max_sequence_length=64))  # 6 was missed: applied, epoch stays
-        epochs.append(follower.epoch)
+    settings = FollowerSettings("http://config", None, 30, 0, ["sie-config"])
+    follower = ConfigFollower(settings, apply, "test", transport=transport)
+    stop = asyncio.Event()
+    runner = asyncio.create_task(follower.run(stop))
+    async with httpx.AsyncClient(transport=transport, base_url="http://config") as client:
+        while follower.epoch is None:
+            await asyncio.sleep(0.01)
+        posted = await client.post("/v1/configs/models", content=yaml.safe_dump(config("acme/a")))
+        assert posted.status_code == 201  # no NATS here: nothing tells the follower but the test
+        await follower.on_delta(delta("mallory", "acme/a"))  # untrusted: sets off nothing
         await follower.on_delta(b"{not json")  # malformed: ignored
-        await follower.close()
-        return follower, epochs
-
-    follower, epochs = asyncio.run(scenario())
-    assert epochs == [4, 5, 5, 5]
-    assert len(applied) == 2 and applied[-1]["acme/a"].max_sequence_length == 64
-    assert follower._wake.is_set()  # the gap asked for a poll now
+        await asyncio.sleep(0.3)
+        assert "acme/a" not in follower.configs
+        started = time.monotonic()
+        await follower.on_delta(delta("sie-config-0", "acme/ghost"))  # the body names another model
+        while "acme/a" not in follower.configs:
+            assert time.monotonic() - started < 2, "the delta never set off a fetch"
+            await asyncio.sleep(0.01)
+    stop.set()
+    await runner
+    await follower.close()
+    assert set(follower.configs) == {"acme/a"}  # what sie-config holds, not what the delta said
+    assert all("acme/ghost" not in configs for configs in applied)

@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sie.catalog.catalog import Catalog, CatalogEntry
-from sie.catalog.families import canonical
+from sie.catalog.families import CANONICAL, canonical, not_served
 from sie.catalog.model_config import ModelConfig
 
 DEFAULT_BUNDLE: Final = "default"
@@ -46,6 +46,27 @@ class _BundleFile(BaseModel):
 
 def adapter_module(adapter_path: str) -> str:
     return adapter_path.split(":", 1)[0]
+
+
+def foreign_adapter(adapter_path: str) -> str | None:
+    """Why a config that came from outside this process (sie-config's API, its export) may not name
+    ``adapter_path``; None when it may. The loader imports the module a path names and calls ``load``
+    on the attribute after the colon, so only the family table's classes (ours, the public names of
+    ours, and the families this release refuses unloaded) are allowed from there: not another
+    attribute of a listed module (``sie.adapters.dense_torch:torch``), never a ``.py`` file. A
+    custom adapter stays possible in a model folder the operator ships with the process."""
+    if adapter_module(adapter_path).endswith(".py"):
+        return (
+            f"adapter_path '{adapter_path}' names a Python file: only a model folder shipped with the "
+            "server may, never a config sent over the network"
+        )
+    if canonical(adapter_path) in CANONICAL or not_served(adapter_path) is not None:
+        return None
+    return (
+        f"adapter_path '{adapter_path}' is not a class of the family table (sie.catalog.families): "
+        "name one of the adapter classes this release runs, e.g. "
+        "'sie.adapters.dense_torch:TorchDenseEncoder'"
+    )
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,23 @@
-"""How a gateway or a worker keeps up with ``sie-config``: bootstrap from the export, live deltas on
-NATS, and the epoch polled to recover whatever the deltas missed.
+"""How a gateway or a worker keeps up with ``sie-config``: bootstrap from the export, a fetch whenever
+a delta on NATS says sie-config wrote, and the epoch polled to recover whatever the deltas missed.
 
 The follower holds the writer's models as the server's ``ModelConfig``s and hands the whole set to
 ``apply`` whenever it changes; the process overlays them on the catalogue it started from (the
-writer's copy of a model wins). Three paths feed it, from fastest to surest:
+writer's copy of a model wins). What it holds only ever comes from sie-config's export, over HTTP
+with the read token:
 
 - a delta (``sie.config.models.{bundle}`` for a worker, ``sie.config.models._all`` for a gateway:
-  ``sie.queue.contract``; the process subscribes and hands it to ``on_delta``) from a trusted producer
-  is applied at once; the local epoch advances only when the delta is the very
-  next one, so a gap stays visible to the poll;
+  ``sie.queue.contract``; the process subscribes and hands it to ``on_delta``) is only a trigger to
+  read the writer's epoch now, and its export when the epoch moved. Its body is never applied: anyone
+  who can publish on NATS can write any ``model_config`` and any ``router_id`` into one. What a flood
+  of deltas sets off is coalesced, one look per ``DELTA_FETCH_INTERVAL_S``; a delta from a producer not
+  in the trusted list sets off nothing (a filter against noise, not a defence: the fetch is);
 - every ``poll_interval_s`` the epoch (and bundle set hash) is read; a difference fetches the export;
 - every ``full_export_interval_s`` (0: never after the first) the export is fetched regardless.
 
 The export is authoritative: it replaces the set, so a model gone from the writer goes here too.
-A config that does not parse with this release's schema is left out with one warning, never
+A config that does not parse with this release's schema, or whose ``adapter_path`` is not a class of
+the family table (``catalog.bundles.foreign_adapter``), is left out with one warning, never
 half-applied.
 """
 
@@ -32,6 +36,7 @@ import msgspec
 import yaml
 from pydantic import ValidationError
 
+from sie.catalog.bundles import foreign_adapter
 from sie.catalog.model_config import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -39,6 +44,7 @@ log = logging.getLogger(__name__)
 HTTP_TIMEOUT_S: Final = 10.0
 FIRST_RETRY_S: Final = 1.0
 MAX_RETRY_S: Final = 60.0
+DELTA_FETCH_INTERVAL_S: Final = 0.5  # the most often deltas make a follower fetch the export
 
 Apply = Callable[[dict[str, ModelConfig]], Awaitable[None]]
 
@@ -58,8 +64,21 @@ class FollowerSettings:
     trust_any_producer: bool = False
 
 
+class Producer(msgspec.Struct):
+    """The one thing a follower reads of a delta: who says it sent it (the rest is never read)."""
+
+    producer_id: str | None = None
+    router_id: str | None = None
+
+
 class ConfigFollower:
-    def __init__(self, settings: FollowerSettings, apply: Apply, name: str) -> None:
+    def __init__(
+        self,
+        settings: FollowerSettings,
+        apply: Apply,
+        name: str,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self._settings = settings
         self._apply = apply
         self._name = name  # "gateway" or "worker": for the logs
@@ -68,12 +87,15 @@ class ConfigFollower:
         self._seen_hash = ""  # the writer's bundle set hash as last polled; held once an export lands
         self.configs: dict[str, ModelConfig] = {}
         self.last_sync = 0.0  # monotonic time of the last export applied
-        self._parsed: dict[str, ModelConfig | None] = {}  # raw YAML → parsed (None: does not parse)
+        self._parsed: dict[str, ModelConfig | None] = {}  # raw YAML → parsed (None: left out)
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
+        self._fetch_due = False  # a delta asked for the export
+        self._delta_fetched = -DELTA_FETCH_INTERVAL_S  # monotonic time of the last fetch a delta set off
+        self._warned_untrusted = False
         headers = {"Authorization": f"Bearer {settings.token}"} if settings.token else {}
         self._http = httpx.AsyncClient(
-            base_url=settings.url.rstrip("/"), headers=headers, timeout=HTTP_TIMEOUT_S
+            base_url=settings.url.rstrip("/"), headers=headers, timeout=HTTP_TIMEOUT_S, transport=transport
         )
 
     # -- the export and the epoch ------------------------------------------------------------
@@ -85,15 +107,20 @@ class ConfigFollower:
     def _parse(self, model_id: str, text: str) -> ModelConfig | None:
         if text not in self._parsed:
             try:
-                raw = yaml.safe_load(text)
-                self._parsed[text] = ModelConfig.model_validate(raw)
+                config = ModelConfig.model_validate(yaml.safe_load(text))
             except (yaml.YAMLError, ValidationError, ValueError) as exc:
                 log.warning("config of %s from sie-config does not parse here; left out: %s", model_id, exc)
                 self._parsed[text] = None
+                return None
+            paths = {config.resolve_profile(name).adapter_path for name in config.profiles}
+            refused = sorted(filter(None, map(foreign_adapter, paths)))
+            if refused:
+                log.warning("config of %s from sie-config is left out: %s", model_id, "; ".join(refused))
+            self._parsed[text] = None if refused else config
         return self._parsed[text]
 
-    async def sync(self) -> None:
-        """Fetch the export and make it the set (under the lock: deltas wait)."""
+    async def sync(self) -> list[str]:
+        """Fetch the export and make it the set; the ids it added or changed."""
         snapshot = await self._get("/v1/configs/export")
         configs: dict[str, ModelConfig] = {}
         texts: set[str] = set()
@@ -106,17 +133,19 @@ class ConfigFollower:
             parsed = self._parse(str(model.get("model_id")), text) if text else None
             if parsed is not None:
                 configs[parsed.sie_id] = parsed
-        # The parse cache keeps what the writer holds now: every delta's text would otherwise stay for ever.
+        # The parse cache keeps what the writer holds now: every text it ever held would otherwise stay.
         self._parsed = {text: parsed for text, parsed in self._parsed.items() if text in texts}
         async with self._lock:
-            changed = configs != self.configs
+            changed = sorted(i for i, config in configs.items() if self.configs.get(i) != config)
+            differs = configs != self.configs
             self.configs = configs
             self.epoch = int(snapshot.get("epoch") or 0)
             self.bundles_hash = self._seen_hash
             self.last_sync = time.monotonic()
-            if changed:
+            if differs:
                 await self._apply(dict(configs))
         log.info("%s: config epoch %d, %d models from sie-config", self._name, self.epoch, len(configs))
+        return changed
 
     async def _poll(self) -> bool:
         """Whether the writer moved past what this follower holds."""
@@ -153,21 +182,48 @@ class ConfigFollower:
             if stop.is_set():
                 break
             try:
+                if self._fetch_due:
+                    await self._fetch_for_delta(stop)
+                    continue
                 due = full > 0 and time.monotonic() - self.last_sync >= full
                 if await self._poll() or due:
                     await self.sync()
             except (httpx.HTTPError, ValueError) as exc:
                 log.warning("%s: config poll of %s failed: %s", self._name, self._settings.url, exc)
 
+    async def _fetch_for_delta(self, stop: asyncio.Event) -> None:
+        """What a delta asked for, no sooner than ``DELTA_FETCH_INTERVAL_S`` after the last time: the
+        deltas that arrive meanwhile are answered by this one look. The epoch is read first and the
+        export only if it moved, so forged deltas cost sie-config a cheap read; a writer without a
+        store keeps epoch 0, and then only its export can tell."""
+        wait = self._delta_fetched + DELTA_FETCH_INTERVAL_S - time.monotonic()
+        if wait > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), wait)
+            if stop.is_set():
+                return
+        self._fetch_due = False
+        self._delta_fetched = time.monotonic()
+        if await self._poll() or self.epoch == 0:
+            changed = await self.sync()
+            if changed:
+                shown = ", ".join(changed[:10]) + (
+                    f" and {len(changed) - 10} more" if len(changed) > 10 else ""
+                )
+                log.info(
+                    "%s: after a config delta, epoch %d from sie-config: %s", self._name, self.epoch, shown
+                )
+
     async def _sleep(self, stop: asyncio.Event, seconds: float) -> None:
+        """Until ``stop``, a wake-up (``nudge``, a delta) or ``seconds``. A wake-up that came while the
+        follower was busy is not lost: the event stays set until a sleep consumes it."""
+        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())]
+        try:
+            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
         self._wake.clear()
-        with contextlib.suppress(TimeoutError):
-            waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())]
-            try:
-                await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiter in waiters:
-                    waiter.cancel()
 
     def nudge(self) -> None:
         """Poll now (a work item named a model this process does not know yet)."""
@@ -178,34 +234,23 @@ class ConfigFollower:
 
     # -- deltas ------------------------------------------------------------------------------
     async def on_delta(self, data: bytes) -> None:
+        """A delta: fetch the export soon (``run`` does). Nothing of its body is applied."""
         try:
-            delta = msgspec.json.decode(data)
-            producer = str(delta.get("producer_id") or delta.get("router_id") or "")
-            epoch = int(delta["epoch"])
-            text = str(delta.get("model_config") or "")
-            model_id = str(delta.get("model_id") or "")
-        except (msgspec.DecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            log.warning("%s: ignoring a malformed config delta: %s", self._name, exc)
+            sender = msgspec.json.decode(data, type=Producer)
+        except msgspec.DecodeError:
+            log.debug("%s: ignoring a malformed config delta", self._name)
             return
+        producer = sender.producer_id or sender.router_id or ""
         if not self._settings.trust_any_producer and not trusted(producer, self._settings.trusted_producers):
-            log.warning(
-                "%s: ignoring a config delta from untrusted producer %r (SIE_NATS_CONFIG_TRUSTED_PRODUCERS: %s)",
-                self._name,
-                producer,
-                ",".join(self._settings.trusted_producers),
-            )
+            if not self._warned_untrusted:  # once: the producer is whatever the sender wrote
+                self._warned_untrusted = True
+                log.warning(
+                    "%s: ignoring config deltas from untrusted producers (first: %r; "
+                    "SIE_NATS_CONFIG_TRUSTED_PRODUCERS: %s)",
+                    self._name,
+                    producer[:64],
+                    ",".join(self._settings.trusted_producers),
+                )
             return
-        async with self._lock:
-            if self.epoch is None:
-                return  # the bootstrap's export will hold it
-            config = self._parse(model_id, text) if text else None
-            if text and config is None:
-                return  # the epoch stays: the poll's export gets the writer's whole state
-            if config is not None and self.configs.get(config.sie_id) != config:
-                self.configs = {**self.configs, config.sie_id: config}
-                await self._apply(dict(self.configs))
-                log.info("%s: applied config delta for %s (epoch %d)", self._name, config.sie_id, epoch)
-            if epoch == self.epoch + 1:
-                self.epoch = epoch
-            elif epoch > self.epoch + 1:
-                self.nudge()  # a delta was missed: fetch the export now rather than at the next poll
+        self._fetch_due = True
+        self._wake.set()

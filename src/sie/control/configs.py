@@ -9,6 +9,9 @@ profiles for a known one; the rules are the public service's:
   a conflict (409): the API only appends;
 - every new profile's adapter must be listed by some bundle, and a write that creates profiles must
   land in at least one bundle (422 otherwise), so nothing is stored that no worker could serve;
+- every new profile's ``adapter_path`` must be a class of the family table, never another attribute
+  of a listed module nor a ``.py`` file (422, ``catalog.bundles.foreign_adapter``): workers and
+  gateways import what it names;
 - an identical replay creates nothing (200).
 """
 
@@ -25,7 +28,7 @@ from typing import Any, Final
 import yaml
 from pydantic import ValidationError
 
-from sie.catalog.bundles import Bundle, adapter_module, bundle_config_hash
+from sie.catalog.bundles import Bundle, adapter_module, bundle_config_hash, foreign_adapter
 from sie.catalog.catalog import Catalog
 from sie.catalog.config_errors import (
     BundleConflict,
@@ -247,6 +250,9 @@ class ConfigRegistry:
         unroutable = sorted({adapter_module(p) for p in new_paths if not self.bundles_serving([p])})
         if unroutable:
             raise invalid(f"Adapter(s) not in any known bundle: {', '.join(unroutable)}")
+        refused = sorted(filter(None, map(foreign_adapter, new_paths)))
+        if refused:
+            raise invalid("; ".join(refused))
         created = [name for name in profiles if name not in stored_profiles]
         clashing = [n for n in profiles if n in stored_profiles and stored_profiles[n] != profiles[n]]
         if clashing:

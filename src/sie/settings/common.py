@@ -163,9 +163,13 @@ class Follower(Tokens):
         None, description="sie-config's URL: models added there are served here without a restart."
     )
     nats_config_trusted_producers: str = Field(
-        "sie-config", description="Producer ids (or id prefixes before '-') whose config deltas apply."
+        "sie-config",
+        description="Producer ids (or id prefixes before '-') whose config deltas make this process "
+        "read sie-config's epoch now (and its export if it moved); a delta's body is never applied.",
     )
-    nats_config_trust_any_producer: bool = Field(False, description="Apply config deltas from anyone.")
+    nats_config_trust_any_producer: bool = Field(
+        False, description="Any config delta makes this process read sie-config's epoch now."
+    )
 
     def follower(self, poll_interval_ms: float, full_export_interval_ms: float) -> FollowerSettings | None:
         """The follower this process runs, with its own poll periods; None without a config service."""
