@@ -28,6 +28,7 @@ from nats.js.errors import APIError, NotFoundError
 from sie.gateway.metrics import AdvisoryIgnored, GatewayMetrics
 from sie.queue.contract import (
     DEAD_LETTER_PREFIX,
+    MAX_DELIVERIES_ADVISORY_PREFIX,
     ContractError,
     DeadLetter,
     MaxDeliveries,
@@ -46,7 +47,7 @@ from sie.wire.errors import ErrorCode
 log = logging.getLogger(__name__)
 
 STREAM: Final = DEAD_LETTER_STREAM
-ADVISORY_PREFIX: Final = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES"
+ADVISORY_PREFIX: Final = MAX_DELIVERIES_ADVISORY_PREFIX
 QUEUE_GROUP: Final = "sie-gateway-dlq"
 REASON: Final = "max_deliveries"
 FIELD_CHARS: Final = 256  # a field of a dead letter is an id or a name; a longer one is cut

@@ -24,6 +24,8 @@ from sie.wire.requests import Item
 WORK_SUBJECT_PREFIX: Final = "sie.work"
 # Not ``sie.work.dead``: that would overlap the pool streams' ``sie.work.{pool}.*.*.*``.
 DEAD_LETTER_PREFIX: Final = "sie.dlq"
+# What JetStream publishes when a consumer gave up on a message (a gateway dead-letters it).
+MAX_DELIVERIES_ADVISORY_PREFIX: Final = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES"
 WORK_POOL_STREAM_PREFIX: Final = "WORK_POOL"
 WORK_WORKER_STREAM_PREFIX: Final = "WORK_WORKER"
 # The pool, machine profile and bundle of a gateway or worker that names none, on both sides, so an
