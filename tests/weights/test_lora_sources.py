@@ -14,6 +14,7 @@ from sie.weights.errors import WeightsNotFound
 from sie.weights.lora_sources import NAMES_SHOWN, LoraSettings, LoraSources, is_name
 from sie.weights.sources import WeightSources
 from tests import builders
+from tests.hub import running_hub
 
 LORA = "org/tuned-lora"
 REVISION = "0123abcd"
@@ -129,3 +130,20 @@ def test_a_declared_folder_is_the_operators_path(tmp_path: Path, peft_lora: Path
     sources = LoraSources(WeightSources(tmp_path / "models", hf_fallback=False))
     assert sources.declared(str(peft_lora), None) == peft_lora
     assert sources.declared("./lora", peft_lora.parent) == peft_lora
+
+
+def test_a_hub_download_over_the_cap_is_refused_before_any_file_is_fetched(tmp_path: Path) -> None:
+    """Through ``huggingface_hub`` against a Hub stand-in: the repository's file list is read, its
+    size is over the cap, and no file is asked for."""
+    size = 10 * 1024 * 1024
+    with pytest.MonkeyPatch.context() as patch, running_hub(patch) as hub:
+        hub.repos[LORA] = {"adapter_config.json": 600, "adapter_model.safetensors": size, "README.md": 9}
+        sources = LoraSources(
+            WeightSources(tmp_path / "models", hf_fallback=False),
+            LoraSettings(hf_fallback=True, max_bytes=size),
+        )
+        with pytest.raises(WeightsNotFound, match=rf"hub download of '{LORA}' \(refused: {size + 600} bytes"):
+            sources.declared(LORA, None)
+    # Its file list, read once; no snapshot listing, no file (the old path went on to both).
+    assert [path for path in hub.asked if LORA in path] == [f"/api/models/{LORA}?blobs=true"]
+    assert not any(p.is_file() for p in sources.cache_root().rglob("*"))  # nothing downloaded
