@@ -7,7 +7,10 @@ heartbeat; passwords never reach a log line."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import ssl
+import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -20,9 +23,9 @@ from nats.aio.client import Client
 from sie.gateway.app import create_app
 from sie.queue.connection import NatsAccess, connect, redacted
 from sie.queue.contract import CONFIG_ALL_SUBJECT, Heartbeat, config_subject, encode_heartbeat, health_subject
-from sie.queue.roles import ROLES
+from sie.queue.roles import ROLES, server_config
 from sie.settings.gateway import GatewaySettings
-from tests.conftest import NatsServer, running_nats
+from tests.conftest import NatsServer, _free_nats_port, nats_binary, running_nats
 
 PASSWORDS = {role: f"{role}-secret-{index}" for index, role in enumerate(ROLES)}
 
@@ -157,3 +160,83 @@ async def test_settings_carry_every_kind_of_credential(tmp_path: Path) -> None:
     options = settings.nats_access().options()
     assert options == {"user": "u", "password": "p", "token": "tok", "user_credentials": str(creds)}
     assert "p" not in repr(settings.nats_password)
+
+
+def _certificates(folder: Path) -> tuple[Path, Path, Path]:
+    """A CA and a server certificate for 127.0.0.1 it signed, made by the openssl command."""
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=folder)
+
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=sie-test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    )
+    openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    )
+    (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "san.ext",
+        "-out",
+        "server.pem",
+    )
+    return folder / "ca.pem", folder / "server.pem", folder / "server.key"
+
+
+async def test_tls_by_setting_reaches_a_tls_only_server(tmp_path: Path) -> None:
+    """SIE_NATS_TLS_CA: a NATS that speaks only TLS is reached with the operator's CA, and a client
+    that does not trust that CA is refused."""
+    ca, cert, key = _certificates(tmp_path)
+    port = _free_nats_port()
+    conf = tmp_path / "nats.conf"
+    config = json.loads(server_config("127.0.0.1", port, tmp_path / "js", PASSWORDS))
+    conf.write_text(json.dumps({**config, "tls": {"cert_file": str(cert), "key_file": str(key)}}))
+    process = subprocess.Popen(
+        [nats_binary(), "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
+    try:
+        url = f"tls://127.0.0.1:{port}"
+        trusted = NatsAccess([url], "sie-worker", PASSWORDS["worker"], tls_ca=ca)
+        client = await asyncio.wait_for(connect(trusted, "tls-test"), 15)
+        assert client.is_connected
+        await client.close()
+        with pytest.raises((ssl.SSLError, OSError, nats.errors.Error, TimeoutError)):
+            await nats.connect(
+                url, user="sie-worker", password=PASSWORDS["worker"], allow_reconnect=False, connect_timeout=3
+            )
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
