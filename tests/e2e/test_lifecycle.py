@@ -97,7 +97,12 @@ def test_a_corrupt_weights_file_is_a_classified_load_failure_and_others_keep_ser
     detail = response.json()["detail"]
     assert detail["code"] == "MODEL_LOAD_FAILED"
     assert (detail["error_class"], detail["permanent"], detail["attempts"]) == ("CORRUPT", True, 1)
-    assert "SafetensorError" in detail["message"] and "incomplete metadata" in detail["message"]
+    # The client is told the class; the loader's own words (and paths) are for the log only.
+    assert detail["message"] == (
+        f"Model '{TRUNCATED}' failed to load (CORRUPT): its weight files are corrupt or incomplete. "
+        "The server's log has the detail."
+    )
+    assert "SafetensorError" in lru_server.log() and "incomplete metadata" in lru_server.log()
     info = lru_server.client.get(f"/v1/models/{TRUNCATED}").json()
     assert info["state"] == "failed" and info["last_error"]["code"] == "MODEL_LOAD_FAILED"
     assert encode(lru_server, SRE).shape == (2, 384)

@@ -21,7 +21,8 @@ import pytest_asyncio
 from nats.aio.client import Client
 
 from sie.gateway.app import create_app
-from sie.queue.connection import NatsAccess, connect, redacted
+from sie.queue.access import NatsAccess, redacted
+from sie.queue.connection import connect
 from sie.queue.contract import CONFIG_ALL_SUBJECT, Heartbeat, config_subject, encode_heartbeat, health_subject
 from sie.queue.roles import ROLES, server_config
 from sie.settings.gateway import GatewaySettings

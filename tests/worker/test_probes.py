@@ -10,7 +10,8 @@ from pathlib import Path
 
 import httpx
 
-from sie.queue.connection import NatsAccess, connect
+from sie.queue.access import NatsAccess
+from sie.queue.connection import connect
 from sie.worker.probes import ProbeServer, Readiness, probe_app
 from tests.conftest import running_nats
 from tests.s3 import free_port

@@ -14,7 +14,8 @@ from typing import Any
 import msgspec
 from nats.aio.client import Client
 
-from sie.queue.connection import NatsAccess, connect
+from sie.queue.access import NatsAccess
+from sie.queue.connection import connect
 from sie.queue.contract import CONFIG_ALL_SUBJECT, config_subject
 
 log = logging.getLogger(__name__)

@@ -65,9 +65,18 @@ PUBLIC_REASONS: Final = {
 }
 
 
-def told(error_class: LoadErrorClass) -> str:
-    """The reason a client reads (after ``failed to load (<class>): ``): generic, pointing to the log."""
-    return f"{PUBLIC_REASONS[error_class]}. The server's log has the detail."
+def told(error_class: LoadErrorClass, remedy: str | None = None) -> str:
+    """The reason a client reads (after ``failed to load (<class>): ``): generic, pointing to the log,
+    with the command that fixes it when there is one that names nothing of the server's."""
+    fix = f" To fix it: {remedy}." if remedy else ""
+    return f"{PUBLIC_REASONS[error_class]}.{fix} The server's log has the detail."
+
+
+def remedy_of(exc: BaseException) -> str | None:
+    """The first operator's remedy along ``exc``'s cause chain (``WeightsNotFound.remedy``)."""
+    return next(
+        (link.remedy for link in _chain(exc) if isinstance(link, WeightsNotFound) and link.remedy), None
+    )
 
 
 _CORRUPT_MESSAGES: Final = (

@@ -27,7 +27,7 @@ from sie.catalog.catalog import CatalogEntry
 from sie.core import heap
 from sie.core.options import AttentionBackend, Capability, ComputePrecision, Modality
 from sie.core.task import Task
-from sie.engine.load_errors import LoadErrorClass, classify, told
+from sie.engine.load_errors import LoadErrorClass, classify, remedy_of, told
 from sie.engine.memory import model_bytes
 from sie.postprocess.muvera import MuveraStage
 from sie.weights.lora_sources import LoraSettings
@@ -187,7 +187,7 @@ def failure_after(name: str, exc: Exception, previous: LoadFailure | None) -> Lo
         exc_info=exc,
     )
     return LoadFailure(
-        told(failure.error_class),
+        told(failure.error_class, remedy_of(exc)),
         attempts,
         failure.permanent,
         time.monotonic() + failure.cooldown_s,

@@ -19,7 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sie.catalog.admission import RequestLimits
 from sie.catalog.follower import FollowerSettings
 from sie.http.auth import AuthConfig, AuthMode
-from sie.queue.connection import NatsAccess
+from sie.queue.access import NatsAccess
 
 log = logging.getLogger(__name__)
 

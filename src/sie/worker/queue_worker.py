@@ -19,7 +19,8 @@ from nats.aio.msg import Msg
 from sie.catalog.follower import ConfigFollower
 from sie.engine.engine import Engine
 from sie.observability.metrics import Metrics
-from sie.queue.connection import NatsAccess, connect
+from sie.queue.access import NatsAccess
+from sie.queue.connection import connect
 from sie.queue.contract import Heartbeat, Lane, config_subject, health_subject
 from sie.queue.payloads import PayloadStore
 from sie.worker.adaptive import AdaptiveWait
