@@ -27,7 +27,7 @@ from sie.settings.common import PACKAGED_MODELS_DIR
 from sie.wire import codec
 from sie.wire.requests import EncodeRequest, ExtractRequest, Item, ScoreRequest
 
-settings.register_profile("ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("long", max_examples=20_000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 

@@ -21,7 +21,7 @@ from tests.e2e.cluster import run_config_service, run_gateway
 from tests.e2e.test_schemathesis import run_schemathesis
 
 SEED = 20261128
-MAX_EXAMPLES = 25
+MAX_EXAMPLES = 15
 
 
 @pytest.fixture(scope="module")
