@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -27,18 +27,12 @@ from websockets.exceptions import ConnectionClosed
 
 from sie.gateway.app import create_app
 from sie.settings.gateway import GatewaySettings
-from tests.conftest import NatsServer, running_nats
+from tests.conftest import NatsServer
 
 CAP = 8
 POOLS = ("alpha", "beta")
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-
-@pytest.fixture(scope="module")
-def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    with running_nats(tmp_path_factory.mktemp("nats")) as server:
-        yield server
 
 
 @contextlib.asynccontextmanager

@@ -15,36 +15,19 @@ import msgspec
 import nats
 import pytest
 import pytest_asyncio
-import yaml
 from nats.aio.client import Client
 
 from sie.catalog.follower import ConfigFollower, FollowerSettings
 from sie.catalog.model_config import ModelConfig
 from sie.queue.contract import CONFIG_ALL_SUBJECT, config_subject
 from sie.settings.common import PACKAGED_BUNDLES_DIR
-from tests.conftest import NatsServer, running_nats
+from tests.conftest import NatsServer
 from tests.e2e.cluster import ConfigService
+from tests.security.test_sec_config_service import DENSE, model_yaml
 
 ADMIN, READ = "admin-secret", "read-secret"
-DENSE = "sie.adapters.dense_torch:TorchDenseEncoder"
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-
-def model_yaml(sie_id: str, adapter: str = DENSE) -> str:
-    config = {
-        "sie_id": sie_id,
-        "hf_id": "sentence-transformers/all-MiniLM-L6-v2",
-        "tasks": {"encode": {"dense": {"dim": 384}}},
-        "profiles": {"default": {"max_batch_tokens": 8192, "adapter_path": adapter}},
-    }
-    return yaml.safe_dump(config, sort_keys=False)
-
-
-@pytest.fixture(scope="module")
-def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    with running_nats(tmp_path_factory.mktemp("nats")) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import logging
 import random
 import string
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -21,7 +21,6 @@ import nats
 import pytest
 import pytest_asyncio
 from pydantic import ValidationError
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sie.gateway.app import create_app as create_gateway
 from sie.gateway.shares import ShareExhausted, StreamShares
@@ -29,7 +28,8 @@ from sie.queue.contract import Heartbeat, encode_heartbeat, health_subject
 from sie.server.app import create_app as create_server
 from sie.settings.gateway import GatewaySettings
 from sie.settings.server import Settings
-from tests.conftest import NatsServer, running_nats
+from tests.conftest import NatsServer
+from tests.inprocess import rss_mib, served
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 ENCODE = f"/v1/encode/{MINILM}"
@@ -41,34 +41,12 @@ MILLION_MSGPACK = msgspec.msgpack.encode({"items": [{"text": "a"}] * 1_000_000})
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
-def _with_state(app: ASGIApp, state: dict[str, Any] | None) -> ASGIApp:
-    async def run(scope: Scope, receive: Receive, send: Send) -> None:
-        scope["state"] = dict(state or {})
-        await app(scope, receive, send)
-
-    return run
-
-
 def _noise(n: int = 24) -> str:
     return "".join(random.choices(string.ascii_letters + string.digits, k=n))
 
 
-def _rss_mib() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
-
-
 def _lines(text: str) -> int:
     return len(text.splitlines())
-
-
-@pytest.fixture(scope="module")
-def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    with running_nats(tmp_path_factory.mktemp("nats")) as server:
-        yield server
 
 
 def _gateway_settings(nats_server: NatsServer, **fields: Any) -> GatewaySettings:
@@ -86,24 +64,19 @@ def _gateway_settings(nats_server: NatsServer, **fields: Any) -> GatewaySettings
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def gateway(nats_server: NatsServer) -> AsyncIterator[httpx.AsyncClient]:
     app = create_gateway(_gateway_settings(nats_server))
-    async with app.router.lifespan_context(app) as state:
-        transport = httpx.ASGITransport(app=_with_state(app, state))
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway", timeout=30) as client:
-            deadline = time.monotonic() + 30
-            while app.state.gateway.pools is None:  # joined NATS: pools and the dispatcher exist
-                assert time.monotonic() < deadline, "the gateway never joined NATS"
-                await asyncio.sleep(0.05)
-            yield client
+    async with served(app, "http://gateway", timeout=30) as client:
+        deadline = time.monotonic() + 30
+        while app.state.gateway.pools is None:  # joined NATS: pools and the dispatcher exist
+            assert time.monotonic() < deadline, "the gateway never joined NATS"
+            await asyncio.sleep(0.05)
+        yield client
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def server() -> AsyncIterator[httpx.AsyncClient]:
     settings = Settings(preload_models=MINILM, hot_reload=False, default_compute_precision="float32")
-    app = create_server(settings)
-    async with app.router.lifespan_context(app) as state:
-        transport = httpx.ASGITransport(app=_with_state(app, state))
-        async with httpx.AsyncClient(transport=transport, base_url="http://server", timeout=60) as client:
-            yield client
+    async with served(create_server(settings), "http://server") as client:
+        yield client
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -194,7 +167,7 @@ async def test_gateway_refuses_a_million_items_before_decoding_or_publishing(
     await client.close()
     await asyncio.sleep(0.2)
     before_messages = await _work_stream_messages(nats_server.url)
-    rss = _rss_mib()
+    rss = rss_mib()
     started = time.perf_counter()
     response = await gateway.post(
         ENCODE, content=body, headers={"content-type": content_type, **bearer("alpha")}
@@ -204,7 +177,7 @@ async def test_gateway_refuses_a_million_items_before_decoding_or_publishing(
     assert response.json()["detail"]["code"] == "INVALID_INPUT"
     assert f"at most {CAP} per request" in response.json()["detail"]["message"]
     assert elapsed < 1.0  # a scan, not a decode, a tokenization or a million publishes (bench: ms)
-    assert _rss_mib() - rss < 100
+    assert rss_mib() - rss < 100
     assert await _work_stream_messages(nats_server.url) == before_messages
     # The same lane takes an admitted request: it is published (and, with no real worker, times out).
     answered = await gateway.post(ENCODE, json=BODY, headers=bearer("alpha"))
@@ -227,7 +200,7 @@ async def test_gateway_refuses_a_million_items_before_decoding_or_publishing(
 async def test_server_refuses_a_million_items_before_tokenizing(
     server: httpx.AsyncClient, path: str, body: bytes
 ) -> None:
-    rss = _rss_mib()
+    rss = rss_mib()
     started = time.perf_counter()
     response = await server.post(path, content=body, headers={"content-type": "application/json"})
     elapsed = time.perf_counter() - started
@@ -236,7 +209,7 @@ async def test_server_refuses_a_million_items_before_tokenizing(
     message = payload["detail"]["message"] if "detail" in payload else payload["error"]["message"]
     assert f"at most {CAP} per request (SIE_MAX_ITEMS_PER_REQUEST)" in message
     assert elapsed < 1.0  # tokenizing a million items takes minutes on these cores
-    assert _rss_mib() - rss < 100
+    assert rss_mib() - rss < 100
     assert (await server.post(ENCODE, json={"items": [{"text": "a"}] * CAP})).status_code == 200
 
 
@@ -267,15 +240,12 @@ async def test_the_servers_own_api_checks_tokens_when_asked(nats_server: NatsSer
     settings = Settings(
         hot_reload=False, auth_mode="token", auth_tokens="alpha", model_filter=MINILM, preload_models=""
     )
-    app = create_server(settings)
-    async with app.router.lifespan_context(app) as state:
-        transport = httpx.ASGITransport(app=_with_state(app, state))
-        async with httpx.AsyncClient(transport=transport, base_url="http://server") as client:
-            refused = await client.post(ENCODE, json=BODY)
-            assert refused.status_code == 401 and refused.json()["detail"]["code"] == "UNAUTHORIZED"
-            assert (await client.get("/v1/models", headers=bearer("nope"))).status_code == 401
-            assert (await client.get("/v1/models", headers=bearer("alpha"))).status_code == 200
-            assert (await client.get("/healthz")).status_code == 200
+    async with served(create_server(settings), "http://server", timeout=5) as client:
+        refused = await client.post(ENCODE, json=BODY)
+        assert refused.status_code == 401 and refused.json()["detail"]["code"] == "UNAUTHORIZED"
+        assert (await client.get("/v1/models", headers=bearer("nope"))).status_code == 401
+        assert (await client.get("/v1/models", headers=bearer("alpha"))).status_code == 200
+        assert (await client.get("/healthz")).status_code == 200
 
 
 async def test_pools_belong_to_the_token_that_leased_them(gateway: httpx.AsyncClient) -> None:

@@ -25,12 +25,12 @@ import pytest
 import pytest_asyncio
 from PIL import Image
 from pydantic import ValidationError
-from starlette.types import Receive, Scope, Send
 
 from sie.server.app import create_app
 from sie.settings.server import Settings
 from tests import builders
 from tests.e2e.conftest import tiny_bert_dir
+from tests.inprocess import rss_mib, served
 
 CLIP = "test/clip"
 ENCODE = f"/v1/encode/{CLIP}"
@@ -72,14 +72,6 @@ def _saved(kind: str, size: tuple[int, int] = (48, 40)) -> bytes:
     return out.getvalue()
 
 
-def _rss_mib() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
-
-
 def _body(*images: bytes) -> bytes:
     return bytes(msgpack.packb({"items": [{"images": [{"data": data}]} for data in images]}))
 
@@ -118,16 +110,8 @@ async def server(models_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
     settings = Settings(
         models_dir=str(models_dir), preload_models=CLIP, hot_reload=False, default_compute_precision="float32"
     )
-    app = create_app(settings)
-    async with app.router.lifespan_context(app) as state:
-
-        async def with_state(scope: Scope, receive: Receive, send: Send) -> None:
-            scope["state"] = dict(state or {})
-            await app(scope, receive, send)
-
-        transport = httpx.ASGITransport(app=with_state)
-        async with httpx.AsyncClient(transport=transport, base_url="http://sie", timeout=60) as client:
-            yield client
+    async with served(create_app(settings)) as client:
+        yield client
 
 
 async def _post(server: httpx.AsyncClient, body: bytes, within_s: float = 30) -> tuple[httpx.Response, float]:
@@ -150,12 +134,12 @@ async def test_a_body_of_decompression_bombs_is_refused_from_the_headers(server:
     count = min(130, (BODY_LIMIT - 64 * 1024) // len(bomb))
     assert count >= 100
     body = _body(*[bomb] * count)
-    rss = _rss_mib()
+    rss = rss_mib()
     response, took = await _post(server, body)
     message = _refused(response)
     assert "SIE_MAX_IMAGE_PIXELS" in message and "40000000" in message and "9400x9400" in message
     assert took < 1.5, took
-    assert _rss_mib() - rss < 300
+    assert rss_mib() - rss < 300
 
 
 async def test_images_each_allowed_but_over_the_request_budget_are_refused(server: httpx.AsyncClient) -> None:
@@ -219,22 +203,15 @@ async def test_requests_over_the_in_flight_budget_take_turns(models_dir: Path) -
     app = create_app(settings)
     bodies = [_body(_png(1000, 1000, (i, 0, 0)), _png(1000, 1000, (0, i, 0))) for i in range(4)]
     headers = {"content-type": "application/msgpack", "accept": "application/json"}
-    async with app.router.lifespan_context(app) as state:
+    async with served(app) as client:
 
-        async def with_state(scope: Scope, receive: Receive, send: Send) -> None:
-            scope["state"] = dict(state or {})
-            await app(scope, receive, send)
+        async def vectors(body: bytes) -> list[list[float]]:
+            response = await client.post(ENCODE, content=body, headers=headers)
+            assert response.status_code == 200, response.text
+            return [item["dense"]["values"] for item in response.json()["items"]]
 
-        transport = httpx.ASGITransport(app=with_state)
-        async with httpx.AsyncClient(transport=transport, base_url="http://sie", timeout=60) as client:
-
-            async def vectors(body: bytes) -> list[list[float]]:
-                response = await client.post(ENCODE, content=body, headers=headers)
-                assert response.status_code == 200, response.text
-                return [item["dense"]["values"] for item in response.json()["items"]]
-
-            alone = [await vectors(body) for body in bodies]
-            together = await asyncio.wait_for(asyncio.gather(*(vectors(body) for body in bodies)), 30)
+        alone = [await vectors(body) for body in bodies]
+        together = await asyncio.wait_for(asyncio.gather(*(vectors(body) for body in bodies)), 30)
     for mine, theirs in zip(together, alone, strict=True):
         for got, expected in zip(mine, theirs, strict=True):
             assert got == pytest.approx(expected, abs=1e-5)

@@ -26,7 +26,6 @@ import httpx
 import numpy as np
 import pytest
 import pytest_asyncio
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sie.gateway.app import create_app as create_gateway
 from sie.server.app import create_app as create_server
@@ -36,6 +35,7 @@ from tests import builders
 from tests.adapters.test_lora import merged_mean
 from tests.conftest import running_nats
 from tests.hub import Hub, running_hub
+from tests.inprocess import served
 
 MODEL = "test/minilm-lora"
 ABSENT = "test/absent"
@@ -124,14 +124,6 @@ def hub(world: World) -> Iterator[Hub]:
             yield hub
 
 
-def _with_state(app: ASGIApp, state: dict[str, Any] | None) -> ASGIApp:
-    async def run(scope: Scope, receive: Receive, send: Send) -> None:
-        scope["state"] = dict(state or {})
-        await app(scope, receive, send)
-
-    return run
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def server(world: World, hub: Hub) -> AsyncIterator[httpx.AsyncClient]:
     settings = Settings(
@@ -142,11 +134,8 @@ async def server(world: World, hub: Hub) -> AsyncIterator[httpx.AsyncClient]:
         hot_reload=False,
         default_compute_precision="float32",
     )
-    app = create_server(settings)
-    async with app.router.lifespan_context(app) as state:
-        transport = httpx.ASGITransport(app=_with_state(app, state))
-        async with httpx.AsyncClient(transport=transport, base_url="http://server", timeout=60) as client:
-            yield client
+    async with served(create_server(settings), "http://server") as client:
+        yield client
 
 
 async def encode(client: httpx.AsyncClient, model: str = MODEL, **options: Any) -> httpx.Response:
@@ -283,12 +272,9 @@ async def test_the_gateway_refuses_a_path_before_publishing(
         settings = GatewaySettings(
             models_dir=str(world.models), nats_url=nats.url, gateway_request_timeout=1.0
         )
-        app = create_gateway(settings)
-        async with app.router.lifespan_context(app) as state:
-            transport = httpx.ASGITransport(app=_with_state(app, state))
-            async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
-                for lora_id in ("/etc", "~", "../x", "someorg/not-cached"):
-                    response = await encode(client, lora_id=lora_id)
-                    assert response.status_code == 400, response.text
-                    detail = response.json()["detail"]
-                    assert detail["code"] == "INVALID_INPUT" and HUB_LORA in detail["message"]
+        async with served(create_gateway(settings), "http://gateway", timeout=5) as client:
+            for lora_id in ("/etc", "~", "../x", "someorg/not-cached"):
+                response = await encode(client, lora_id=lora_id)
+                assert response.status_code == 400, response.text
+                detail = response.json()["detail"]
+                assert detail["code"] == "INVALID_INPUT" and HUB_LORA in detail["message"]

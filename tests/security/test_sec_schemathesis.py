@@ -11,23 +11,14 @@ examples bounded: a few seconds of fuzzing each on two cores.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import NatsServer, running_nats
+from tests.conftest import NatsServer
 from tests.e2e.cluster import run_config_service, run_gateway
 from tests.e2e.test_schemathesis import run_schemathesis
 
 SEED = 20261128
 MAX_EXAMPLES = 15
-
-
-@pytest.fixture(scope="module")
-def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    with running_nats(tmp_path_factory.mktemp("nats")) as server:
-        yield server
 
 
 def fuzz(url: str, folder: Path) -> str:

@@ -11,10 +11,10 @@ import httpx
 import msgpack
 import pytest
 import pytest_asyncio
-from starlette.types import Receive, Scope, Send
 
 from sie.server.app import create_app
 from sie.settings.server import Settings
+from tests.inprocess import served
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 LIMIT = 1000
@@ -32,16 +32,8 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
         hot_reload=False,
         default_compute_precision="float32",
     )
-    app = create_app(settings)
-    async with app.router.lifespan_context(app) as state:
-
-        async def with_state(scope: Scope, receive: Receive, send: Send) -> None:
-            scope["state"] = dict(state or {})
-            await app(scope, receive, send)
-
-        transport = httpx.ASGITransport(app=with_state)
-        async with httpx.AsyncClient(transport=transport, base_url="http://sie") as c:
-            yield c
+    async with served(create_app(settings), timeout=5) as c:
+        yield c
 
 
 def native(response: httpx.Response, status: int, code: str) -> str:
