@@ -154,14 +154,22 @@ class ProfileLabel:
     ``other``; absent stays ``absent``. A caller can never add a series: labels are the operator's."""
 
     def __init__(self, configured: list[str], workers: WorkerTable) -> None:
-        self._configured = {name.lower(): name for name in configured}
+        self._configured: dict[str, str] = {}
+        for name in configured:  # the first spelling of a name wins, as the list is read
+            self._configured.setdefault(name.lower(), name)
         self._workers = workers
+
+    def configured(self, profile: str) -> str | None:
+        """The configured spelling of ``profile``, matched case-insensitively (``l4`` also finds
+        ``l4-spot``); None when no configured profile is it. Routing canonicalises with this too."""
+        lowered = profile.lower()
+        return self._configured.get(lowered) or self._configured.get(f"{lowered}-spot")
 
     def __call__(self, value: str | None, absent: str = "") -> str:
         if not value:
             return absent
         profile = value.rpartition("/")[2]  # ``pool/profile`` names a profile too
-        found = self._configured.get(profile.lower())
+        found = self.configured(profile)
         if found is not None:
             return found
         return profile if profile in self._workers.announced_profiles() else OTHER

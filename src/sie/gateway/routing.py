@@ -92,14 +92,10 @@ class Router:
     def canonical_profile(self, profile: str) -> str:
         if not self._configured:
             return profile
-        lowered = profile.lower()
-        for name in self._configured:
-            if name.lower() == lowered:
-                return name
-        for name in self._configured:
-            if name.lower() == f"{lowered}-spot":
-                return name
-        raise GpuNotConfigured(profile, self._configured)
+        found = self.profile_label.configured(profile)
+        if found is None:
+            raise GpuNotConfigured(profile, self._configured)
+        return found
 
     def route(
         self, bundle: str, profile_header: str | None, pool_header: str | None, *, pool_known: bool = True
