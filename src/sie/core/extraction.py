@@ -43,11 +43,22 @@ class DetectedObject(msgspec.Struct):
     bbox: list[int]
 
 
+class ItemError(msgspec.Struct):
+    """Why one item of a batch has no extraction (``code`` is a public error code such as
+    ``INPUT_TOO_LONG``): the public server answers the other items and carries this on the failed one,
+    billed 0, instead of failing the whole request."""
+
+    code: str
+    message: str
+
+
 class Extraction(msgspec.Struct):
-    """One item's extraction; a family leaves the parts it does not produce empty."""
+    """One item's extraction; a family leaves the parts it does not produce empty, and sets ``error``
+    (and nothing else) on an item it could not extract."""
 
     entities: list[Entity] = msgspec.field(default_factory=list)
     relations: list[Relation] = msgspec.field(default_factory=list)
     classifications: list[Classification] = msgspec.field(default_factory=list)
     objects: list[DetectedObject] = msgspec.field(default_factory=list)
     data: dict[str, Any] = msgspec.field(default_factory=dict)
+    error: ItemError | None = None
