@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from sie.core.extraction import Extraction
+from sie.core.extraction import Extraction, ItemError
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,16 +58,35 @@ class Prepared:
     """One item ready for the device: token ids (a pair's two segments joined) and, for pairs, the
     segment of each token. ``payload`` holds what else the family's ``run`` needs (an image's pixels,
     GLiNER's words, an NLI model's hypothesis pairs), opaque to the engine. Its cost for batching is
-    ``weight`` when the family sets one, else its token count."""
+    ``weight`` when the family sets one, else its token count.
+
+    An item the family refuses on its own while the rest of the batch is fine (a document past
+    GLiNER's window count) is ``refused``: it never reaches the device, an extraction answers it with
+    its ``error`` and bills it nothing, and any other operation fails the request with it."""
 
     ids: np.ndarray = field(default_factory=lambda: _NO_IDS)
     type_ids: np.ndarray | None = None
     payload: Any = None
     weight: int | None = None
+    error: ItemError | None = None
+    # What the item bills (``usage``): ``tokens`` where its input tokens are not its cost (a padded
+    # CLIP text reads its own ids, an image reads no text); ``content``, for a scored pair, the
+    # caller's own text in it (query, document after truncation, instruction, each tokenized
+    # alone), the rest being the family's template. None: the cost, or not told.
+    tokens: int | None = None
+    content: int | None = None
+
+    @classmethod
+    def refused(cls, error: ItemError) -> Prepared:
+        return cls(error=error)
 
     @property
     def cost(self) -> int:
         return self.weight if self.weight is not None else len(self.ids)
+
+    @property
+    def input_tokens(self) -> int:
+        return self.tokens if self.tokens is not None else self.cost
 
 
 @dataclass(frozen=True)

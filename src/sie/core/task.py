@@ -11,9 +11,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from sie.core.extraction import ItemError
+
 
 class UnsupportedInput(ValueError):
     """An item lacks what the adapter needs (e.g. a pair sent to a model that embeds single texts)."""
+
+
+class ItemRefused(UnsupportedInput):
+    """One item's own failure, raised by a family's per-item code (a Laya state that cannot be read)
+    and caught in its ``prepare``, which answers that item ``Prepared.refused(exc.error)`` while the
+    others run; ``code`` is a public error code (``INVALID_INPUT``, ``INPUT_TOO_LONG``). One that
+    escapes ``prepare`` still fails the request as any ``UnsupportedInput`` does."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.error = ItemError(code, message)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, ParamSpec, TypeVar
 
-from sie.errors import SieError
+from sie.core.extraction import ItemError
+from sie.errors import Relayed, SieError
 from sie.wire.errors import ErrorCode
 
 _P = ParamSpec("_P")
@@ -97,3 +98,13 @@ class EngineClosed(SieError):
     """The engine is shutting down and takes no new work."""
 
     code = ErrorCode.MODEL_NOT_LOADED
+
+
+class RefusedItem(Relayed):
+    """An item its family refused on its own (``Prepared.refused``) in an operation whose response has
+    no per-item error (encode, score): the request fails with that item's code and message, as the
+    public server fails it (an input past the window under ``overflow_policy: error`` is a 400
+    ``INPUT_TOO_LONG``). Extraction answers such an item in its ``error`` instead."""
+
+    def __init__(self, error: ItemError) -> None:
+        super().__init__(error.code, error.message)

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import msgspec
 import numpy as np
 
-from sie.core.extraction import Classification, DetectedObject, Entity, Relation
+from sie.core.extraction import Classification, DetectedObject, Entity, ItemError, Relation
 
 
 class DenseVector(msgspec.Struct):
@@ -50,10 +50,34 @@ class Timing(msgspec.Struct):
     postprocessing_ms: float | None = None
 
 
-class EncodeResponse(msgspec.Struct):
+class Usage(msgspec.Struct, omit_defaults=True):
+    """What a request read, counted after tokenization (never estimated): ``input_tokens``, and for
+    a model that takes images the ``images`` it read (0 included)."""
+
+    input_tokens: int
+    images: int | None = None
+
+
+class ContentTokens(msgspec.Struct):
+    """The caller's own text in the scored pairs (query, document after truncation, instruction, each
+    tokenized alone); the rest of ``input_tokens`` is the reranker's template."""
+
+    content_tokens: int
+
+
+class ScoreUsage(msgspec.Struct, omit_defaults=True):
+    """A score's ``Usage``, with ``input_tokens_details`` where the reranker tells its pairs' content."""
+
+    input_tokens: int
+    images: int | None = None
+    input_tokens_details: ContentTokens | None = None
+
+
+class EncodeResponse(msgspec.Struct, omit_defaults=True):
     model: str
     items: list[EncodeResult]
     timing: Timing
+    usage: Usage | None = None
 
 
 class ProfileInfo(msgspec.Struct):
@@ -128,10 +152,6 @@ class OpenAIEmbeddingsResponse(msgspec.Struct):
     object: str = "list"
 
 
-class Usage(msgspec.Struct):
-    input_tokens: int
-
-
 class ScoreEntry(msgspec.Struct):
     item_id: str
     score: float
@@ -144,7 +164,7 @@ class ScoreResponse(msgspec.Struct):
     model: str
     query_id: str | None
     scores: list[ScoreEntry]
-    usage: Usage
+    usage: ScoreUsage
 
 
 class RerankDocument(msgspec.Struct):
@@ -163,8 +183,10 @@ class RerankResponse(msgspec.Struct):
     usage: Usage
 
 
-class ExtractResult(msgspec.Struct):
-    """Every item carries all six keys, whichever parts its model fills (as the public server's)."""
+class ExtractResult(msgspec.Struct, omit_defaults=True):
+    """Every item carries all six keys, whichever parts its model fills (as the public server's); an
+    item its model could not extract (a document past GLiNER's window count) carries a seventh,
+    ``error`` (``{code, message}``), with the parts left empty, and the other items are answered."""
 
     id: str
     entities: list[Entity]
@@ -172,6 +194,7 @@ class ExtractResult(msgspec.Struct):
     classifications: list[Classification]
     objects: list[DetectedObject]
     data: dict[str, Any]
+    error: ItemError | None = None
 
 
 class ExtractResponse(msgspec.Struct):

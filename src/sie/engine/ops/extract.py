@@ -17,7 +17,7 @@ from sie.engine.ops.parts import Answer, Parts, check_outputs, item_id
 from sie.engine.runner import BatchGroup
 from sie.postprocess.outputs import Postprocess
 from sie.wire.requests import ExtractRequest
-from sie.wire.responses import ExtractResponse, ExtractResult, Usage
+from sie.wire.responses import ExtractResponse, ExtractResult
 
 EXTRACT: Final = frozenset({Capability.EXTRACT})
 
@@ -43,11 +43,13 @@ async def extract(
     ]
     timing = inference.timing(started, postprocessed=False)
     parts.observe(model, "extract", timing)
-    return Answer(ExtractResponse(name, results, Usage(inference.tokens)), timing, inference.tokens)
+    return Answer(ExtractResponse(name, results, inference.usage()), timing, inference.tokens)
 
 
 def extract_result(item_id: str, extraction: Extraction | None) -> ExtractResult:
     found = extraction or Extraction()
+    if found.error is not None:  # a failed item says why and nothing else, as the public server's
+        return ExtractResult(item_id, [], [], [], [], {}, found.error)
     return ExtractResult(
         item_id, found.entities, found.relations, found.classifications, found.objects, found.data
     )
