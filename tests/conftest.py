@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from sie.adapters.contract import Forward
+from sie.core.extraction import Extraction
 from sie.core.options import Capability, Pooling
 from sie.queue.roles import server_config
 
@@ -190,6 +191,15 @@ def run_public_sdk(public_python: Path, tmp_path_factory: pytest.TempPathFactory
     the calls and prints one JSON document on stdout; the parsed document comes back.
     """
     return script_runner(public_python, tmp_path_factory.mktemp("public-sdk"), "public SDK", {}, 180)
+
+
+def extracted(adapter: Any, inputs: list[Any], forward: Forward) -> list[Extraction]:
+    """An extraction adapter's answers as the engine assembles them: the items its ``prepare``
+    refused answered with their error (they never reach ``run``), the others run in one batch."""
+    prepared = adapter.prepare(inputs, forward)
+    runnable = [item for item in prepared if item.error is None]
+    found = iter((adapter.run(runnable, forward).extractions or []) if runnable else [])
+    return [Extraction(error=item.error) if item.error is not None else next(found) for item in prepared]
 
 
 def dense(adapter: Any, texts: list[str], pooling: Pooling | None = None) -> np.ndarray:

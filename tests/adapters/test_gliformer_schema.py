@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sie.adapters.gliformer.schema import MAX_DEPTH, FieldKind, compile_schema, shape
+from sie.adapters.gliformer.schema import MAX_DEPTH, FieldKind, compile_schema, missing_required, shape
 from sie.core.task import UnsupportedInput
 
 
@@ -165,16 +165,17 @@ def test_keys_that_are_not_strings_are_refused_as_unsupported_keywords() -> None
         compile_schema(obj(a={"type": "string", 1: "x", "zz": 2}))
 
 
-def test_a_document_missing_a_required_root_property_answers_no_data() -> None:
-    """The public server answers such a document as its error, with nothing in it; here (no per-item
-    errors) ``data`` is empty, as docs/extract.md says, not the properties that were found."""
+def test_a_document_missing_a_required_root_property_names_what_it_lacks() -> None:
+    """The public server answers such a document as its item's error, with nothing in it: the
+    adapter asks ``missing_required`` which of the root's required properties were not found."""
     plan = compile_schema(
         {**obj(name=STRING, city=STRING, tone={"enum": ["formal", "casual"]}), "required": ["name", "tone"]}
     )
-    assert shape(plan, {"name": "Ada", "city": "London"}, {"tone": "formal"}) == {
-        "name": "Ada",
-        "city": "London",
-        "tone": "formal",
-    }
-    assert shape(plan, {"city": "London"}, {"tone": "formal"}) == {}  # no name
-    assert shape(plan, {"name": "Ada", "city": "London"}, {}) == {}  # no choice passed the threshold
+    whole = shape(plan, {"name": "Ada", "city": "London"}, {"tone": "formal"})
+    assert whole == {"name": "Ada", "city": "London", "tone": "formal"}
+    assert missing_required(plan, whole) == []
+    no_name = shape(plan, {"city": "London"}, {"tone": "formal"})
+    assert missing_required(plan, no_name) == ["name"]
+    no_choice = shape(plan, {"name": "Ada", "city": "London"}, {})  # no choice passed the threshold
+    assert missing_required(plan, no_choice) == ["tone"]
+    assert missing_required(plan, {}) == ["name", "tone"]

@@ -22,6 +22,7 @@ from sie.core.extraction import Extraction
 from sie.core.options import Capability, ComputePrecision
 from sie.core.task import Task, UnsupportedInput
 from tests import builders
+from tests.conftest import extracted
 
 QUESTIONS: dict[str, Any] = {
     "intent": {
@@ -76,7 +77,7 @@ def decide(
     forward = Forward(
         frozenset({Capability.EXTRACT}), task=Task.of(labels or [], options or {}, instruction, output_schema)
     )
-    return decider.run(decider.prepare(inputs, forward), forward).extractions or []
+    return extracted(decider, inputs, forward)
 
 
 def near(ours: dict[str, float], theirs: dict[str, float]) -> None:
@@ -214,13 +215,26 @@ def test_bad_requests_are_refused(
         decide(decider, ["some text"], labels, options, instruction, schema)
 
 
-def test_bad_items_are_refused_and_it_keeps_serving(decider: LayaDecider) -> None:
-    for item in (AnnotatedText("text", {"state": "a state too"}), AnnotatedText("", {"state": 5})):
-        with pytest.raises(UnsupportedInput, match="Laya items need"):
-            decide(decider, [item], ["a", "b"])
-    with pytest.raises(UnsupportedInput, match="Laya"):
-        decide(decider, [AnnotatedText("", {"state": {"when": {1, 2}}})], ["a", "b"])  # not JSON
-    assert decide(decider, ["still serving"], ["a", "b"])[0].classifications
+def test_a_bad_item_fails_alone_and_the_others_are_answered_as_alone(decider: LayaDecider) -> None:
+    """An unreadable item is that item's ``INVALID_INPUT`` (the public server's per-item error); the
+    items beside it get what they get alone."""
+    alone = decide(decider, ["still serving"], ["a", "b"])[0]
+    assert alone.classifications and alone.error is None
+    for item in (
+        AnnotatedText("text", {"state": "a state too"}),
+        AnnotatedText("", {"state": 5}),
+        AnnotatedText("", {"state": {"when": {1, 2}}}),  # not JSON
+    ):
+        bad, good = decide(decider, [item, "still serving"], ["a", "b"])
+        assert bad.error is not None and bad.error.code == "INVALID_INPUT"
+        assert bad.error.message.startswith("Laya items need") or "JSON-serializable" in bad.error.message
+        assert (bad.classifications, bad.data) == ([], {})
+        assert good.error is None and [c.label for c in good.classifications] == [
+            c.label for c in alone.classifications
+        ]
+        assert [c.score for c in good.classifications] == pytest.approx(
+            [c.score for c in alone.classifications], abs=1e-5
+        )
 
 
 def test_an_item_may_hold_at_most_32768_tokens_of_rows(splade_dir: Path, tmp_path: Path) -> None:
@@ -268,5 +282,5 @@ def test_a_huge_state_is_cut_before_it_is_read_and_a_deep_one_refused(
     deep: Any = "leaf"
     for _ in range(5000):
         deep = [deep]
-    with pytest.raises(UnsupportedInput, match="JSON-serializable"):
-        decide(decider, [AnnotatedText("", {"state": deep})], ["a", "b"])
+    (refused,) = decide(decider, [AnnotatedText("", {"state": deep})], ["a", "b"])
+    assert refused.error is not None and "JSON-serializable" in refused.error.message

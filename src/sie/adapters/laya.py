@@ -56,7 +56,8 @@ from sie.adapters.runtime.transformer import release_unloaded
 from sie.catalog.families import LAYA_OPTIONS
 from sie.core.extraction import Classification, Extraction
 from sie.core.options import Capability, ComputePrecision
-from sie.core.task import Task, UnsupportedInput, thawed
+from sie.core.task import ItemRefused, Task, UnsupportedInput, thawed
+from sie.wire.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +135,11 @@ class LayaDecider:
         request = self._request(forward)
         prepared = []
         for one in inputs:
-            text, newest = self._state(one)
+            try:
+                text, newest = self._state(one)
+            except ItemRefused as exc:  # this item alone: the request's others are answered
+                prepared.append(Prepared.refused(exc.error))
+                continue
             try:
                 with self._lock:
                     items = self._rows(request, text, newest)
@@ -175,12 +180,14 @@ class LayaDecider:
             return rendered_state(one.text, limit, from_end=False), False
         state = one.metadata["state"]
         if one.text or not isinstance(state, str | Mapping | list):
-            raise UnsupportedInput(ITEM_ERROR)
+            raise ItemRefused(ErrorCode.INVALID_INPUT.value, ITEM_ERROR)
         newest = isinstance(state, list)  # chronological turns
         try:
             return rendered_state(state, limit, from_end=newest), newest
         except (TypeError, ValueError, RecursionError) as exc:
-            raise UnsupportedInput(f"{FAMILY} metadata.state must be JSON-serializable") from exc
+            raise ItemRefused(
+                ErrorCode.INVALID_INPUT.value, f"{FAMILY} metadata.state must be JSON-serializable"
+            ) from exc
 
     def _rows(self, request: Request, text: str, newest: bool) -> list[dict[str, Any]]:
         """One state's rows as the library's ``Agent`` builds them: the state tokenized once, then

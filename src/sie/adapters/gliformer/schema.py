@@ -16,8 +16,9 @@ writes), so this module reads the subset the two heads can answer, as the public
 The answer keeps a property only when the model found a value: a string is the best of the values
 found, an array of strings drops blank ones, and an object (or a record of an array) missing one of
 its ``required`` properties is left out, as GLiFormer leaves out such records itself; a document
-missing a ``required`` property of the root answers no ``data`` at all. Nothing here
-imports the library, so the contract is tested without a model.
+missing a ``required`` property of the root is that item's error (``missing_required``), with no
+``data``, as the public server answers it. Nothing here imports the library, so the contract is
+tested without a model.
 """
 
 from __future__ import annotations
@@ -105,9 +106,13 @@ def shape(plan: SchemaPlan, structured: Any, choices: Mapping[str, str]) -> dict
         value = choices.get(name) if child.kind is FieldKind.CHOICE else _value(child, found.get(name))
         if value is not None:
             data[name] = value
-    if any(name not in data for name in plan.root.required):
-        return {}  # the public server answers such a document as its error, with nothing in it
     return data
+
+
+def missing_required(plan: SchemaPlan, data: Mapping[str, Any]) -> list[str]:
+    """The root's ``required`` properties ``data`` lacks (in the schema's order): a document with any
+    is answered as its item's error, not with the properties that were found."""
+    return [name for name, _ in plan.root.fields if name in plan.root.required and name not in data]
 
 
 class _Compiler:

@@ -32,11 +32,13 @@ from sie.adapters.gliformer.schema import (
     SchemaPlan,
     clip,
     compile_schema,
+    missing_required,
     shape,
 )
 from sie.adapters.options import finite_number, is_offset, unit_option
-from sie.core.extraction import Classification, Entity, Extraction, Relation
+from sie.core.extraction import Classification, Entity, Extraction, ItemError, Relation
 from sie.core.task import Task, UnsupportedInput, thawed
+from sie.wire.errors import ErrorCode
 
 FAMILY: Final = "GLiFormer"
 DEFAULT_THRESHOLD: Final = 0.5
@@ -305,6 +307,14 @@ class Plan:
         if self.schema is not None:
             choices = {name: groups[name][0].label for name in self.schema.choice_groups if groups[name]}
             data = shape(self.schema, found.get("structuring"), choices)
+            lacking = missing_required(self.schema, data)
+            if lacking:  # this item alone, as the public server answers it: nothing but why
+                return Extraction(
+                    error=ItemError(
+                        ErrorCode.INFERENCE_ERROR.value,
+                        f"GLiFormer did not extract required output_schema properties: {clip(str(lacking))}",
+                    )
+                )
         return Extraction(entities=entities, relations=relations, classifications=classifications, data=data)
 
     def _by_question(self, raw: Any) -> dict[str, list[Classification]]:
