@@ -19,6 +19,7 @@ from sie.sdk._retry import parse_retry_after
 from sie.sdk._types import (
     EncodeResult,
     Entity,
+    ExtractItemError,
     ExtractResult,
     ModelInfo,
     RequestMetadata,
@@ -204,11 +205,21 @@ def extract_results(data: dict[str, Any]) -> list[ExtractResult]:
         if item.get("data"):
             result["data"] = item["data"]
         if item.get("error") is not None:
-            result["error"] = item["error"]
+            result["error"] = _item_error(item["error"])
         if isinstance(model, str) and model:
             result["model"] = model
         results.append(result)
     return results
+
+
+def _item_error(raw: Any) -> ExtractItemError:
+    """A failed item's ``{code, message}``; one that is not two non-blank strings (a broken peer's)
+    reads as the public SDK reads it, ``INTERNAL_ERROR``, rather than failing the whole response."""
+    code = raw.get("code") if isinstance(raw, dict) else None
+    message = raw.get("message") if isinstance(raw, dict) else None
+    if isinstance(code, str) and code.strip() and isinstance(message, str) and message.strip():
+        return ExtractItemError(code=code, message=message)
+    return ExtractItemError(code="INTERNAL_ERROR", message="Malformed extraction item error")
 
 
 def _entity(raw: dict[str, Any]) -> Entity:
