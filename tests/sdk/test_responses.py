@@ -169,6 +169,34 @@ async def test_extract_results_spell_out_every_list(make_client):
     assert second["entities"] == []
 
 
+async def test_a_failed_extract_item_carries_its_error_beside_the_answered_ones(make_client):
+    """As the public SDK reads ``items[i].error``: a well-formed one as sent, a malformed one (a broken
+    peer's) as ``INTERNAL_ERROR`` rather than an exception that would lose the answered items."""
+    failed = {"code": "INPUT_TOO_LONG", "message": "GLiNER reads at most 128 windows"}
+    empty: dict[str, object] = {
+        "entities": [],
+        "relations": [],
+        "classifications": [],
+        "objects": [],
+        "data": {},
+    }
+    body = {
+        "model": "m",
+        "items": [
+            {"id": "item-0", **empty, "entities": [{"text": "Ada", "label": "person", "score": 0.9}]},
+            {"id": "item-1", **empty, "error": failed},
+            {"id": "item-2", **empty, "error": {"code": " ", "message": "x"}},
+            {"id": "item-3", **empty, "error": "not a map"},
+        ],
+    }
+    client = make_client(FakeServer(packed(body)))
+    results = await call(client, "extract", "m", [{"text": t} for t in "abcd"], labels=["person"])
+    assert "error" not in results[0] and results[0]["entities"][0]["text"] == "Ada"
+    assert results[1]["error"] == failed and results[1]["entities"] == []
+    malformed = {"code": "INTERNAL_ERROR", "message": "Malformed extraction item error"}
+    assert results[2]["error"] == results[3]["error"] == malformed
+
+
 async def test_single_extract_returns_one_result(make_client):
     body = {"model": "m", "items": [{"id": "item-0", "entities": []}]}
     result = await call(make_client(FakeServer(packed(body))), "extract", "m", {"text": "a"})
