@@ -6,6 +6,7 @@ reason instead of silently serving a different model.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
@@ -114,18 +115,46 @@ class Profile(_Strict):
 _THRESHOLD_FIELDS: Final = ("wake_above", "sleep_below", "window_s", "cooldown_s")
 
 
+# A remote profile: its adapter path names the public server's remote adapters, and its load-time
+# options name an upstream of the operator's upstreams file and the model id it serves there.
+REMOTE_ADAPTER_PREFIX: Final = "sie_server.adapters.remote."
+REMOTE_LOADTIME_KEYS: Final = frozenset({"upstream", "upstream_model"})
+REMOTE_OPTIONAL_LOADTIME_KEYS: Final = frozenset({"max_seq_length"})
+# The public server's spellings: a DNS label for an upstream's name; for the model id, path segments
+# that start with a letter or digit (no '.' or '..': the id is sent to the upstream), an optional tag.
+UPSTREAM_NAME: Final = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+UPSTREAM_MODEL: Final = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}(?:/[A-Za-z0-9][A-Za-z0-9._-]{0,127}){0,3}(?::[A-Za-z0-9][A-Za-z0-9._-]{0,63})?"
+)
+Trigger = Literal["provisioning", "model_loading", "saturated", "unhealthy"]
+DEFAULT_TRIGGERS: Final[tuple[Trigger, ...]] = ("provisioning", "model_loading")
+
+
+def is_remote_adapter(adapter_path: str | None) -> bool:
+    """Whether a profile's adapter forwards to an upstream instead of running weights here."""
+    return bool(adapter_path) and str(adapter_path).startswith(REMOTE_ADAPTER_PREFIX)
+
+
 class Routing(_Strict):
-    """How the bare model id chooses between a local and a remote profile in the public server.
-    Validated as there; this release runs no remote upstream, so ``/v1/models`` reports it and
-    requests are served by the profile they name."""
+    """How a request for the bare model id chooses between the local and the remote profile
+    (``sie.server.remote.routing`` acts on it): ``remote_only`` for a model without weights here,
+    ``fallback`` to the remote ``fallback_profile`` when the local one refuses for one of ``triggers``,
+    ``threshold`` (validated as the public server does; served as ``fallback`` is not: see there)."""
 
     policy: Literal["remote_only", "fallback", "threshold"]
     fallback_profile: str | None = None
-    triggers: tuple[Literal["provisioning", "model_loading", "saturated", "unhealthy"], ...] | None = None
+    triggers: tuple[Trigger, ...] | None = None
     wake_above: float | None = Field(default=None, gt=0)
     sleep_below: float | None = Field(default=None, gt=0)
     window_s: float | None = Field(default=None, gt=0)
     cooldown_s: float | None = Field(default=None, gt=0)
+
+    @property
+    def effective_triggers(self) -> frozenset[Trigger]:
+        """The refusals that send a request to ``fallback_profile``: those declared, else the default."""
+        if self.policy != "fallback":
+            return frozenset()
+        return frozenset(self.triggers if self.triggers is not None else DEFAULT_TRIGGERS)
 
     @model_validator(mode="after")
     def _check(self) -> Routing:
@@ -170,6 +199,16 @@ class ResolvedProfile(_Strict):
     loadtime: dict[str, Any]
     runtime: dict[str, Any]
 
+    @property
+    def is_remote(self) -> bool:
+        return is_remote_adapter(self.adapter_path)
+
+    @property
+    def upstream(self) -> str | None:
+        """The upstream a remote profile calls (validated with the model), else None."""
+        name = self.loadtime.get("upstream") if self.is_remote else None
+        return name if isinstance(name, str) else None
+
 
 class ModelConfig(_Strict):
     sie_id: str = Field(min_length=1)
@@ -193,6 +232,8 @@ class ModelConfig(_Strict):
         if self.package_backed:
             if self.hf_id or self.weights_path or self.hf_revision:
                 raise ValueError("package_backed models take none of hf_id, weights_path, hf_revision")
+        elif self.remote_backed and (self.hf_id or self.weights_path or self.hf_revision):
+            raise ValueError("'remote_backed' models take none of hf_id, weights_path, hf_revision")
         elif not (self.hf_id or self.weights_path or self.remote_backed):
             raise ValueError("one of hf_id or weights_path is required")
         if not self.profiles:
@@ -212,7 +253,30 @@ class ModelConfig(_Strict):
                 raise ValueError(
                     f"profile '{name}' extends '{profile.extends}', which itself extends: one level only"
                 )
+        for name in self.profiles:
+            _check_remote_profile(name, self.resolve_profile(name), self.remote_backed)
+        if self.routing is not None:
+            self._check_routing(self.routing)
         return self
+
+    def _check_routing(self, routing: Routing) -> None:
+        """A routing policy chooses between a local ``default`` profile and one remote profile."""
+        if routing.policy == "remote_only":
+            if not self.remote_backed:
+                raise ValueError(
+                    "routing policy 'remote_only' is for a model without local weights; set "
+                    "'remote_backed: true' and remove 'hf_id', 'weights_path' and 'package_backed'"
+                )
+            return
+        if self.remote_backed:
+            raise ValueError(
+                f"a 'remote_backed' model has no local profile, so it cannot use routing policy '{routing.policy}'"
+            )
+        if "default" not in self.profiles or self.resolve_profile("default").is_remote:
+            raise ValueError(f"routing policy '{routing.policy}' needs a local 'default' profile")
+        fallback = routing.fallback_profile
+        if fallback == "default" or fallback is None or not self.resolve_profile(fallback).is_remote:
+            raise ValueError(f"routing.fallback_profile '{fallback}' must name a remote, non-default profile")
 
     def resolve_profile(self, name: str) -> ResolvedProfile:
         """Child scalars win when set; a non-empty child ``loadtime``/``runtime`` replaces the parent's."""
@@ -245,6 +309,42 @@ class ModelConfig(_Strict):
         """The encode outputs the YAML declares: the one source a request's output types are checked by."""
         return (
             frozenset(Capability(n) for n in self.tasks.encode.dims()) if self.tasks.encode else frozenset()
+        )
+
+
+def _check_remote_profile(name: str, profile: ResolvedProfile, remote_backed: bool) -> None:
+    """A remote profile names an upstream and its model (never defines one: the operator's upstreams
+    file does); a ``remote_backed`` model has only remote profiles."""
+    if not profile.is_remote:
+        if remote_backed:
+            raise ValueError(f"profile '{name}' of a 'remote_backed' model must use a remote adapter")
+        return
+    loadtime = profile.loadtime
+    unsupported = sorted(set(loadtime) - REMOTE_LOADTIME_KEYS - REMOTE_OPTIONAL_LOADTIME_KEYS)
+    if unsupported:
+        raise ValueError(
+            f"remote profile '{name}' takes only upstream, upstream_model and max_seq_length in "
+            f"loadtime; remove: {', '.join(unsupported)}"
+        )
+    missing = [key for key in sorted(REMOTE_LOADTIME_KEYS) if not loadtime.get(key)]
+    if missing:
+        raise ValueError(f"remote profile '{name}' must set loadtime: {', '.join(missing)}")
+    upstream, model = loadtime["upstream"], loadtime["upstream_model"]
+    if not isinstance(upstream, str) or not UPSTREAM_NAME.fullmatch(upstream):
+        raise ValueError(
+            f"remote profile '{name}': 'upstream' must be an upstream name "
+            "(lowercase letters, digits and hyphens, at most 63)"
+        )
+    if not isinstance(model, str) or not UPSTREAM_MODEL.fullmatch(model):
+        raise ValueError(
+            f"remote profile '{name}': 'upstream_model' must be a model id such as 'org/name' or 'org/name:tag'"
+        )
+    length = loadtime.get("max_seq_length")
+    if length is not None and (
+        name == "default" or isinstance(length, bool) or not isinstance(length, int) or length <= 0
+    ):
+        raise ValueError(
+            f"remote profile '{name}': 'max_seq_length' must be a positive integer, on a non-default profile"
         )
 
 

@@ -71,6 +71,22 @@ def serve(
         bool | None,
         typer.Option("--access-log/--no-access-log", help="Log every request (env SIE_ACCESS_LOG, off)."),
     ] = None,
+    upstreams_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--upstreams-file",
+            help="YAML file of upstreams for remote profiles; keys are named environment variables "
+            "(env SIE_UPSTREAMS_FILE).",
+        ),
+    ] = None,
+    remote_serving: Annotated[
+        bool | None,
+        typer.Option(
+            "--remote-serving/--no-remote-serving",
+            help="Serve remote profiles, or refuse them all and send nothing upstream "
+            "(env SIE_REMOTE_SERVING: unset is on, anything unrecognised off).",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Start the HTTP server."""
@@ -81,7 +97,10 @@ def serve(
     from sie.server.graceful import GracefulServer
 
     _check_selectors(bundle, models)
+    _check_upstreams(upstreams_file)
     settings = _settings(
+        upstreams_file=upstreams_file,
+        remote_serving=None if remote_serving is None else ("on" if remote_serving else "off"),
         bundle=bundle,
         host=host,
         port=port,
@@ -132,6 +151,21 @@ def _check_selectors(bundle: str | None, models: str | None) -> None:
             f"error: bundle '{bundle}' differs from this image's bundle '{baked}' (SIE_BUNDLE)", err=True
         )
         raise typer.Exit(1)
+
+
+def _check_upstreams(path: Path | None) -> None:
+    """A typed ``--upstreams-file`` that does not load stops here; the same file from the environment
+    only warns when the app starts (``server.remote.setup``), as the public server does."""
+    if path is None:
+        return
+    from sie.upstream.config import UpstreamConfigError, load_upstreams
+
+    try:
+        upstreams = load_upstreams(path)
+    except UpstreamConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(f"Upstreams: {', '.join(sorted(upstreams)) or 'none defined'}")
 
 
 @app.command()
