@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from sie.adapters.batch import ItemOutputs, Prepared
-from sie.engine.errors import ResourceExhausted
+from sie.engine.errors import OutOfMemory
 
 
 def items(*lengths: int) -> list[Prepared]:
@@ -19,12 +19,15 @@ def items(*lengths: int) -> list[Prepared]:
 
 class FakeRunner:
     """Answers each item with its length as a score; ``fail`` lists what each call raises first. A
-    batch that ran out of memory runs on ``split`` when there is one; without, it cannot fit."""
+    batch that ran out of memory runs on ``split`` when there is one; without, it cannot fit.
+    ``freed`` counts cache frees, ``split_depths`` the depth each split was allowed."""
 
     def __init__(self, *fail: BaseException, split: FakeRunner | None = None) -> None:
         self.fail = list(fail)
         self.split = split
         self.batches: list[list[int]] = []
+        self.freed = 0
+        self.split_depths: list[int] = []
 
     def run(self, batch: list[Prepared], groups: Sequence[Any]) -> tuple[list[ItemOutputs], float, float]:
         self.batches.append([p.cost for p in batch])
@@ -32,11 +35,15 @@ class FakeRunner:
             raise self.fail.pop(0)
         return [ItemOutputs(score=float(p.cost)) for p in batch], 0.001, 0.0
 
+    def free_caches(self) -> None:
+        self.freed += 1
+
     def run_split(
-        self, batch: list[Prepared], groups: Sequence[Any]
+        self, batch: list[Prepared], groups: Sequence[Any], max_depth: int
     ) -> tuple[list[ItemOutputs], float, float]:
+        self.split_depths.append(max_depth)
         if self.split is None:
-            raise ResourceExhausted("Out of memory for a batch that cannot be split here")
+            raise OutOfMemory("a batch that cannot be split here")
         return self.split.run(batch, groups)
 
 

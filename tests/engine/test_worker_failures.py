@@ -14,6 +14,7 @@ import pytest
 from sie.adapters.batch import ItemOutputs, Prepared
 from sie.engine.batcher import BatchLimits
 from sie.engine.errors import EngineClosed, InferenceFailed, OutOfMemory, ResourceExhausted
+from sie.engine.oom import OomAction, OomRecovery
 from sie.engine.worker import BatchStats, DeviceHousekeeping, ModelWorker, WorkerLimits
 from tests.engine.fakes import FakeRunner, items
 
@@ -64,24 +65,88 @@ async def test_out_of_memory_evicts_then_retries_then_splits(executor):
         evictions.append(True)
         return len(evictions) == 1  # one model could be evicted, the second time none
 
+    no_cache_clear = OomRecovery(strategy=(OomAction.EVICT_LRU, OomAction.SPLIT_BATCH))
     runner = FakeRunner(OutOfMemory("x"))  # the first run fails; the retry after the eviction works
     runner.split = runner
-    w = worker(runner, executor, housekeeping=DeviceHousekeeping(on_oom=on_oom))
+    w = worker(runner, executor, housekeeping=DeviceHousekeeping(on_oom=on_oom, oom=no_cache_clear))
     assert [r.outputs.score for r in await asyncio.gather(*w.submit(items(2, 3), GROUP))] == [2.0, 3.0]
-    assert evictions == [True] and len(runner.batches) == 2
+    assert evictions == [True] and len(runner.batches) == 2 and runner.freed == 0
 
     split = runner.split = FakeRunner()
     runner.fail = [OutOfMemory("x")]
-    w2 = worker(runner, executor, housekeeping=DeviceHousekeeping(on_oom=on_oom))
+    w2 = worker(runner, executor, housekeeping=DeviceHousekeeping(on_oom=on_oom, oom=no_cache_clear))
     assert [r.outputs.score for r in await asyncio.gather(*w2.submit(items(2, 3), GROUP))] == [2.0, 3.0]
     assert split.batches == [[2, 3]]  # nothing left to evict: the batch ran split
 
     runner.fail, runner.split = [OutOfMemory("x")], None
-    w3 = worker(runner, executor)  # no eviction, no split: the caller is told to come back later
+    split_only = DeviceHousekeeping(oom=OomRecovery(strategy=(OomAction.SPLIT_BATCH,)))
+    w3 = worker(runner, executor, housekeeping=split_only)  # no split fits: come back later
     (outcome,) = await asyncio.gather(*w3.submit(items(2), GROUP), return_exceptions=True)
-    assert isinstance(outcome, ResourceExhausted)
+    assert isinstance(outcome, ResourceExhausted) and outcome.retry_after_s == 5
     for one in (w, w2, w3):
         await one.close()
+
+
+async def test_the_default_plan_frees_caches_then_evicts_then_splits_in_that_order(executor):
+    """SIE_OOM_RECOVERY__STRATEGY's default: each step is tried once, in order, until the batch runs."""
+    evictions: list[bool] = []
+
+    async def on_oom() -> bool:
+        evictions.append(True)
+        return True
+
+    runner = FakeRunner(OutOfMemory("x"), OutOfMemory("x"), OutOfMemory("x"), split=FakeRunner())
+    w = worker(runner, executor, housekeeping=DeviceHousekeeping(on_oom=on_oom))
+    assert [r.outputs.score for r in await asyncio.gather(*w.submit(items(2, 3), GROUP))] == [2.0, 3.0]
+    # run, free caches and run, evict and run, then split at the default depth
+    assert (len(runner.batches), runner.freed, evictions, runner.split_depths) == (3, 1, [True], [4])
+    await w.close()
+
+
+async def test_recovery_off_or_exhausted_is_resource_exhausted_with_the_configured_retry_after(executor):
+    """SIE_OOM_RECOVERY__ENABLED=false fails the batch at the first out of memory, without freeing or
+    evicting; a plan that runs out of steps fails it too; both say SIE_OOM_RECOVERY__RETRY_AFTER_S."""
+    evictions: list[bool] = []
+
+    async def on_oom() -> bool:
+        evictions.append(True)
+        return True
+
+    off = OomRecovery(enabled=False, retry_after_s=9)
+    runner = FakeRunner(OutOfMemory("x"), split=FakeRunner())
+    w = worker(runner, executor, housekeeping=DeviceHousekeeping(on_oom=on_oom, oom=off))
+    (outcome,) = await asyncio.gather(*w.submit(items(2), GROUP), return_exceptions=True)
+    assert isinstance(outcome, ResourceExhausted) and outcome.retry_after_s == 9
+    assert "recovery off" in str(outcome)
+    assert (len(runner.batches), runner.freed, evictions, runner.split_depths) == (1, 0, [], [])
+
+    cache_only = OomRecovery(strategy=(OomAction.CACHE_CLEAR,), retry_after_s=7)
+    runner2 = FakeRunner(OutOfMemory("x"), OutOfMemory("x"), split=FakeRunner())
+    w2 = worker(runner2, executor, housekeeping=DeviceHousekeeping(on_oom=on_oom, oom=cache_only))
+    outcomes = await asyncio.gather(*w2.submit(items(2, 3), GROUP), return_exceptions=True)
+    assert all(isinstance(o, ResourceExhausted) and o.retry_after_s == 7 for o in outcomes)
+    assert (len(runner2.batches), runner2.freed, evictions, runner2.split_depths) == (2, 1, [], [])
+    for one in (w, w2):
+        await one.close()
+
+
+async def test_an_eviction_slower_than_its_timeout_moves_on_to_the_next_step(executor):
+    """SIE_OOM_RECOVERY__EVICTION_LOCK_TIMEOUT_S: the batch does not wait out a slow eviction."""
+    release = asyncio.Event()
+
+    async def slow_eviction() -> bool:
+        await release.wait()
+        return True
+
+    plan = OomRecovery(
+        strategy=(OomAction.EVICT_LRU, OomAction.SPLIT_BATCH), max_split_depth=2, eviction_lock_timeout_s=0.1
+    )
+    runner = FakeRunner(OutOfMemory("x"), split=FakeRunner())
+    w = worker(runner, executor, housekeeping=DeviceHousekeeping(on_oom=slow_eviction, oom=plan))
+    assert [r.outputs.score for r in await asyncio.gather(*w.submit(items(2, 3), GROUP))] == [2.0, 3.0]
+    assert len(runner.batches) == 1 and runner.split_depths == [2]  # split without a second run
+    release.set()
+    await w.close()
 
 
 class Fatal(BaseException):

@@ -83,9 +83,18 @@ class OutOfMemory(Exception):
 
 class ResourceExhausted(SieError):
     """A batch ran out of device memory even after recovery (freed caches, an evicted model, split
-    batches); the caller may retry later, when the device has room."""
+    batches); the caller may retry later (``SIE_OOM_RECOVERY__RETRY_AFTER_S``), when the device has
+    room."""
 
     code = ErrorCode.RESOURCE_EXHAUSTED
+
+    def __init__(self, message: str, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self._retry_after_s = retry_after_s
+
+    @property
+    def retry_after_s(self) -> int | None:
+        return self._retry_after_s if self._retry_after_s is not None else self.rule().retry_after_s
 
 
 class InferenceFailed(SieError):

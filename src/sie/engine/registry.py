@@ -39,6 +39,7 @@ from sie.engine.loader import (
 )
 from sie.engine.loras import Loras
 from sie.engine.memory import gauge_for
+from sie.engine.oom import OomRecovery
 from sie.engine.pixels import ImageLimits
 from sie.engine.residency import Residency
 from sie.engine.runner import ModelRunner
@@ -66,6 +67,7 @@ class EngineLimits:
     # SIE_MAX_IMAGE_PIXELS, SIE_MAX_REQUEST_PIXELS, SIE_MAX_INFLIGHT_PIXELS
     images: ImageLimits = field(default_factory=ImageLimits)
     pipeline_depth: int = 2  # batches per model at once: one running, the rest formed and waiting
+    oom_recovery: OomRecovery = field(default_factory=OomRecovery)  # SIE_OOM_RECOVERY__*
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,7 @@ class ModelRegistry:
             on_idle=heap.return_free_memory,
             after_batch=self._busy_trim,
             on_oom=lambda: self._evict_other(name, "out of memory in a batch of"),
+            oom=self._limits.oom_recovery,
         )
         worker = ModelWorker(
             name,

@@ -1,10 +1,11 @@
 """The device thread's half of a batch: the adapter's forward (per length chunk unless it packs tokens),
 then postprocessing. The worker calls it without knowing which family or output it runs.
 
-Out of memory in a forward is recovered here and in the worker, in the public server's order: free the
-allocator's caches and run again (here), evict another model (the worker asks the engine), run the
-batch in halves, recursively, down to ``MAX_SPLIT_DEPTH`` (here, ``run_split``), and only then fail
-the batch with ``ResourceExhausted``.
+Out of memory in a forward is ``OutOfMemory`` to the worker, which recovers as ``SIE_OOM_RECOVERY__*``
+says (``engine.oom``, in the public server's order by default): free the allocator's caches and run
+again (``free_caches`` here), evict another model (the worker asks the engine), run the batch in
+halves, recursively, down to the split depth (``run_split`` here), and only then fail the batch with
+``ResourceExhausted``.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from sie.adapters.batch import BatchOutputs, ItemOutputs, Prepared
 from sie.adapters.contract import Adapter, Forward
 from sie.core import heap
 from sie.engine.batcher import split_by_padded_cost
-from sie.engine.errors import OutOfMemory, ResourceExhausted
+from sie.engine.errors import OutOfMemory
 from sie.postprocess.muvera import MuveraStage
 from sie.postprocess.outputs import Postprocess, finish
 
 log = logging.getLogger(__name__)
 
-MAX_SPLIT_DEPTH: Final = 4  # at most 16 pieces
+MAX_SPLIT_DEPTH: Final = 4  # at most 16 pieces (SIE_OOM_RECOVERY__MAX_SPLIT_DEPTH)
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -74,18 +75,9 @@ class ModelRunner:
         try:
             outputs = self._forward(batch, forward)
         except Exception as exc:
-            if not is_out_of_memory(exc):
-                raise
-            log.warning(
-                "out of memory in a batch of %d items; freeing caches and running it again", len(batch)
-            )
-            free_caches()
-            try:
-                outputs = self._forward(batch, forward)
-            except Exception as again:
-                if is_out_of_memory(again):
-                    raise OutOfMemory(str(again)) from again
-                raise
+            if is_out_of_memory(exc):
+                raise OutOfMemory(str(exc)) from exc
+            raise
         infer_end = time.perf_counter()
         posts = [group.post for group in groups]
         if all(post == posts[0] for post in posts):
@@ -103,16 +95,21 @@ class ModelRunner:
             [self._adapter.run([batch[i] for i in chunk], forward) for chunk in chunks]
         )
 
+    def free_caches(self) -> None:
+        free_caches()
+
     def run_split(
-        self, batch: list[Prepared], groups: Sequence[BatchGroup], depth: int = 1
+        self,
+        batch: list[Prepared],
+        groups: Sequence[BatchGroup],
+        max_depth: int = MAX_SPLIT_DEPTH,
+        depth: int = 1,
     ) -> tuple[list[ItemOutputs], float, float]:
         """The batch in two halves (by cost: ``batch`` is sorted), each split again while it runs out of
-        memory, to ``MAX_SPLIT_DEPTH``; past that, or for a single item, ``ResourceExhausted``."""
-        if len(batch) < 2 or depth > MAX_SPLIT_DEPTH:
-            raise ResourceExhausted(
-                f"Out of memory for a batch of {len(batch)} item(s) after freeing caches, evicting and "
-                "splitting; retry later or send smaller requests"
-            )
+        memory, to ``max_depth`` halvings; past that, or for a single item, ``OutOfMemory`` (the
+        worker's to turn into ``ResourceExhausted``)."""
+        if len(batch) < 2 or depth > max_depth:
+            raise OutOfMemory(f"a piece of {len(batch)} item(s) at split depth {depth - 1}")
         middle = len(batch) // 2
         items: list[ItemOutputs] = []
         infer_s = post_s = 0.0
@@ -120,7 +117,7 @@ class ModelRunner:
             try:
                 done = self.run(batch[part], groups[part])
             except OutOfMemory:
-                done = self.run_split(batch[part], groups[part], depth + 1)
+                done = self.run_split(batch[part], groups[part], max_depth, depth + 1)
             items += done[0]
             infer_s += done[1]
             post_s += done[2]

@@ -31,19 +31,23 @@ from sie.engine.errors import (
     ResourceExhausted,
     future_safe,
 )
+from sie.engine.oom import OomAction, OomRecovery
 
 log = logging.getLogger(__name__)
 
 
 class BatchRunner(Protocol):
     """Runs a batch on the device executor, given each item's group (all equal): per-item outputs, the
-    forward's and the postprocessing's seconds. ``run_split`` runs it in parts after it ran out of
-    memory (raising ``ResourceExhausted`` when even the parts do not fit)."""
+    forward's and the postprocessing's seconds, or ``OutOfMemory``. After that, ``free_caches`` frees
+    the allocator's caches, and ``run_split`` runs the batch in parts (``OutOfMemory`` when even the
+    parts at ``max_depth`` do not fit)."""
 
     def run(self, batch: list[Prepared], groups: Sequence[Any]) -> tuple[list[ItemOutputs], float, float]: ...
 
+    def free_caches(self) -> None: ...
+
     def run_split(
-        self, batch: list[Prepared], groups: Sequence[Any]
+        self, batch: list[Prepared], groups: Sequence[Any], max_depth: int
     ) -> tuple[list[ItemOutputs], float, float]: ...
 
 
@@ -67,13 +71,14 @@ class DeviceHousekeeping:
     """The device's memory policy, which the batching loop only calls at the right moments: after
     ``idle_after_s`` idle (return freed memory to the OS), after every batch once its answers are out
     (a rate-limited trim for a server that is never idle), and on out of memory (evict another model;
-    True means one was, and the batch is worth running again). The first two run on the device
-    executor."""
+    True means one was, and the batch is worth running again), as far as ``oom`` allows. The first
+    two run on the device executor."""
 
     on_idle: Callable[[], object] | None = None
     after_batch: Callable[[], object] | None = None
     on_oom: Callable[[], Awaitable[bool]] | None = None
     idle_after_s: float = 1.0
+    oom: OomRecovery = field(default_factory=OomRecovery)
 
 
 @dataclass(frozen=True)
@@ -271,25 +276,56 @@ class ModelWorker:
     async def _recovering(
         self, loop: asyncio.AbstractEventLoop, batch: list[Entry[Work]]
     ) -> tuple[list[ItemOutputs], float, float]:
-        """Run the batch; out of memory (the runner already freed caches and ran it again) asks the
-        engine to evict another model and runs it once more, then runs it split; the split's own
-        failure is ``ResourceExhausted``."""
+        """Run the batch; out of memory tries the recovery plan's steps in order (``engine.oom``): free
+        caches and run again, evict another model and run again, run it split (the last step, whatever
+        follows it). Out of memory after the last step, or with recovery off, is
+        ``ResourceExhausted``."""
         prepared, groups = [e.payload.prepared for e in batch], [e.group for e in batch]
         run = future_safe(self._runner.run)
         try:
             return await loop.run_in_executor(self._executor, run, prepared, groups)
-        except OutOfMemory:
-            on_oom = self._housekeeping.on_oom
-            if on_oom is not None and await on_oom():
-                try:
-                    return await loop.run_in_executor(self._executor, run, prepared, groups)
-                except OutOfMemory:
-                    pass
-            log.warning(
-                "model %s: out of memory for %d items; running the batch split", self.name, len(batch)
-            )
-            split = future_safe(self._runner.run_split)
-            return await loop.run_in_executor(self._executor, split, prepared, groups)
+        except OutOfMemory as exc:
+            failure = exc
+        plan = self._housekeeping.oom
+        for action in plan.steps():
+            try:
+                if action is OomAction.SPLIT_BATCH:
+                    log.warning(
+                        "model %s: out of memory for %d items; running the batch split", self.name, len(batch)
+                    )
+                    split = future_safe(partial(self._runner.run_split, max_depth=plan.max_split_depth))
+                    return await loop.run_in_executor(self._executor, split, prepared, groups)
+                if action is OomAction.CACHE_CLEAR:
+                    log.warning(
+                        "out of memory in a batch of %d items; freeing caches and running it again",
+                        len(batch),
+                    )
+                    await loop.run_in_executor(self._executor, future_safe(self._runner.free_caches))
+                elif not await self._evicted(plan.eviction_lock_timeout_s):
+                    continue
+                return await loop.run_in_executor(self._executor, run, prepared, groups)
+            except OutOfMemory as exc:
+                failure = exc
+        steps = ", ".join(plan.steps()) or "recovery off"
+        raise ResourceExhausted(
+            f"Out of memory for a batch of {len(batch)} item(s) after {steps}; retry later or send smaller "
+            "requests",
+            plan.retry_after_s,
+        ) from failure
+
+    async def _evicted(self, timeout_s: float) -> bool:
+        """Whether another model was evicted to make room, waiting ``timeout_s`` at most: an eviction
+        still draining its model's batches then goes on unawaited, and the plan's next step runs."""
+        on_oom = self._housekeeping.on_oom
+        if on_oom is None:
+            return False
+        eviction = asyncio.ensure_future(on_oom())
+        done, _ = await asyncio.wait({eviction}, timeout=timeout_s)
+        if not done:
+            log.warning("model %s: evicting another model took over %gs; not waiting", self.name, timeout_s)
+            eviction.add_done_callback(partial(self._log_housekeeping_failure, "eviction"))
+            return False
+        return eviction.result()
 
     def _shutting_down(self) -> EngineClosed:
         return EngineClosed(f"Model '{self.name}' is shutting down")

@@ -37,9 +37,10 @@ def gpu_type(name: str) -> str:
     return "unknown"
 
 
-def gpu_metrics(threshold_pct: float) -> list[dict[str, Any]]:
+def gpu_metrics(threshold_pct: float, gpu_type_override: str | None = None) -> list[dict[str, Any]]:
     """One entry per visible CUDA device; empty when torch is not imported or sees no CUDA device
-    (the status stream must never be the first to initialise CUDA on a CPU server)."""
+    (the status stream must never be the first to initialise CUDA on a CPU server). A
+    ``gpu_type_override`` (``SIE_GPU_TYPE``) is every device's ``gpu_type``."""
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available():
         return []
@@ -51,7 +52,7 @@ def gpu_metrics(threshold_pct: float) -> list[dict[str, Any]]:
             {
                 "device": f"cuda:{index}",
                 "name": name,
-                "gpu_type": gpu_type(name),
+                "gpu_type": gpu_type_override or gpu_type(name),
                 "utilization_pct": _utilization(torch, index),
                 "memory_used_bytes": int(total - free),
                 "memory_total_bytes": int(total),

@@ -33,6 +33,9 @@ WORK_WORKER_STREAM_PREFIX: Final = "WORK_WORKER"
 DEFAULT_LANE_TOKEN: Final = "default"
 # JetStream's default largest message; a bigger item travels by reference (``payload_ref``).
 INLINE_THRESHOLD_BYTES: Final = 1_048_576
+# How long a work stream keeps an item nobody took (``SIE_STREAM_MAX_AGE_S``'s default; here, with no
+# NATS client to import, because every process's settings read it).
+STREAM_MAX_AGE_S: Final = 120.0
 
 Index = Annotated[int, msgspec.Meta(ge=0)]
 T = TypeVar("T")

@@ -9,6 +9,7 @@ full stream refuses the publish, which the gateway answers 503 ``QUEUE_FULL``).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Final
 
@@ -23,9 +24,10 @@ from nats.js.api import (
 )
 from nats.js.errors import NotFoundError
 
-from sie.queue.contract import DEAD_LETTER_PREFIX, pool_stream, pool_stream_subjects
+from sie.queue.contract import DEAD_LETTER_PREFIX, STREAM_MAX_AGE_S, pool_stream, pool_stream_subjects
 
-STREAM_MAX_AGE_S: Final = 120.0
+log = logging.getLogger(__name__)
+
 STREAM_MAX_MSGS: Final = 100_000
 # An unacked item goes to another worker this long after its worker died. Workers mark items they
 # still hold as in progress well within it, so a slow batch is not delivered twice.
@@ -81,46 +83,69 @@ async def ensure_dead_letter_stream(jetstream: JetStreamContext, limits: DeadLet
         await jetstream.update_stream(current.evolve(**{name: getattr(wanted, name) for name in bounds}))
 
 
-def work_stream_config(pool: str) -> StreamConfig:
+def work_stream_config(pool: str, max_age_s: float = STREAM_MAX_AGE_S) -> StreamConfig:
     return StreamConfig(
         name=pool_stream(pool),
         subjects=pool_stream_subjects(pool),
         retention=RetentionPolicy.WORK_QUEUE,
         storage=StorageType.FILE,
-        max_age=STREAM_MAX_AGE_S,
+        max_age=max_age_s,
         max_msgs=STREAM_MAX_MSGS,
         discard=DiscardPolicy.NEW,
     )
 
 
-def lane_consumer_config(durable: str, filter_subject: str) -> ConsumerConfig:
+def lane_consumer_config(durable: str, filter_subject: str, max_deliver: int = MAX_DELIVER) -> ConsumerConfig:
     return ConsumerConfig(
         durable_name=durable,
         filter_subject=filter_subject,
         ack_policy=AckPolicy.EXPLICIT,
         ack_wait=ACK_WAIT_S,
-        max_deliver=MAX_DELIVER,
+        max_deliver=max_deliver,
         max_ack_pending=MAX_ACK_PENDING,
     )
 
 
-async def ensure_work_stream(jetstream: JetStreamContext, pool: str) -> None:
-    """Create the pool's stream unless it exists (whatever its configuration: an operator's wins)."""
+async def ensure_work_stream(
+    jetstream: JetStreamContext, pool: str, max_age_s: float = STREAM_MAX_AGE_S
+) -> None:
+    """Create the pool's stream unless it exists (whatever its configuration: an operator's wins, and
+    a different age is logged, not changed)."""
     try:
-        await jetstream.stream_info(pool_stream(pool))
+        info = await jetstream.stream_info(pool_stream(pool))
     except NotFoundError:
-        await jetstream.add_stream(work_stream_config(pool))
+        await jetstream.add_stream(work_stream_config(pool, max_age_s))
+        return
+    existing = info.config.max_age
+    if existing is not None and abs(existing - max_age_s) > 1e-3:
+        log.info(
+            "stream %s exists with max_age %gs, not SIE_STREAM_MAX_AGE_S=%gs: it stays as created",
+            pool_stream(pool),
+            existing,
+            max_age_s,
+        )
 
 
 async def ensure_lane_consumer(
     jetstream: JetStreamContext, stream: str, config: ConsumerConfig
 ) -> ConsumerConfig:
-    """Create the lane's durable consumer unless it exists (every worker of the lane shares it); the
-    configuration in effect comes back, an operator's ``max_deliver`` included."""
+    """Create the lane's durable consumer unless it exists (every worker of the lane shares it), or
+    bring an existing one's ``max_deliver`` to this one's (``SIE_MAX_DELIVER``: the setting is the
+    operator's word, as the public worker's recreate of a mismatched durable made it); the
+    configuration in effect comes back."""
     assert config.durable_name is not None
     try:
         info = await jetstream.consumer_info(stream, config.durable_name)
     except NotFoundError:
         info = await jetstream.add_consumer(stream, config)
+    current: ConsumerConfig = info.config
+    if current.max_deliver != config.max_deliver:
+        log.info(
+            "consumer %s had max_deliver %s; SIE_MAX_DELIVER makes it %s",
+            config.durable_name,
+            current.max_deliver,
+            config.max_deliver,
+        )
+        info = await jetstream.add_consumer(stream, current.evolve(max_deliver=config.max_deliver))
     in_effect: ConsumerConfig = info.config
     return in_effect

@@ -50,13 +50,14 @@ def worker_identity(settings: Settings) -> WorkerIdentity:
         scope = None
     return WorkerIdentity(
         name=host.hostname or host.pod_name,
-        machine_profile=settings.machine_profile,
+        machine_profile=settings.profile(),
         pool_name=settings.pool,
         bundle=bundle_name,
         config_hash=CatalogHash(scope),
         max_batch_requests=settings.max_batch_requests,
         memory_threshold_pct=settings.memory_pressure_threshold_percent,
         version=__version__,
+        gpu_type=settings.gpu_type_override(),
     )
 
 
@@ -72,12 +73,14 @@ def queue_worker(
     try:
         from sie.worker.adaptive import AdaptiveWait
         from sie.worker.heartbeat import heartbeat
+        from sie.worker.pull import Redelivery
         from sie.worker.queue_worker import QueueWorker, WorkerConfig
+        from sie.worker.work import NakDelays
     except ImportError as exc:  # nats-py is the cluster extra's
         raise RuntimeError(
             f"SIE_NATS_URL is set but {exc.name} is missing: pip install 'sie-engine[cluster]'"
         ) from exc
-    lane = lane_of(settings.pool, settings.machine_profile, settings.bundle)
+    lane = lane_of(settings.pool, settings.profile(), settings.bundle)
     worker_id = settings.worker_id or Host().name()
     wait = AdaptiveWait(
         settings.adaptive_min_quantum_ms / 1000,
@@ -99,6 +102,11 @@ def queue_worker(
         gateway_token=secret(settings.auth_token),
         admission_enabled=settings.pool_admission_enabled,
         payload_store_url=settings.payload_store_url,
+        redelivery=Redelivery(
+            settings.max_deliver,
+            settings.stream_max_age_s,
+            NakDelays(settings.nak_delay_s, settings.oom_nak_delay_s),
+        ),
     )
     gpu_count = settings.gpu_count
 

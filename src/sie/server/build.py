@@ -74,6 +74,7 @@ def build_engine(settings: Settings, catalog: Catalog, metrics: Metrics) -> Engi
         request=settings.request_limits(),
         images=settings.image_limits(),
         pipeline_depth=settings.rust_pipeline_depth,
+        oom_recovery=settings.oom_plan(),
     )
     engines.append(Engine(catalog, load, limits, metrics))
     return engines[0]

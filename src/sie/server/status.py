@@ -42,13 +42,14 @@ class WorkerIdentity:
     """What the worker says about itself, fixed at start."""
 
     name: str
-    machine_profile: str | None  # None: the first GPU's type, or "" without one
+    machine_profile: str | None  # None: the first GPU's type, or "" without one (SIE_GPU_TYPE: that)
     pool_name: str
     bundle: str
     config_hash: CatalogHash
     max_batch_requests: int
     memory_threshold_pct: float
     version: str
+    gpu_type: str | None = None  # SIE_GPU_TYPE: every GPU's reported type; None: detected
 
 
 def _user() -> str:
@@ -106,7 +107,7 @@ def _samples(registry: CollectorRegistry) -> tuple[dict[str, float], dict[str, d
 def status_message(
     engine: Engine, identity: WorkerIdentity, lifecycle: Lifecycle, registry: CollectorRegistry
 ) -> WorkerStatus:
-    gpus = [GpuStatus(**gpu) for gpu in gpu_metrics(identity.memory_threshold_pct)]
+    gpus = [GpuStatus(**gpu) for gpu in gpu_metrics(identity.memory_threshold_pct, identity.gpu_type)]
     models = _models(engine)
     counters, histograms = _samples(registry)
     machine_profile = identity.machine_profile

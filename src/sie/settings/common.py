@@ -20,6 +20,7 @@ from sie.catalog.admission import RequestLimits
 from sie.catalog.follower import FollowerSettings
 from sie.http.auth import AuthConfig, AuthMode
 from sie.queue.access import NatsAccess
+from sie.queue.contract import STREAM_MAX_AGE_S
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +195,12 @@ class Cluster(Nats, Follower):
     )
     health_publish_interval_ms: float = Field(
         5000, gt=0, description="Workers' heartbeat period on sie.health.{worker_id}."
+    )
+    stream_max_age_s: float = Field(
+        STREAM_MAX_AGE_S,
+        gt=0,
+        description="Max age of a pool's work stream when this process creates it (gateways and workers "
+        "create it alike; an existing stream keeps its own).",
     )
 
 

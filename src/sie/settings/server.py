@@ -7,20 +7,65 @@ Components never read this object: the composition root (``server.app``) hands e
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from sie.catalog.follower import FollowerSettings
 from sie.core.options import AttentionBackend, ComputePrecision
+from sie.engine.oom import DEFAULT_STRATEGY, OomAction, OomRecovery
 from sie.engine.pixels import ImageLimits
 from sie.settings.common import Auth, Catalogue, Cluster, Logging, Tracing, split_csv
 from sie.weights.lora_sources import DEFAULT_MAX_BYTES as DEFAULT_LORA_MAX_BYTES
 from sie.weights.lora_sources import LoraSettings
 
 
+class OomRecoverySettings(BaseModel):
+    """``SIE_OOM_RECOVERY__*``: what a batch that runs out of device memory tries (``engine.oom``)."""
+
+    enabled: bool = Field(
+        default=True, description="Recover from out of memory in a batch (false: fail it at once)."
+    )
+    strategy: Annotated[list[OomAction], NoDecode] = Field(
+        default_factory=lambda: list(DEFAULT_STRATEGY),
+        min_length=1,
+        description="Steps in order: cache_clear, evict_lru, split_batch (a JSON list or comma-separated; "
+        "repeats are dropped; split_batch is the last step taken).",
+    )
+    max_split_depth: int = Field(
+        default=4, ge=0, le=8, description="Halvings of a split batch (4: up to 16 pieces)."
+    )
+    eviction_lock_timeout_s: float = Field(
+        default=5.0, ge=0.1, le=60, description="Seconds evict_lru may take before the next step runs."
+    )
+    retry_after_s: int = Field(default=5, ge=1, le=60, description="Retry-After of a 503 RESOURCE_EXHAUSTED.")
+
+    @field_validator("strategy", mode="before")
+    @classmethod
+    def _listed(cls, value: Any) -> Any:
+        """``["cache_clear", "split_batch"]`` (the public JSON form) or ``cache_clear,split_batch``."""
+        if isinstance(value, str):
+            text = value.strip()
+            return json.loads(text) if text.startswith("[") else split_csv(text)
+        return value
+
+    def plan(self, disabled: bool) -> OomRecovery:
+        return OomRecovery(
+            self.enabled and not disabled,
+            tuple(dict.fromkeys(self.strategy)),
+            self.max_split_depth,
+            self.eviction_lock_timeout_s,
+            self.retry_after_s,
+        )
+
+
 class Settings(Auth, Catalogue, Cluster, Logging, Tracing):
+    model_config = SettingsConfigDict(env_nested_delimiter="__")
+
     host: str = Field("0.0.0.0", description="Interface to listen on (CLI --host).")
     port: int = Field(8080, ge=0, le=65535, description="TCP port (CLI --port).")
     device: str = Field("auto", description="auto (cuda > mps > cpu), cuda, cuda:N, mps or cpu.")
@@ -35,7 +80,14 @@ class Settings(Auth, Catalogue, Cluster, Logging, Tracing):
     )
     pool: str = Field("", description="Pool name reported on /ws/status (pool_name).")
     machine_profile: str | None = Field(
-        None, description="Machine profile reported on /ws/status (default: the detected GPU type)."
+        None,
+        description="Machine profile reported on /ws/status and the queue lane's (default: SIE_GPU_TYPE, "
+        "else on /ws/status the detected GPU type and in the queue 'default').",
+    )
+    gpu_type: str | None = Field(
+        None,
+        description="Overrides the detected GPU type (l4, a100-80gb, h100...) reported for routing: each "
+        "/ws/status GPU's gpu_type, and the machine profile when SIE_MACHINE_PROFILE is unset.",
     )
     adaptive_min_quantum_ms: float = Field(
         2.0, gt=0, description="Queue mode: the pull loop's shortest wait for work."
@@ -56,6 +108,23 @@ class Settings(Auth, Catalogue, Cluster, Logging, Tracing):
     )
     worker_metrics_port: int = Field(
         9095, ge=0, le=65535, description="Queue mode: port of /healthz, /readyz and /metrics (0: none)."
+    )
+    nak_delay_s: float = Field(
+        5.0,
+        ge=0,
+        description="Queue mode: first redelivery delay of an item whose model is loading (later ones grow, "
+        "within the item's deadline).",
+    )
+    oom_nak_delay_s: float = Field(
+        10.0,
+        ge=0,
+        description="Queue mode: first redelivery delay of an item whose batch ran out of device memory.",
+    )
+    max_deliver: int = Field(
+        20,
+        ge=1,
+        description="Queue mode: deliveries of an item before JetStream gives up on it (the lane consumer's "
+        "max_deliver; the dead-letter advisory follows).",
     )
     gateway_url: str | None = Field(None, description="Queue mode: the gateway asked for pool admission.")
     pool_admission_enabled: bool = Field(
@@ -191,11 +260,28 @@ class Settings(Auth, Catalogue, Cluster, Logging, Tracing):
         description="After SIGTERM, least seconds /readyz answers 503 before the listener closes, even with "
         "nothing in flight: set it to the load balancer's probe period so it sees the 503.",
     )
+    oom_recovery: OomRecoverySettings = Field(
+        default=OomRecoverySettings(), description="Out-of-memory recovery (SIE_OOM_RECOVERY__*)."
+    )
+    disable_oom_recovery: bool = Field(
+        False, description="Kill switch: no out-of-memory recovery, whatever SIE_OOM_RECOVERY__ENABLED says."
+    )
     access_log: bool = Field(
         False,
         description="One log line per HTTP request (uvicorn's access log). Off: at high request rates it "
         "cost up to a third of the event loop; sie_requests_total counts every request either way.",
     )
+
+    def oom_plan(self) -> OomRecovery:
+        return self.oom_recovery.plan(self.disable_oom_recovery)
+
+    def gpu_type_override(self) -> str | None:
+        """``SIE_GPU_TYPE`` as the public server reports it (lower case), or None to detect."""
+        return self.gpu_type.strip().lower() if self.gpu_type and self.gpu_type.strip() else None
+
+    def profile(self) -> str | None:
+        """The machine profile this worker announces: ``SIE_MACHINE_PROFILE``, else ``SIE_GPU_TYPE``."""
+        return self.machine_profile or self.gpu_type_override()
 
     def lora_settings(self) -> LoraSettings:
         return LoraSettings(self.lora_root, self.lora_hf_fallback, self.lora_max_bytes, self.lora_cache)

@@ -9,9 +9,10 @@ once work flows), and an item whose deadline has passed is acked unanswered (nob
 crash in between redelivers the item rather than losing it.
 
 A message that is not a work item is terminated on its first delivery (redelivering it cannot
-help); an item told to wait (``QueueAction.RETRY``) is NAKed with a growing delay and answered with
-its error once a retry could not finish before its deadline or its last delivery
-(``work.retry_delay``). Each is counted in ``sie_pull_loop_skipped_total``.
+help); an item told to wait (``QueueAction.RETRY``) is NAKed with a growing delay (first
+``SIE_NAK_DELAY_S`` while its model loads, ``SIE_OOM_NAK_DELAY_S`` after out of memory) and answered
+with its error once a retry could not finish before its deadline or its last delivery
+(``work.retry_delay``, ``SIE_MAX_DELIVER``). Each is counted in ``sie_pull_loop_skipped_total``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from msgspec.structs import replace
@@ -36,6 +38,7 @@ from sie.observability import tracing
 from sie.observability.metrics import Metrics, SkipReason
 from sie.queue.codec import WireRequest, request_of
 from sie.queue.contract import (
+    STREAM_MAX_AGE_S,
     ContractError,
     Lane,
     WorkItem,
@@ -45,10 +48,16 @@ from sie.queue.contract import (
     pool_stream,
 )
 from sie.queue.payloads import PayloadMissing, PayloadStore
-from sie.queue.streams import ACK_WAIT_S, ensure_lane_consumer, ensure_work_stream, lane_consumer_config
+from sie.queue.streams import (
+    ACK_WAIT_S,
+    MAX_DELIVER,
+    ensure_lane_consumer,
+    ensure_work_stream,
+    lane_consumer_config,
+)
 from sie.wire.requests import EncodeRequest, ExtractRequest, ScoreRequest
 from sie.worker.adaptive import AdaptiveWait
-from sie.worker.work import Outcome, answered, failed, retry_delay
+from sie.worker.work import NakDelays, Outcome, answered, failed, retry_delay
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +69,17 @@ STATUS_HEADER: Final = "Status"
 HEARTBEAT_STATUS: Final = "100"
 PAUSED_POLL_S: Final = 0.25
 CONFIG_WAIT_S: Final = 1  # redelivery delay of an item whose model the config follower may bring
+
+
+@dataclass(frozen=True)
+class Redelivery:
+    """How this worker has JetStream redeliver: the lane consumer's ``max_deliver``
+    (``SIE_MAX_DELIVER``), the pool stream's age when this worker creates it
+    (``SIE_STREAM_MAX_AGE_S``), and the first NAK waits (``SIE_NAK_DELAY_S``, ``SIE_OOM_NAK_DELAY_S``)."""
+
+    max_deliver: int = MAX_DELIVER
+    stream_max_age_s: float = STREAM_MAX_AGE_S
+    nak: NakDelays = field(default_factory=NakDelays)
 
 
 class PullLoop:
@@ -76,8 +96,10 @@ class PullLoop:
         payloads: PayloadStore | None = None,
         config_pending: Callable[[str], bool] | None = None,
         metrics: Metrics | None = None,
+        redelivery: Redelivery = Redelivery(),
     ) -> None:
         self._engine = engine
+        self._redelivery = redelivery
         self._skipped = (metrics or Metrics()).pull_skipped
         # With a config service, a model this worker does not know may be one its config has not
         # reached yet: the item waits (NAK) while the follower catches up, instead of a 404.
@@ -109,11 +131,11 @@ class PullLoop:
     async def start(self) -> None:
         jetstream = self._client.jetstream()
         stream = pool_stream(self._lane.pool)
-        await ensure_work_stream(jetstream, self._lane.pool)
+        redelivery = self._redelivery
+        await ensure_work_stream(jetstream, self._lane.pool, redelivery.stream_max_age_s)
         durable = lane_consumer(self._lane.pool, self._lane.machine_profile, self._lane.bundle)
-        consumer = await ensure_lane_consumer(
-            jetstream, stream, lane_consumer_config(durable, self._lane.filter_subject)
-        )
+        wanted = lane_consumer_config(durable, self._lane.filter_subject, redelivery.max_deliver)
+        consumer = await ensure_lane_consumer(jetstream, stream, wanted)
         self._max_deliver = consumer.max_deliver or 0
         self._next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
         self._inbox = self._client.new_inbox()
@@ -228,7 +250,7 @@ class PullLoop:
         outcome = await self._run(work)
         if outcome.action is QueueAction.RETRY:
             deliveries = message.metadata.num_delivered
-            wait = outcome.retry_after_s or CONFIG_WAIT_S
+            wait = self._redelivery.nak.first_wait(outcome, CONFIG_WAIT_S)
             delay = retry_delay(wait, deliveries, self._max_deliver, self._clock(), work.deadline)
             if delay is not None:
                 await message.nak(delay=delay)

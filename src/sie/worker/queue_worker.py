@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from msgspec.structs import replace
 from nats.aio.client import Client
@@ -27,7 +27,7 @@ from sie.worker.adaptive import AdaptiveWait
 from sie.worker.heartbeat import HeartbeatPublisher
 from sie.worker.pool_lease import PoolAdmission
 from sie.worker.probes import ProbeServer, Readiness, probe_app
-from sie.worker.pull import PullLoop
+from sie.worker.pull import PullLoop, Redelivery
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,7 @@ class WorkerConfig:
     gateway_token: str | None
     admission_enabled: bool
     payload_store_url: str | None
+    redelivery: Redelivery = field(default_factory=Redelivery)
 
 
 class QueueWorker:
@@ -101,6 +102,7 @@ class QueueWorker:
             payloads=PayloadStore(config.payload_store_url) if config.payload_store_url else None,
             config_pending=self._config_pending if self._follower is not None else None,
             metrics=self._metrics,
+            redelivery=config.redelivery,
         )
         if self._follower is not None:
             follower = self._follower

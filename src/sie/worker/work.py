@@ -17,7 +17,9 @@ from msgspec.structs import replace
 from sie.engine.ops.parts import Answer, item_id
 from sie.errors import QueueAction, retry_after, told
 from sie.queue.contract import WorkItem, WorkResult
+from sie.queue.units import units_of
 from sie.wire import codec
+from sie.wire.errors import ErrorCode
 from sie.wire.responses import EncodeResponse, ExtractResponse, ExtractResult, ScoreResponse
 
 RETRY_GROWTH: Final = 2.0  # each redelivery of a retried item waits twice as long as the one before
@@ -35,23 +37,43 @@ class Outcome:
     retry_after_s: int | None = None
 
 
+@dataclass(frozen=True)
+class NakDelays:
+    """The first redelivery wait of an item told to wait, by why: ``SIE_NAK_DELAY_S`` while its model
+    loads (or was unloaded under it), ``SIE_OOM_NAK_DELAY_S`` after the device ran out of memory (no
+    result is sent: another worker, or this one later, may have room). Any other wait is the error
+    table's. ``retry_delay`` grows the wait from there, within the item's deadline."""
+
+    loading_s: float = 5.0
+    oom_s: float = 10.0
+
+    def first_wait(self, outcome: Outcome, fallback_s: float) -> float:
+        code = outcome.result.error_code if outcome.result is not None else None
+        if code in (ErrorCode.MODEL_LOADING, ErrorCode.MODEL_NOT_LOADED):
+            return self.loading_s
+        if code == ErrorCode.RESOURCE_EXHAUSTED:
+            return self.oom_s
+        return outcome.retry_after_s or fallback_s
+
+
 def retry_delay(
     wait_s: float, deliveries: int, max_deliver: int, now: float, deadline: float | None
 ) -> float | None:
     """How long an item answered RETRY on its ``deliveries``-th delivery waits before the next, or
     None: answer it now with its error.
 
-    The error table's wait grows ``RETRY_GROWTH``-fold per delivery (up to ``MAX_RETRY_DELAY_S``), so
-    planned waits (a model or LoRA loading, overload, a config on its way) spread over the item's
-    life instead of spending its ``max_deliver`` deliveries in as many seconds and ending as a dead
-    letter. Before a deadline a retry lands at most halfway to it (half the time left is kept for
-    running the item), and when even that is shorter than the table's wait the item is answered
+    The first wait (``NakDelays``) grows ``RETRY_GROWTH``-fold per delivery (up to ``MAX_RETRY_DELAY_S``,
+    or the first wait if that is longer), so planned waits (a model or LoRA loading, overload, a
+    config on its way) spread over the item's life instead of spending its ``max_deliver`` deliveries
+    in as many seconds and ending as a dead letter. Before a deadline a retry lands at most halfway to
+    it (half the time left is kept for running the item), and when even that is shorter than the first
+    wait the item is answered
     now rather than redelivered after nobody waits for it. The last delivery JetStream allows
     (``max_deliver`` < 1: unlimited) is never spent on a wait either: dead letters are for items no
     worker could settle, not for ones that were told to wait."""
     if 0 < max_deliver <= deliveries + 1:
         return None
-    delay = min(wait_s * RETRY_GROWTH ** max(deliveries - 1, 0), MAX_RETRY_DELAY_S)
+    delay = min(wait_s * RETRY_GROWTH ** max(deliveries - 1, 0), max(MAX_RETRY_DELAY_S, wait_s))
     if deadline is None:
         return delay
     half_left = (deadline - now) / 2
@@ -80,7 +102,7 @@ def answered(
         tokenization_ms=timing.tokenization_ms,
         postprocessing_ms=timing.postprocessing_ms,
         worker_id=worker_id,
-        units={"input_tokens": answer.tokens},
+        units=units_of(response.usage) if response.usage is not None else None,
     )
     return Outcome(QueueAction.ANSWER, result)
 
