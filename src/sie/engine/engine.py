@@ -37,7 +37,7 @@ __all__ = ["Answer", "Engine", "EngineLimits"]
 class Engine:
     def __init__(self, catalog: Catalog, load: LoadSettings, limits: EngineLimits, metrics: Metrics) -> None:
         self.registry = ModelRegistry(catalog, load, limits, metrics)
-        self._infer = Infer(limits.preprocessor_workers, limits.images)
+        self._infer = Infer(limits.preprocessor_workers, limits.images, limits.image_workers)
         self._parts = Parts(self.registry, self._infer, metrics, limits.request)
 
     # -- lifetime -----------------------------------------------------------------------------------

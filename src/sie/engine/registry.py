@@ -3,7 +3,8 @@
 A slot goes AVAILABLE → LOADING → LOADED (or FAILED, remembered until its cooldown ends) → UNLOADING →
 AVAILABLE. Loads start in the background on first use; a model is evicted under memory pressure, after
 ``idle_evict_s`` idle, or when another one runs out of memory, never while a request holds it or has
-items queued (``Residency``). A loaded model has one ``ModelWorker`` (its batching loop) and, when its
+items queued (``Residency``), and never when it is pinned (``SIE_PINNED_MODELS``: loaded at start, and
+again whenever its config arrives or changes). A loaded model has one ``ModelWorker`` (its batching loop) and, when its
 adapter takes LoRAs, one ``Loras``: only the LoRAs its profiles declare or the LoRA root holds
 (``weights.lora_sources``). Every load and forward runs on the one device thread.
 """
@@ -28,6 +29,7 @@ from sie.catalog.options import LoraNotAllowed
 from sie.core import heap
 from sie.engine.batcher import BatchLimits
 from sie.engine.errors import EngineClosed, ModelLoadFailed, ModelLoading
+from sie.engine.instrumentation import BatchStatistics
 from sie.engine.loader import (
     LoadedModel,
     LoadSettings,
@@ -58,8 +60,11 @@ class EngineLimits:
     max_pending_items: int
     preprocessor_workers: int
     max_loras_per_model: int = 10
+    instrumentation: bool = False  # SIE_INSTRUMENTATION: per-batch log lines and a summary per model
+    image_workers: int = 1  # SIE_IMAGE_WORKERS: threads for requests that carry images
     memory_threshold_percent: float = 85.0
     idle_evict_s: float | None = None
+    pinned: frozenset[str] = frozenset()  # SIE_PINNED_MODELS: never chosen for eviction
     memory_limit_bytes: int | None = None  # a budget for model weights instead of the device's gauge
     memory_check_s: float = 1.0
     # SIE_MAX_ITEM_TEXT_BYTES, SIE_MAX_ITEMS_PER_REQUEST
@@ -88,6 +93,7 @@ class ModelRegistry:
         self._slots = {entry.name: ModelSlot(entry) for entry in catalog.entries()}
         self._workers: dict[str, ModelWorker] = {}
         self._loras: dict[str, Loras] = {}
+        self._statistics: dict[str, BatchStatistics] = {}  # with SIE_INSTRUMENTATION only
         self._lora_sources = LoraSources(load.weights, load.loras)
         self._residency = Residency()
         self._gauge = gauge_for(load.device, limits.memory_limit_bytes, self._loaded_bytes)
@@ -177,6 +183,8 @@ class ModelRegistry:
         self._workers[name] = worker
         self._metrics.queue_depth.labels(name).set_function(lambda: worker.pending_items)
         self._residency.loaded(name)
+        if self._limits.instrumentation:
+            self._statistics[name] = BatchStatistics(name, model.adapter.packs_tokens)
         if isinstance(model.adapter, TakesLora):
             loras = Loras(
                 name,
@@ -195,6 +203,9 @@ class ModelRegistry:
         self._metrics.batch_size.labels(name).observe(stats.items)
         self._metrics.batch_tokens.labels(name).observe(stats.tokens)
         self._metrics.tokens.labels(name).inc(stats.tokens)
+        statistics = self._statistics.get(name)
+        if statistics is not None:
+            statistics.record(stats)
 
     def _locate_lora(self, entry: CatalogEntry, lora_id: str) -> Path:
         """A LoRA's folder (on a thread: it may fetch): a declared one from its sources, else the LoRA
@@ -283,7 +294,7 @@ class ModelRegistry:
     async def _make_room(self, entry: CatalogEntry) -> None:
         """Before a load: evict least recently used idle models while the device is over the threshold."""
         while self._under_pressure():
-            victims = self._residency.least_recent(self._loaded_names(), self._busy, {entry.name})
+            victims = self._residency.least_recent(self._loaded_names(), self._busy, self._kept(entry.name))
             if not victims:
                 return
             await self._unload(victims[0], f"memory pressure before loading {entry.name}")
@@ -291,11 +302,15 @@ class ModelRegistry:
     async def _evict_other(self, name: str, why: str) -> bool:
         """Out of memory for ``name`` (loading it, or in its batch): evict the least recently used other
         idle model so it can try once more; False when there is none."""
-        victims = self._residency.least_recent(self._loaded_names(), self._busy, {name})
+        victims = self._residency.least_recent(self._loaded_names(), self._busy, self._kept(name))
         if not victims:
             return False
         await self._unload(victims[0], f"{why} {name}")
         return True
+
+    def _kept(self, name: str) -> frozenset[str]:
+        """What eviction for ``name`` may not take: ``name`` itself and the pinned models."""
+        return self._limits.pinned | {name}
 
     async def _watch_memory(self) -> None:
         """Every ``memory_check_s``: under pressure, evict the least recently used idle model (never the
@@ -306,14 +321,16 @@ class ModelRegistry:
             try:
                 loaded = self._loaded_names()
                 if len(loaded) > 1 and self._under_pressure():
-                    victims = self._residency.least_recent(loaded, self._busy)
+                    victims = self._residency.least_recent(loaded, self._busy, self._limits.pinned)
                     if victims:
                         await self._unload(victims[0], f"{self._gauge.describe()} over the threshold")
                         continue
                 if idle_after is not None:
                     idle = [
                         n
-                        for n in self._residency.least_recent(self._loaded_names(), self._busy)
+                        for n in self._residency.least_recent(
+                            self._loaded_names(), self._busy, self._limits.pinned
+                        )
                         if self._residency.idle_for(n) >= idle_after
                     ]
                     if idle:
@@ -344,6 +361,9 @@ class ModelRegistry:
             self._residency.forget(name)
             self._metrics.model_loaded.labels(name, model.device).set(0)
             self._metrics.queue_depth.labels(name).set(0)
+            statistics = self._statistics.pop(name, None)
+            if statistics is not None:
+                statistics.log_summary()
         log.info("unloaded %s (%s; it held %.1f MB)", name, why, model.memory_bytes / 1e6)
 
     # -- hot reload and shutdown ----------------------------------------------------------------------
@@ -359,6 +379,8 @@ class ModelRegistry:
         self.catalog = catalog
         for name in added:
             self._slots[name] = ModelSlot(catalog[name])
+            if name in self._limits.pinned:
+                self._start_load(self._slots[name])
         for name in removed + changed:
             slot = self._slots[name]
             if slot.task is not None and not slot.task.done():
@@ -370,7 +392,7 @@ class ModelRegistry:
                 del self._slots[name]
                 continue
             self._slots[name] = ModelSlot(catalog[name])
-            if was_loaded:
+            if was_loaded or name in self._limits.pinned:
                 self._start_load(self._slots[name])
         if added or removed or changed:
             log.info("models dir reloaded: added %s, changed %s, removed %s", added, changed, removed)
@@ -393,6 +415,8 @@ class ModelRegistry:
         for loras in self._loras.values():
             loras.close()
         await asyncio.gather(*(w.close() for w in self._workers.values()))
+        for statistics in self._statistics.values():
+            statistics.log_summary()
         loop = asyncio.get_running_loop()
         for slot in self._slots.values():
             if slot.task is not None and not slot.task.done():

@@ -12,6 +12,7 @@ too (the engine's rate-limited trim for a server that is never idle), once the b
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
@@ -104,13 +105,32 @@ class Work:
     future: asyncio.Future[ItemResult]
     enqueued_at: float
     batched_at: float = field(default=0.0)
+    request: int = 0  # which ``submit`` queued it: the requests a batch combines
 
 
 @dataclass(frozen=True)
 class BatchStats:
+    """One batch that ran: its items and their tokens (costs), the forward's seconds, the requests its
+    items came from, its longest item's cost and how long its oldest item waited in the queue."""
+
     items: int
     tokens: int
     seconds: float
+    requests: int = 1
+    longest: int = 0
+    wait_s: float = 0.0
+
+
+def _stats(batch: list[Entry[Work]], infer_s: float, started: float) -> BatchStats:
+    costs = [entry.cost for entry in batch]
+    return BatchStats(
+        len(batch),
+        sum(costs),
+        infer_s,
+        requests=len({entry.payload.request for entry in batch}),
+        longest=max(costs),
+        wait_s=started - min(entry.payload.enqueued_at for entry in batch),
+    )
 
 
 class ModelWorker:
@@ -141,6 +161,7 @@ class ModelWorker:
         self._wakeup = asyncio.Event()
         self._device_idle = True
         self._pending = 0
+        self._submits = itertools.count()
         self._closed = False
         self._stopped: InferenceFailed | None = None  # set when a loop died: new work is refused
         self._tasks: list[asyncio.Task[None]] = []
@@ -173,11 +194,12 @@ class ModelWorker:
             )
         loop = asyncio.get_running_loop()
         now = self._clock()
+        request = next(self._submits)
         futures: list[asyncio.Future[ItemResult]] = []
         for item in prepared:
             future: asyncio.Future[ItemResult] = loop.create_future()
             future.add_done_callback(self._release)
-            work = Work(item, future, now)
+            work = Work(item, future, now, request=request)
             self._batcher.add(Entry(group, item.cost, now, work, future.done))
             futures.append(future)
         self._pending += len(prepared)
@@ -269,7 +291,7 @@ class ModelWorker:
                 queue_ms = (work.batched_at - work.enqueued_at) * 1000
                 work.future.set_result(ItemResult(item, queue_ms, infer_s * 1000, post_s * 1000))
         try:  # after the answers: a broken statistics hook must not hold a request
-            self._on_batch(BatchStats(len(batch), sum(e.cost for e in batch), infer_s))
+            self._on_batch(_stats(batch, infer_s, started))
         except Exception:
             log.exception("batch statistics for model %s failed", self.name)
 

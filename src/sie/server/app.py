@@ -9,6 +9,7 @@ unload models).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -38,6 +39,28 @@ from sie.settings.server import Settings
 
 if TYPE_CHECKING:  # nats-py is the cluster extra's: imported only when SIE_NATS_URL is set
     from sie.worker.queue_worker import QueueWorker
+
+log = logging.getLogger(__name__)
+
+
+def warn_sidecar_variables(settings: Settings) -> None:
+    """The public worker pod talks to its sidecar over a socket (``SIE_IPC_SOCKET_PATH``, a pool of
+    ``SIE_IPC_POOL_SIZE`` connections); ours has no sidecar: the queue client runs in this process
+    (docs/cluster.md says why). A deployment that sets them is told once, not silently ignored."""
+    named = [
+        name
+        for name, value in (
+            ("SIE_IPC_SOCKET_PATH", settings.ipc_socket_path),
+            ("SIE_IPC_POOL_SIZE", settings.ipc_pool_size),
+        )
+        if value
+    ]
+    if named:
+        log.warning(
+            "%s: no effect here; this server runs its queue client in the model process (no sidecar and "
+            "no IPC socket), so there is nothing to connect to",
+            " and ".join(named),
+        )
 
 
 def worker_identity(settings: Settings) -> WorkerIdentity:
@@ -121,6 +144,7 @@ def create_app(settings: Settings) -> FastAPI:
     # per-call thread pool would add one thread per core on top and fight the forward for the cores.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     runtime = EngineRuntime(settings)  # parses the catalogue: a bad YAML stops startup here
+    warn_sidecar_variables(settings)
     tracing.setup("sie-server", settings.tracing_enabled)  # and the OTEL_* variables
     metrics = runtime.metrics
     lifecycle = Lifecycle(settings.drain_timeout_s, settings.drain_min_s)

@@ -21,7 +21,7 @@ from sie.catalog.model_config import ModelConfig
 from sie.engine.engine import Engine
 from sie.engine.hot_reload import watch_models_dir
 from sie.observability.metrics import Metrics
-from sie.server.build import build_catalog, build_engine
+from sie.server.build import build_catalog, build_device, build_engine, select
 from sie.settings.server import Settings
 from sie.weights.remote_fs import is_remote
 
@@ -34,6 +34,7 @@ class EngineRuntime:
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.catalog, self.preload = build_catalog(settings)
+        self.device = build_device(settings)  # a missing device stops startup here too
         self._bundle = load_bundle(settings.bundle, settings.bundles_dir) if settings.bundle else None
         self._local = self.catalog  # the models dir as last read (startup, then hot reload)
         self._overlay: dict[str, ModelConfig] = {}  # sie-config's models (``control.follower``)
@@ -48,13 +49,14 @@ class EngineRuntime:
         return self._engine
 
     async def start(self) -> Engine:
-        engine = self._engine = build_engine(self.settings, self.catalog, self.metrics)
+        engine = self._engine = build_engine(self.settings, self.catalog, self.metrics, self.device)
         engine.start()
         await engine.preload(self.preload)
         directory = self._local_models_dir()
         if self.settings.hot_reload and directory is not None:
-            only = self.settings.filter_list() or None
-            self._reload = asyncio.create_task(watch_models_dir(directory, only, self._apply))
+            only = self.settings.filter_list()
+            watched = only + self.settings.extra_list() if only else None
+            self._reload = asyncio.create_task(watch_models_dir(directory, watched, self._apply))
         return engine
 
     async def _apply(self, reloaded: Catalog) -> None:
@@ -72,7 +74,7 @@ class EngineRuntime:
         async with self._serving:
             folder = self._local_models_dir() or Path.cwd()
             catalog = self._local.overlaid((config, folder) for config in self._overlay.values())
-            await self.engine.apply_catalog(self._bundle.select(catalog) if self._bundle else catalog)
+            await self.engine.apply_catalog(select(catalog, self._bundle, self.settings.extra_list()))
 
     def _local_models_dir(self) -> Path | None:
         if is_remote(self.settings.models_dir):

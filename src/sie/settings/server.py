@@ -69,6 +69,11 @@ class Settings(Auth, Catalogue, Cluster, Logging, Tracing):
     host: str = Field("0.0.0.0", description="Interface to listen on (CLI --host).")
     port: int = Field(8080, ge=0, le=65535, description="TCP port (CLI --port).")
     device: str = Field("auto", description="auto (cuda > mps > cpu), cuda, cuda:N, mps or cpu.")
+    devices: str | None = Field(
+        None,
+        description="Comma-separated devices this server may use (cuda:0, ...): each must exist and share "
+        "SIE_DEVICE's family. One device per server process: more than one refuses the start.",
+    )
     hot_reload: bool = Field(
         True, description="Apply YAMLs added, changed or deleted in a local models dir without a restart."
     )
@@ -205,6 +210,16 @@ class Settings(Auth, Catalogue, Cluster, Logging, Tracing):
     idle_evict_s: float | None = Field(
         None, ge=10, le=86400, description="Unload a model unused this many seconds (unset: never)."
     )
+    pinned_models: str | None = Field(
+        None,
+        description="Comma-separated model ids loaded at start and never evicted (memory pressure, idle, "
+        "another model's out of memory).",
+    )
+    extra_models: str | None = Field(
+        None,
+        description="Comma-separated model ids (profile variants included) served beside the --models or "
+        "--bundle selection; an id not in the models dir refuses the start.",
+    )
     memory_limit_bytes: int | None = Field(
         None,
         ge=1,
@@ -235,6 +250,23 @@ class Settings(Auth, Catalogue, Cluster, Logging, Tracing):
     )
     preprocessor_workers: int | None = Field(
         None, ge=1, description="Tokenization threads (unset: 4, or 1 when models run on the CPU)."
+    )
+    image_workers: int | None = Field(
+        None,
+        ge=1,
+        description="Threads that check and decode the images of requests carrying any (unset: 4, or 1 "
+        "when models run on the CPU); text-only requests use the tokenization threads.",
+    )
+    instrumentation: bool = Field(
+        False,
+        description="Detailed batch statistics: one log line per batch (items, requests, tokens, padding, "
+        "wait, forward) and each model's summary when it stops.",
+    )
+    ipc_socket_path: str | None = Field(
+        None, description="Read and logged as having no effect: no sidecar, the queue client runs in process."
+    )
+    ipc_pool_size: str | None = Field(
+        None, description="Read and logged as having no effect: no sidecar, the queue client runs in process."
     )
     default_compute_precision: ComputePrecision = Field(
         ComputePrecision.FLOAT16,
@@ -292,6 +324,15 @@ class Settings(Auth, Catalogue, Cluster, Logging, Tracing):
     def preload_list(self) -> list[str]:
         return split_csv(self.preload_models)
 
+    def pinned_list(self) -> list[str]:
+        return split_csv(self.pinned_models)
+
+    def extra_list(self) -> list[str]:
+        return split_csv(self.extra_models)
+
+    def device_list(self) -> list[str]:
+        return split_csv(self.devices)
+
     def follower_settings(self) -> FollowerSettings | None:
         return self.follower(self.worker_config_poll_interval_ms, self.worker_config_full_export_interval_ms)
 
@@ -316,6 +357,12 @@ class Settings(Auth, Catalogue, Cluster, Logging, Tracing):
         barrier. Elsewhere tokenization has the host cores to itself."""
         if self.preprocessor_workers is not None:
             return self.preprocessor_workers
+        return 1 if device.startswith("cpu") else 4
+
+    def image_threads(self, device: str) -> int:
+        """``SIE_IMAGE_WORKERS``, else the tokenizer's rule: decoding competes with a CPU forward too."""
+        if self.image_workers is not None:
+            return self.image_workers
         return 1 if device.startswith("cpu") else 4
 
     def image_limits(self) -> ImageLimits:

@@ -65,3 +65,61 @@ def effective_precision(
         if torch.cuda.get_device_capability(index)[0] < 8:
             return ComputePrecision.FLOAT16
     return requested
+
+
+def resolve_device(device: str, devices: list[str]) -> str:
+    """The one device this server runs on, from ``SIE_DEVICE`` and ``SIE_DEVICES``, checked to exist.
+
+    ``SIE_DEVICES`` names the devices the server may use, as the public server's list does; ours
+    places every model on one device per process (one device thread, see ``engine.registry``), so
+    the list holds one device, or the start is refused with how to use several. Its family must be
+    ``SIE_DEVICE``'s (``auto`` and ``cpu`` adopt the list's, as the public server's ``cpu`` default
+    does). A device that does not exist here (``cuda:1`` on a one-GPU or CPU machine) refuses the
+    start instead of failing every model load later."""
+    listed = list(dict.fromkeys(d.strip() for d in devices if d.strip()))
+    if not listed:
+        chosen = detect_device(device)
+        _check_exists(chosen, "SIE_DEVICE")
+        return chosen
+    families = sorted({_family(d) for d in listed})
+    configured = _family(device)
+    if len(families) != 1:
+        raise ValueError(f"SIE_DEVICES mixes device families ({', '.join(families)}); name devices of one")
+    if configured not in ("auto", "cpu", families[0]):
+        raise ValueError(f"SIE_DEVICE family '{configured}' must match SIE_DEVICES family '{families[0]}'")
+    if len(listed) > 1:
+        raise ValueError(
+            f"SIE_DEVICES names {len(listed)} devices ({', '.join(listed)}); this server runs its models on "
+            "one device per process: start one server per device (SIE_DEVICE or SIE_DEVICES=cuda:0, "
+            "cuda:1, ...)"
+        )
+    _check_exists(listed[0], "SIE_DEVICES")
+    return listed[0]
+
+
+def _family(device: str) -> str:
+    return device.strip().split(":", 1)[0].lower()
+
+
+def _check_exists(device: str, variable: str) -> None:
+    family, _, index = device.strip().lower().partition(":")
+    if family not in ("cpu", "cuda", "mps") or (index and not index.isdigit()):
+        raise ValueError(f"{variable}: '{device}' is not a device (cpu, cuda, cuda:N or mps)")
+    number = int(index) if index else 0
+    present = _present(family)
+    if number >= present:
+        where = f"{present} {family} device(s)" if present else f"no {family} device"
+        raise ValueError(f"{variable}: device '{device}' does not exist here ({where})")
+
+
+def _present(family: str) -> int:
+    """How many devices of ``family`` this machine has (one CPU: ``cpu:0`` is the only CPU device)."""
+    if family == "cpu":
+        return 1
+    try:
+        import torch
+    except ImportError:
+        return 0
+    if family == "cuda":
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return 1 if torch.backends.mps.is_available() else 0
