@@ -1,9 +1,9 @@
 """The composition root of the standalone server: settings in, a ready ASGI app out.
 
-Start order: catalog (fails fast on a bad YAML) → the engine's runtime (``engine.runtime``: engine,
-preload, hot reload) → serve. Shutdown (``server.graceful``): SIGTERM → not ready, new requests refused
-→ drain the requests in flight → close the listener → stop the runtime (fail whatever is still queued,
-unload models).
+Start order: catalog (fails fast on a bad YAML) → the upstreams file (``server.remote``) → the engine's
+runtime (``engine.runtime``: engine, preload, hot reload) → the router over both → serve. Shutdown
+(``server.graceful``): SIGTERM → not ready, new requests refused → drain the requests in flight → close
+the listener → stop the runtime (fail whatever is still queued, unload models) → close the upstreams.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from sie.queue.contract import Heartbeat, lane_of
 from sie.server import openapi_docs
 from sie.server.api import encode, health, models, openai_compat, rerank, score_extract, status_page, ws
 from sie.server.lifecycle import Draining, Lifecycle
+from sie.server.remote.router import Router
+from sie.server.remote.setup import upstream_pool
 from sie.server.request_metrics import RequestMetrics
 from sie.server.runtime import EngineRuntime
 from sie.server.status import WorkerIdentity
@@ -150,10 +152,12 @@ def create_app(settings: Settings) -> FastAPI:
     lifecycle = Lifecycle(settings.drain_timeout_s, settings.drain_min_s)
     identity = worker_identity(settings)
     metrics.in_flight.set_function(lambda: lifecycle.in_flight)
+    upstreams = upstream_pool(settings)  # remote profiles' upstreams (SIE_UPSTREAMS_FILE)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[dict[str, Any]]:
         engine = await runtime.start()
+        router = Router(engine, upstreams)
         lifecycle.on_overdue = engine.close
         following = settings.follower_settings()
         follower = ConfigFollower(following, runtime.apply_overlay, "worker") if following else None
@@ -168,7 +172,13 @@ def create_app(settings: Settings) -> FastAPI:
             queue = queue_worker(settings, engine, identity, lifecycle, metrics, follower)
             await queue.start()
         try:
-            yield {"engine": engine, "metrics": metrics, "lifecycle": lifecycle, "status_identity": identity}
+            yield {
+                "engine": engine,
+                "router": router,
+                "metrics": metrics,
+                "lifecycle": lifecycle,
+                "status_identity": identity,
+            }
         finally:
             lifecycle.draining = True
             stop_following.set()
@@ -178,6 +188,7 @@ def create_app(settings: Settings) -> FastAPI:
             if queue is not None:
                 await queue.stop()  # items in flight finish and are acked; the rest is redelivered
             await runtime.stop()
+            await upstreams.aclose()
             tracing.shutdown()
 
     app = FastAPI(

@@ -159,6 +159,16 @@ class Settings(Auth, Catalogue, Cluster, Logging, Tracing):
         description="This worker's id on the queue (default: HOSTNAME, then POD_NAME, then the host name).",
     )
     preload_models: str | None = Field(None, description="Comma-separated model ids loaded before serving.")
+    upstreams_file: Path | None = Field(
+        None,
+        description="YAML file of the upstreams remote profiles call (CLI --upstreams-file): names, base "
+        "URLs, the environment variable holding each key, rate caps. Read once at startup.",
+    )
+    remote_serving: str | None = Field(
+        None,
+        description="Switch over every remote profile (CLI --remote-serving/--no-remote-serving): unset or "
+        "1/true/yes/on serves them; any other value refuses them and sends nothing upstream.",
+    )
     local_cache: Path | None = Field(
         None, description="Weight cache folder (HF hub layout); default $HF_HOME/hub."
     )

@@ -13,6 +13,7 @@ come from the profile, its URL from the operator's upstreams file.
 from __future__ import annotations
 
 import time
+from typing import Final
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from sie.engine.ops.parts import Answer, item_id
 from sie.engine.ops.score import ranked
 from sie.postprocess.quantize import l2_normalize, quantize, wire_dtype_name
 from sie.upstream import openai
+from sie.upstream.client import UpstreamClient
 from sie.upstream.pool import UpstreamPool
 from sie.wire.requests import EncodeRequest, Item, ScoreRequest
 from sie.wire.responses import (
@@ -37,6 +39,19 @@ from sie.wire.responses import (
     Timing,
     Usage,
 )
+
+# The public server's adapter for an OpenAI-compatible upstream; its ``remote.sie`` one (another SIE
+# server's native API) parses and is refused per request.
+OPENAI_ADAPTER: Final = "sie_server.adapters.remote.openai"
+
+
+def _client(pool: UpstreamPool, entry: CatalogEntry) -> UpstreamClient:
+    if entry.profile.adapter_path.split(":", 1)[0] != OPENAI_ADAPTER:
+        raise InvalidInput(
+            f"Model '{entry.name}': this release serves remote profiles through {OPENAI_ADAPTER} only, "
+            f"not {entry.profile.adapter_path}"
+        )
+    return pool.client(entry)
 
 
 def _text(item: Item, label: str) -> str:
@@ -87,7 +102,7 @@ async def encode(
     if plan.lora is not None or plan.muvera:
         raise InvalidInput("a remote profile runs no LoRA and no MUVERA: the upstream serves its own model")
     texts = [_shaped(plan, _text(item, f"Item {i}")) for i, item in enumerate(request.items)]
-    client = pool.client(entry)
+    client = _client(pool, entry)
     dense = entry.config.tasks.encode.dense if entry.config.tasks.encode else None
     width = dense.dim if dense is not None else None
     embedded = await openai.embed(
@@ -118,7 +133,7 @@ async def score(
     if request.instruction:
         query = f"{request.instruction} {query}"
     documents = [_text(item, f"Item {i}") for i, item in enumerate(request.items)]
-    client = pool.client(entry)
+    client = _client(pool, entry)
     upstream_model = str(entry.profile.loadtime["upstream_model"])
     reranked = await openai.rerank(client, upstream_model, query, documents, reported)
     ids = [item_id(item.id, i) for i, item in enumerate(request.items)]
