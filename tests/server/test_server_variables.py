@@ -26,6 +26,7 @@ import pytest_asyncio
 import torch
 from typer.testing import CliRunner
 
+from sie.adapters.runtime.device import resolve_device
 from sie.catalog.catalog import Catalog
 from sie.core.options import ComputePrecision, OutputType
 from sie.engine.engine import Engine, EngineLimits
@@ -115,6 +116,27 @@ async def test_a_pinned_model_is_never_idle_evicted(tmp_path: Path) -> None:
         await until(lambda: state(engine, SPLADE) is ModelState.AVAILABLE)
         await asyncio.sleep(0.5)  # idle more than twice the TTL, ten watcher rounds
         assert state(engine, MINILM) is ModelState.LOADED
+
+
+async def test_a_pinned_model_loads_when_its_config_arrives(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With no selection, a pinned id the models dir lacks is a warning at start, and the model loads as
+    soon as a hot reload or sie-config brings its config, without a request."""
+    with caplog.at_level(logging.WARNING, logger="sie.server.build"):
+        _, start = build_catalog(Settings(models_dir=str(tmp_path), pinned_models=SPLADE))
+    assert start == []
+    assert f"SIE_PINNED_MODELS: {SPLADE} not in the catalogue yet; pinned once served" in caplog.messages
+    load = LoadSettings(
+        "cpu", ComputePrecision.FLOAT32, 1, WeightSources(tmp_path / "cache", hf_fallback=False)
+    )
+    limits = EngineLimits(8, 1, 64, 1, pinned=frozenset({SPLADE}))
+    async with Engine(
+        Catalog.from_directory(PACKAGED_MODELS_DIR, [MINILM]), load, limits, Metrics()
+    ) as engine:
+        await engine.apply_catalog(Catalog.from_directory(PACKAGED_MODELS_DIR, [MINILM, SPLADE]))
+        await until(lambda: state(engine, SPLADE) is ModelState.LOADED)
+        assert state(engine, MINILM) is ModelState.AVAILABLE  # not pinned: loads on first use only
 
 
 def test_pinned_and_extra_models_against_the_selection() -> None:
@@ -292,6 +314,15 @@ def test_several_devices_refuse_the_start_with_how_to_use_them() -> None:
 def test_one_listed_device_is_the_servers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SIE_DEVICES", "cpu")
     assert EngineRuntime(Settings(model_filter=MINILM)).device == "cpu"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_devices_that_exist_and_one_that_does_not() -> None:
+    count = torch.cuda.device_count()
+    assert resolve_device("auto", [f"cuda:{count - 1}"]) == f"cuda:{count - 1}"
+    assert resolve_device("cpu", ["cuda:0"]) == "cuda:0"  # cpu adopts the list's family, as the public server
+    with pytest.raises(ValueError, match=f"device 'cuda:{count}' does not exist here \\({count} cuda device"):
+        resolve_device("cuda", [f"cuda:{count}"])
 
 
 @NO_CUDA
