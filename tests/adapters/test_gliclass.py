@@ -120,7 +120,13 @@ def test_bad_requests_are_refused(
         classifier.prepare(TEXTS[:1], forward)
 
 
-def test_a_text_that_would_push_the_labels_out_is_refused(classifier: GliclassClassifier) -> None:
+def test_a_text_that_would_push_the_labels_out_is_refused_alone(classifier: GliclassClassifier) -> None:
+    """That item fails with the public ``INPUT_TOO_LONG`` and costs nothing; the text beside it is
+    prepared as it is alone."""
     forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of(LABELS, {}))
-    with pytest.raises(UnsupportedInput, match="GLiClass reads at most 256"):
-        classifier.prepare([" ".join(["storm"] * 400)], forward)
+    long, short = classifier.prepare([" ".join(["storm"] * 400), TEXTS[0]], forward)
+    assert long.error is not None and long.error.code == "INPUT_TOO_LONG" and long.cost == 0
+    assert long.error.message.startswith("The text and labels take ")
+    assert long.error.message.endswith("tokens; GLiClass reads at most 256: shorten the text")
+    (alone,) = classifier.prepare([TEXTS[0]], forward)
+    assert short.error is None and (short.cost, short.payload) == (alone.cost, alone.payload)

@@ -143,15 +143,24 @@ def test_bi_encoder_entities_equal_gliner_and_a_text_past_max_len_is_read_in_win
     assert max(e["end"] for e in one_window) <= words[23][1]
 
 
-def test_a_text_needing_more_windows_than_allowed_is_refused(splade_dir: Path, tmp_path: Path) -> None:
+def test_a_text_needing_more_windows_than_allowed_is_refused_alone(splade_dir: Path, tmp_path: Path) -> None:
+    """That item is refused with the public ``INPUT_TOO_LONG`` (its ``items[i].error``), costs
+    nothing, and never reaches ``run``; the texts beside it are prepared as they are alone."""
     folder = builders.gliner(splade_dir, tmp_path / "g")
     adapter = GlinerExtractor.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, None, {"max_len": 2}))
     forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of(LABELS, {}))
     fits = " ".join(["word"] * (MAX_WINDOWS + 1))  # windows of 2 words advancing by 1
     (item,) = adapter.prepare([fits], forward)
-    assert len(item.payload.windows) == MAX_WINDOWS and item.cost > len(item.ids)
-    with pytest.raises(UnsupportedInput, match=f"at most {MAX_WINDOWS} windows of 2 words"):
-        adapter.prepare([fits + " more"], forward)
+    assert len(item.payload.windows) == MAX_WINDOWS and item.cost > len(item.ids) and item.error is None
+    before, refused, after = adapter.prepare(["Alice", fits + " more", fits], forward)
+    assert refused.error is not None and refused.cost == 0 and refused.payload is None
+    assert refused.error.code == "INPUT_TOO_LONG"
+    assert refused.error.message == (
+        f"GLiNER reads at most {MAX_WINDOWS} windows of 2 words; this text has {MAX_WINDOWS + 2} words: "
+        "split it into shorter items"
+    )
+    assert (before.error, after.error) == (None, None)
+    assert after.cost == item.cost and after.payload == item.payload
 
 
 def test_threshold_keeps_fewer_entities(span_model: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ from sie.core.extraction import Extraction
 from sie.core.options import Capability, ComputePrecision
 from sie.core.task import Task, UnsupportedInput
 from tests import builders
+from tests.conftest import extracted
 
 TEXTS = [
     "The delivery was late and the box arrived crushed; I want my money back",
@@ -60,7 +61,7 @@ def decide(
 ) -> list[Extraction]:
     task = Task.of(labels or [], options or {}, instruction, output_schema)
     forward = Forward(frozenset({Capability.EXTRACT}), task=task)
-    return decider.run(decider.prepare(inputs, forward), forward).extractions or []
+    return extracted(decider, inputs, forward)
 
 
 def library_probabilities(model: Any, text: str, schema: Schema) -> dict[str, np.ndarray]:
@@ -220,9 +221,12 @@ def test_a_document_is_cut_to_the_whole_words_that_fit_its_window(folder: Path, 
     fits = max(start for start in [*starts, len(ids)] if start <= 48)  # the last word boundary within 48
     assert list(row.ids) == ids[:fits] and fits < len(ids)
     assert decide(small, [text], labels)[0].classifications  # scored as any row (the tests above)
-    with pytest.raises(UnsupportedInput, match="overflow_policy 'error'"):
-        decide(small, [text], labels, {"overflow_policy": "error"})
-    assert decide(small, ["short"], labels, {"overflow_policy": "error"})
+    too_long, short = decide(small, [text, "short"], labels, {"overflow_policy": "error"})
+    assert too_long.error is not None and too_long.error.code == "INPUT_TOO_LONG"
+    assert too_long.error.message.endswith("-token window (overflow_policy 'error')")
+    assert (too_long.classifications, too_long.data) == ([], {})
+    (alone,) = decide(small, ["short"], labels, {"overflow_policy": "error"})
+    assert short.error is None and short.classifications == alone.classifications
 
 
 def test_a_laya_state_is_read_as_its_text_and_turns_from_the_newest(
@@ -331,10 +335,14 @@ def test_bad_requests_are_refused(
         decide(decider, ["some text"], labels, options, instruction, schema)
 
 
-def test_bad_items_and_prompts_that_leave_no_room_are_refused(decider: Gliner2Decider) -> None:
+def test_bad_items_fail_alone_and_prompts_that_leave_no_room_are_refused(decider: Gliner2Decider) -> None:
+    """An unreadable item is that item's ``INVALID_INPUT`` (the public server's per-item error), the
+    item beside it is answered; a prompt too long for every item fails the request."""
     for item in (" ", AnnotatedText("text", {"state": "also a state"}), AnnotatedText("", {"state": 3})):
-        with pytest.raises(UnsupportedInput, match=r"non-blank text, or metadata\.state"):
-            decide(decider, [item], ["a"])
+        bad, good = decide(decider, [item, "fine"], ["a"])
+        assert bad.error is not None and bad.error.code == "INVALID_INPUT"
+        assert "non-blank text, or metadata.state" in bad.error.message
+        assert good.error is None and good.classifications
     long = {f"q{i}": {"type": "choice", "instructions": "x " * 100, "criteria": ["a", "b"]} for i in range(8)}
     with pytest.raises(UnsupportedInput, match="takes at most 256"):
         decide(decider, ["text"], output_schema=long)

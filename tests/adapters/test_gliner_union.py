@@ -247,9 +247,12 @@ def test_members_resolve_through_the_engines_tiers(members: dict[str, Path]) -> 
         )
 
 
-def test_a_text_of_too_many_windows_is_refused_before_any_work(members: dict[str, Path]) -> None:
-    """Every member reads every window, so one item's windows are bounded as GLiNER's are."""
+def test_a_text_of_too_many_windows_is_refused_alone_before_any_work(members: dict[str, Path]) -> None:
+    """Every member reads every window, so one item's windows are bounded as GLiNER's are; that item
+    fails with ``INPUT_TOO_LONG`` and costs nothing, the text beside it is prepared."""
     adapter = GlinerUnionExtractor.load(union_spec(members))
     forward = Forward(EXTRACT, task=Task.of(LABELS, {"window_words": 2, "window_overlap": 1}))
-    with pytest.raises(UnsupportedInput, match="reads at most 128 windows of 2 words; this text needs 299"):
-        adapter.prepare([" ".join(["word"] * 300)], forward)
+    long, short = adapter.prepare([" ".join(["word"] * 300), "Alice met Bob"], forward)
+    assert long.error is not None and long.error.code == "INPUT_TOO_LONG" and long.cost == 0
+    assert "reads at most 128 windows of 2 words; this text needs 299" in long.error.message
+    assert short.error is None and short.cost > 0

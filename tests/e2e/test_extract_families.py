@@ -534,14 +534,17 @@ def test_gliner2_decide_under_its_public_id_answers_the_three_request_shapes_as_
         ({"items": [{"text": "x"}], "params": {"labels": ["a"], "output_schema": DECISIONS}}, "not both"),
         ({"items": [{"text": "x"}], "params": {"output_schema": {"q": {"type": "rank"}}}}, "unknown type"),
         ({"items": [{"text": "x"}], "params": {"labels": ["a [L]"]}}, "structural token"),
-        ({"items": [{"metadata": {"state": 5}}], "params": {"labels": ["a"]}}, "metadata.state"),
         ({"items": [{"text": "x"}], "params": {"labels": ["a"], "options": {"bogus": 1}}}, "Unknown option"),
-        ({"items": [{"text": "x", "metadata": {"state": "s"}}], "params": {"labels": ["a"]}}, "not both"),
         ({"items": [{"text": "x"}], "params": {"output_schema": _nested(300)}}, "nest at most 64"),
     ):
         refused = families.client.post(f"/v1/extract/{DECIDE}", json=body)
         assert refused.status_code == 400, refused.text
         assert refused.json()["detail"]["code"] == "INVALID_INPUT" and message in refused.text
+    for bad in ({"metadata": {"state": 5}}, {"text": "x", "metadata": {"state": "s"}}):  # that item's error
+        body = {"items": [bad, {"text": TEXTS[0]}], "params": {"labels": ["refund", "praise"]}}
+        failed, answered = extract_json(families, DECIDE, body)["items"]
+        assert failed["error"]["code"] == "INVALID_INPUT" and "(not both)" in failed["error"]["message"]
+        assert "error" not in answered and answered["classifications"]
     refused = families.client.post(
         f"/v1/extract/{GLINER2}", json={"items": [{"text": "x"}], "params": {"output_schema": DECISIONS}}
     )
@@ -574,9 +577,13 @@ def test_laya_under_its_public_id_answers_typed_questions_and_labels_as_the_adap
     for body, message in (
         ({"items": [{"text": "x"}], "params": {"labels": ["a"], "output_schema": DECISIONS}}, "not both"),
         ({"items": [{"text": "x"}], "params": {"labels": ["a"], "options": {"max_len": 100000}}}, "max_len"),
-        ({"items": [{"metadata": {"state": 5}}], "params": {"labels": ["a"]}}, "Laya items need"),
     ):
         refused = families.client.post(f"/v1/extract/{LAYA}", json=body)
         assert refused.status_code == 400, refused.text
         assert refused.json()["detail"]["code"] == "INVALID_INPUT" and message in refused.text
+    for bad in ({"metadata": {"state": 5}}, {"text": "x", "metadata": {"state": "s"}}):  # that item's error
+        body = {"items": [bad, {"text": TEXTS[0]}], "params": {"labels": ["refund", "praise"]}}
+        failed, answered = extract_json(families, LAYA, body)["items"]
+        assert failed["error"]["code"] == "INVALID_INPUT" and "Laya items need" in failed["error"]["message"]
+        assert "error" not in answered and answered["classifications"]
     families.assert_serving()

@@ -11,7 +11,8 @@ stands alone (a softmax over one would always be 1.0); ``multi-label`` a sigmoid
 label comes back, best first (ties in request order); ``threshold`` above 0 keeps those at or above it.
 
 A text too long to keep the labels in the model's window is refused, not silently cut: the labels
-come after the text in most checkpoints, and truncation would drop them.
+come after the text in most checkpoints, and truncation would drop them. The refusal is that item's
+(``items[i].error``, ``INPUT_TOO_LONG``), as the public server's; the request's other items are answered.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ from sie.adapters.options import unit_option
 from sie.adapters.runtime.tokenizer import TextTokenizer
 from sie.adapters.runtime.transformer import place_for_thresholds, release_unloaded
 from sie.catalog.families import GLICLASS_OPTIONS
-from sie.core.extraction import Classification, Extraction
+from sie.core.extraction import Classification, Extraction, ItemError
 from sie.core.options import Capability
 from sie.core.task import Task, UnsupportedInput
+from sie.wire.errors import ErrorCode
 
 NO_LABELS: Final = "Zero-shot classification requires labels parameter."
 TYPES: Final = {
@@ -133,13 +135,16 @@ class GliclassClassifier:
         composed = [compose(text, labels, None, instruction or None) for text in texts] if compose else texts
         windows = self._window.encode(composed)
         limit = self.tokenizer.max_length or 0
-        for index, window in enumerate(windows):
-            if limit and len(window) > limit:
-                raise UnsupportedInput(
-                    f"Item {index}: text and labels take {len(window)} tokens; GLiClass reads at most {limit}"
-                )
         return [
             Prepared(ids, payload=text, weight=len(window))
+            if not limit or len(window) <= limit
+            else Prepared.refused(  # this item alone: the others in the request are answered
+                ItemError(
+                    ErrorCode.INPUT_TOO_LONG.value,
+                    f"The text and labels take {len(window)} tokens; GLiClass reads at most {limit}: "
+                    "shorten the text",
+                )
+            )
             for ids, text, window in zip(self.tokenizer.encode(texts), texts, windows, strict=True)
         ]
 

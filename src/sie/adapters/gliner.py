@@ -41,9 +41,10 @@ from sie.adapters.runtime.word_windows import (
     resolve_overlaps,
 )
 from sie.catalog.families import GLINER_OPTIONS
-from sie.core.extraction import Entity, Extraction, Relation
+from sie.core.extraction import Entity, Extraction, ItemError, Relation
 from sie.core.options import Capability
 from sie.core.task import Task, UnsupportedInput
+from sie.wire.errors import ErrorCode
 
 _FAMILY: Final = "GLiNER"
 NO_LABELS: Final = "GLiNER requires labels parameter for extraction"
@@ -160,10 +161,13 @@ class GlinerExtractor:
         windows = plan_windows(words, self._max_words, len(text))
         if len(windows) == 1:
             return Prepared(ids, payload=_Document(text, windows))
-        if len(windows) > MAX_WINDOWS:
-            raise UnsupportedInput(
-                f"GLiNER reads at most {MAX_WINDOWS} windows of {self._max_words} words; this text has "
-                f"{len(words)} words: split it"
+        if len(windows) > MAX_WINDOWS:  # this item alone: the rest of the request is answered
+            return Prepared.refused(
+                ItemError(
+                    ErrorCode.INPUT_TOO_LONG.value,
+                    f"GLiNER reads at most {MAX_WINDOWS} windows of {self._max_words} words; this text "
+                    f"has {len(words)} words: split it into shorter items",
+                )
             )
         (whole,) = self._counter.encode([text])
         read = len(words) + overlap_for(self._max_words) * (len(windows) - 1)  # shared words read twice

@@ -57,9 +57,10 @@ from sie.adapters.options import eager_cuda_graphs
 from sie.adapters.runtime.tokenizer import TextTokenizer
 from sie.adapters.runtime.transformer import place_for_thresholds, release_unloaded
 from sie.catalog.families import DECIDE_OPTIONS
-from sie.core.extraction import Extraction
+from sie.core.extraction import Extraction, ItemError
 from sie.core.options import Capability
-from sie.core.task import UnsupportedInput
+from sie.core.task import ItemRefused, UnsupportedInput
+from sie.wire.errors import ErrorCode
 
 DEFAULT_WINDOW: Final = 512
 MAX_PROMPT_TOKENS: Final = 512
@@ -154,28 +155,41 @@ class Gliner2Decider:
         room = self._window - len(prompt.ids)
         row = Row(request, prompt.markers)
         prepared = []
-        for one in inputs:
-            text, from_end, whole = self._document(one, room)
-            ids, complete = self._read(text, room, from_end, whole)
-            if not ids:
-                raise UnsupportedInput(
-                    f"No word of the document fits in the {room} tokens the questions leave in the model's "
-                    f"{self._window}-token window (a word longer than {MAX_WORD_CHARS} characters is not read)"
-                )
-            if not complete and policy == "error":
-                raise UnsupportedInput(
-                    f"The document does not fit in the {room} tokens the questions leave in the model's "
-                    f"{self._window}-token window (overflow_policy 'error')"
-                )
+        for one in inputs:  # an item that cannot be read fails alone; the request's others are answered
+            try:
+                ids = self._document_ids(one, room, policy)
+            except ItemRefused as exc:
+                prepared.append(Prepared.refused(exc.error))
+                continue
             prepared.append(Prepared(np.asarray(prompt.ids + ids, dtype=np.int64), payload=row))
         return prepared
+
+    def _document_ids(self, one: ModelInput, room: int, policy: str) -> list[int]:
+        """The ids of the words of an item the model reads, or its ``ItemRefused``."""
+        text, from_end, whole = self._document(one, room)
+        ids, complete = self._read(text, room, from_end, whole)
+        if not ids:
+            raise ItemRefused(
+                ErrorCode.INPUT_TOO_LONG.value,
+                f"No word of the document fits in the {room} tokens the questions leave in the model's "
+                f"{self._window}-token window (a word longer than {MAX_WORD_CHARS} characters is not read)",
+            )
+        if not complete and policy == "error":
+            raise ItemRefused(
+                ErrorCode.INPUT_TOO_LONG.value,
+                f"The document does not fit in the {room} tokens the questions leave in the model's "
+                f"{self._window}-token window (overflow_policy 'error')",
+            )
+        return ids
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         rows: list[Row] = [item.payload for item in batch]
         extractions = []
         for row, logits in zip(rows, self._logits(batch, rows), strict=True):
-            if not np.isfinite(logits).all():
-                raise RuntimeError(f"{FAMILY} returned non-finite scores")
+            if not np.isfinite(logits).all():  # this item's answer alone, as the public server's
+                error = ItemError(ErrorCode.INFERENCE_ERROR.value, f"{FAMILY} returned non-finite scores")
+                extractions.append(Extraction(error=error))
+                continue
             request = row.request
             probabilities = per_task(request, logits)
             data = (
@@ -255,17 +269,19 @@ class Gliner2Decider:
         if "state" in metadata:
             state = metadata["state"]
             if text or not isinstance(state, str | Mapping | list):
-                raise UnsupportedInput(ITEM_ERROR)
+                raise ItemRefused(ErrorCode.INVALID_INPUT.value, ITEM_ERROR)
             limit = room * STATE_BYTES_PER_TOKEN
             try:
                 text = rendered_state(state, limit, from_end=isinstance(state, list))
             except (TypeError, ValueError) as exc:
-                raise UnsupportedInput(f"{FAMILY} metadata.state must be JSON-serializable") from exc
+                raise ItemRefused(
+                    ErrorCode.INVALID_INPUT.value, f"{FAMILY} metadata.state must be JSON-serializable"
+                ) from exc
             from_end, whole = isinstance(state, list), len(text.encode("utf-8", "surrogatepass")) < limit
         else:
             from_end, whole = False, True
         if not text or text.isspace():
-            raise UnsupportedInput(ITEM_ERROR)
+            raise ItemRefused(ErrorCode.INVALID_INPUT.value, ITEM_ERROR)
         return text, from_end, whole
 
     def _read(self, text: str, room: int, from_end: bool, whole: bool) -> tuple[list[int], bool]:

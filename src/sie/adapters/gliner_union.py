@@ -36,9 +36,10 @@ from sie.adapters.gliner import GlinerExtractor
 from sie.adapters.options import integer_option, unit_option
 from sie.adapters.runtime.word_windows import MAX_WINDOWS, WORD, plan_windows
 from sie.catalog.families import GLINER_UNION_OPTIONS
-from sie.core.extraction import Entity, Extraction
+from sie.core.extraction import Entity, Extraction, ItemError
 from sie.core.options import Capability
 from sie.core.task import Task, UnsupportedInput
+from sie.wire.errors import ErrorCode
 
 _FAMILY: Final = "GLiNER union"
 NO_LABELS: Final = "This model needs labels: pass labels, or set the default_labels option"
@@ -193,12 +194,22 @@ class GlinerUnionExtractor:
         for text in texts_only(inputs, self.family):
             windows = word_windows(text, options.window_words, options.window_overlap)
             if len(windows) > MAX_WINDOWS:  # every member reads every window: bound one item's work
-                raise UnsupportedInput(
-                    f"{_FAMILY} reads at most {MAX_WINDOWS} windows of {options.window_words} words; this "
-                    f"text needs {len(windows)}: split it or widen window_words"
+                prepared.append(
+                    Prepared.refused(
+                        ItemError(
+                            ErrorCode.INPUT_TOO_LONG.value,
+                            f"{_FAMILY} reads at most {MAX_WINDOWS} windows of {options.window_words} "
+                            f"words; this text needs {len(windows)}: split it or widen window_words",
+                        )
+                    )
                 )
+                continue
             rows = [text[start:end] for start, end in windows]
             per_member = [m.extractor.prepare(rows, m.forward(labels)) for m in self._members]
+            refused = next((row.error for rows_of in per_member for row in rows_of if row.error), None)
+            if refused is not None:  # a member refused a window: the item fails as the member says
+                prepared.append(Prepared.refused(refused))
+                continue
             ids = np.concatenate([row.ids for rows_of in per_member for row in rows_of])
             weight = sum(row.cost for rows_of in per_member for row in rows_of)
             prepared.append(Prepared(ids, payload=_Document(text, windows, per_member), weight=weight))

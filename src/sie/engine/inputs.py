@@ -57,10 +57,8 @@ def extract_input(item: Item, model: str, adapter: Adapter) -> ModelInput:
         return image
     if (
         "state" in (item.metadata or {}) and Trait.READS_ITEM_STATE in adapter.traits
-    ):  # a Laya state stands in for the text
-        if item.text is not None:
-            raise InvalidInput(f"{adapter.family} items carry a text or metadata.state, not both")
-        return AnnotatedText("", item.metadata or {})
+    ):  # a Laya state stands in for the text; one sent beside a text is that item's error (the family's)
+        return AnnotatedText(item.text or "", item.metadata or {})
     text = text_of(item, adapter)
     return AnnotatedText(text, item.metadata or {}) if Trait.READS_ITEM_METADATA in adapter.traits else text
 
