@@ -62,6 +62,9 @@ class Dispatcher:
     async def ensure_stream(self, pool: str) -> None:
         return None
 
+    async def check_backlog(self, pool: str) -> None:
+        pass  # the stream depth is the real dispatcher's (tests/e2e/test_cluster_variables.py)
+
     async def run(
         self, request_id: str, subject: str, items: list[WorkItem], timeout_s: float
     ) -> list[WorkResult | None]:

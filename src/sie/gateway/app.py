@@ -2,7 +2,8 @@
 
 Start: the catalogue and bundles (a bad YAML stops startup, as on the server) → the HTTP app, which
 serves at once → NATS in the background (``/readyz`` answers 503 and inference 503 ``QUEUE_FULL``
-until it connects) → the inbox, the heartbeat subscription, pools, dead letters and the pool sweep.
+until it connects) → the inbox, the heartbeat subscription (with ``SIE_GATEWAY_HEALTH_MODE=ws``: the
+workers' ``/ws/status`` readers instead, from the start), pools, dead letters and the pool sweep.
 The payload store's sweep (``SIE_PAYLOAD_STORE_TTL``) runs from the start, NATS or not.
 """
 
@@ -37,6 +38,7 @@ from sie.gateway.pools import Pools
 from sie.gateway.routing import Demand, Router, by_priority
 from sie.gateway.shares import StreamShares
 from sie.gateway.state import GatewayState
+from sie.gateway.status_feed import StatusFeeds
 from sie.gateway.workers import WorkerTable
 from sie.http import openapi
 from sie.http.auth import Auth
@@ -47,7 +49,8 @@ from sie.observability import tracing
 from sie.queue.connection import connect
 from sie.queue.contract import CONFIG_ALL_SUBJECT, HEALTH_SUBJECT_PREFIX, ContractError, decode_heartbeat
 from sie.queue.payloads import PayloadStore, sweep_payloads
-from sie.settings.gateway import GatewaySettings
+from sie.settings.common import secret
+from sie.settings.gateway import GatewaySettings, HealthMode
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +99,8 @@ async def join_cluster(state: GatewayState) -> Client:
         except ContractError as exc:
             log.debug("ignoring a heartbeat: %s", exc)
 
-    await client.subscribe(f"{HEALTH_SUBJECT_PREFIX}.>", cb=on_heartbeat)
+    if state.settings.gateway_health_mode is HealthMode.NATS:  # ws: ``status_feed`` fills the table
+        await client.subscribe(f"{HEALTH_SUBJECT_PREFIX}.>", cb=on_heartbeat)
     follower = state.follower
     if follower is not None:
 
@@ -104,7 +108,14 @@ async def join_cluster(state: GatewayState) -> Client:
             await follower.on_delta(message.data)
 
         await client.subscribe(CONFIG_ALL_SUBJECT, cb=on_delta)
-    dispatcher = Dispatcher(client, state.metrics, state.settings.gateway_publish_concurrency)
+    settings = state.settings
+    dispatcher = Dispatcher(
+        client,
+        state.metrics,
+        settings.gateway_publish_concurrency,
+        settings.stream_max_age_s,
+        settings.gateway_max_stream_pending,
+    )
     await dispatcher.start()
     pools = Pools(client.jetstream(), state.workers)
     await pools.start()
@@ -128,8 +139,34 @@ async def sweep_pools(state: GatewayState, stop: asyncio.Event) -> None:
             log.warning("pool sweep failed", exc_info=True)
 
 
+def health_source(settings: GatewaySettings, workers: WorkerTable) -> StatusFeeds | None:
+    """The ``/ws/status`` readers of the WebSocket health mode, None in NATS mode; refuses what this
+    gateway cannot do (Kubernetes endpoint discovery) and says once what it leaves unread."""
+    k8s = "SIE_GATEWAY_KUBERNETES"
+    if settings.gateway_health_mode is HealthMode.NATS:
+        if settings.gateway_kubernetes or settings.gateway_workers:
+            log.info(
+                "health mode nats: workers are known from their heartbeats on NATS; SIE_GATEWAY_WORKERS, "
+                "%s and SIE_GATEWAY_K8S_* are read in SIE_GATEWAY_HEALTH_MODE=ws only",
+                k8s,
+            )
+        return None
+    if settings.gateway_kubernetes:
+        raise ValueError(
+            f"{k8s}=true: this gateway does not discover workers through the Kubernetes API; list their "
+            "URLs in SIE_GATEWAY_WORKERS (e.g. each pod's name on the workers' headless service), or use "
+            "SIE_GATEWAY_HEALTH_MODE=nats (what the chart renders: the workers' heartbeats)"
+        )
+    urls = settings.worker_urls()
+    if not urls:
+        raise ValueError("SIE_GATEWAY_HEALTH_MODE=ws reads each worker's /ws/status: set SIE_GATEWAY_WORKERS")
+    log.info("health mode ws: reading /ws/status of %s", ", ".join(urls))
+    return StatusFeeds(urls, workers, secret(settings.auth_token))
+
+
 def create_app(settings: GatewaySettings) -> Starlette:
     state = build_state(settings)
+    feeds = health_source(settings, state.workers)
     tracing.setup("sie-gateway", settings.tracing_enabled)  # and the OTEL_* variables
     following = settings.follower_settings()
     if following is not None:
@@ -145,6 +182,8 @@ def create_app(settings: GatewaySettings) -> Starlette:
             tasks.append(asyncio.create_task(sweep, name="sie-gateway-payload-sweep"))
         if state.follower is not None:
             tasks.append(asyncio.create_task(state.follower.run(stop), name="sie-gateway-config"))
+        if feeds is not None:
+            tasks.append(asyncio.create_task(feeds.run(stop), name="sie-gateway-status-feeds"))
         try:
             yield
         finally:

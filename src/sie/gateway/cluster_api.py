@@ -41,7 +41,7 @@ def worker_view(worker: Worker) -> dict[str, Any]:
     beat = worker.heartbeat
     return {
         "name": beat.name,
-        "url": "",
+        "url": worker.url,
         "gpu": beat.machine_profile,
         "gpu_count": beat.gpu_count,
         "ready_gpu_slots": beat.ready_gpu_slots if beat.ready else 0,

@@ -16,6 +16,11 @@ another tenant's request before its worker does. Whatever the inbox drops is cou
 A request's items go out through a window of ``publish_concurrency`` publishes at a time (each
 awaits JetStream's ack), so a 512-item request holds a bounded number of publishes and encoded
 messages, and the first refusal (a full stream) stops the rest instead of every item trying.
+
+Before publishing, a request's pool stream is checked against ``max_stream_pending``
+(``SIE_GATEWAY_MAX_STREAM_PENDING``): its depth is read from JetStream at most every
+``STREAM_DEPTH_TTL_S`` (one read shared by the requests that wait for it), and a deeper stream is
+refused 503 ``QUEUE_FULL`` with ``Retry-After: 5``, as the public gateway refuses it.
 """
 
 from __future__ import annotations
@@ -25,18 +30,31 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from nats.js.api import StreamInfo
+from nats.js.errors import NotFoundError
 
-from sie.gateway.errors import PublishFailed
+from sie.gateway.errors import PublishFailed, StreamBacklog
 from sie.gateway.metrics import GatewayMetrics, InboxSkip
-from sie.queue.contract import ContractError, WorkItem, WorkResult, decode_work_result, encode_message
+from sie.queue.contract import (
+    STREAM_MAX_AGE_S,
+    ContractError,
+    WorkItem,
+    WorkResult,
+    decode_work_result,
+    encode_message,
+    pool_stream,
+)
 from sie.queue.streams import ensure_work_stream
 
 log = logging.getLogger(__name__)
+
+STREAM_DEPTH_TTL_S: Final = 0.05  # the public gateway's monitor period
+DEFAULT_MAX_STREAM_PENDING: Final = 50_000
 
 
 @dataclass
@@ -64,16 +82,27 @@ class Collector:
 
 
 class Dispatcher:
-    def __init__(self, client: Client, metrics: GatewayMetrics, publish_concurrency: int) -> None:
+    def __init__(
+        self,
+        client: Client,
+        metrics: GatewayMetrics,
+        publish_concurrency: int,
+        stream_max_age_s: float = STREAM_MAX_AGE_S,
+        max_stream_pending: int = DEFAULT_MAX_STREAM_PENDING,
+    ) -> None:
         if publish_concurrency < 1:
             raise ValueError(f"publish_concurrency must be at least 1, not {publish_concurrency}")
         self.client = client
         self._metrics = metrics
         self._window = publish_concurrency
+        self._stream_max_age_s = stream_max_age_s
+        self._max_stream_pending = max_stream_pending
         self.router_id = uuid.uuid4().hex
         self._jetstream: JetStreamContext = client.jetstream()
         self._collectors: dict[str, Collector] = {}
         self._streams: set[str] = set()
+        self._depths: dict[str, tuple[float, int]] = {}  # pool -> (when read, items in its stream)
+        self._reading: dict[str, asyncio.Future[StreamInfo]] = {}
 
     async def start(self) -> None:
         await self.client.subscribe(f"_INBOX.{self.router_id}.>", cb=self._on_inbox)
@@ -115,12 +144,40 @@ class Dispatcher:
 
     async def ensure_stream(self, pool: str) -> None:
         if pool not in self._streams:
-            await ensure_work_stream(self._jetstream, pool)
+            await ensure_work_stream(self._jetstream, pool, self._stream_max_age_s)
             self._streams.add(pool)
 
     def forget_streams(self) -> None:
         """After a reconnect the server may be a new one: streams are checked again."""
         self._streams.clear()
+        self._depths.clear()
+
+    async def check_backlog(self, pool: str) -> None:
+        """``StreamBacklog`` when the pool's stream holds more than ``max_stream_pending`` items."""
+        depth = await self._depth(pool)
+        if depth > self._max_stream_pending:
+            raise StreamBacklog(pool, depth, self._max_stream_pending)
+
+    async def _depth(self, pool: str) -> int:
+        read = self._depths.get(pool)
+        if read is not None and time.monotonic() - read[0] < STREAM_DEPTH_TTL_S:
+            return read[1]
+        reading = self._reading.get(pool)
+        if reading is None:
+            reading = self._reading[pool] = asyncio.ensure_future(
+                self._jetstream.stream_info(pool_stream(pool))
+            )
+            reading.add_done_callback(lambda _: self._reading.pop(pool, None))
+        try:
+            info = await asyncio.shield(reading)
+        except NotFoundError:
+            return 0  # created by this request's ensure_stream, or by the first worker
+        except Exception as exc:  # no answer: the publish that follows says what is wrong
+            log.debug("reading the depth of pool %s failed: %r", pool, exc)
+            return 0
+        depth = int(info.state.messages)
+        self._depths[pool] = (time.monotonic(), depth)
+        return depth
 
     async def run(
         self, request_id: str, subject: str, items: list[WorkItem], timeout_s: float

@@ -10,6 +10,8 @@ from sie.errors import SieError
 from sie.queue.contract import INLINE_THRESHOLD_BYTES
 from sie.wire.errors import ErrorCode
 
+BACKLOG_RETRY_AFTER_S: Final = 5  # the public gateway's answer to backpressure
+
 
 class Provisioning(SieError):
     """No worker serves the lane yet; the autoscaler has been told. Clients of sie-sdk 0.7 and later
@@ -69,6 +71,25 @@ class PublishFailed(SieError):
 
     def __init__(self, reason: str) -> None:
         super().__init__(f"Queue publish failed: {reason}")
+
+
+class StreamBacklog(SieError):
+    """A pool's work stream holds more items than ``SIE_GATEWAY_MAX_STREAM_PENDING``: the workers are
+    behind, and more items would only wait out their deadlines there."""
+
+    code = ErrorCode.QUEUE_FULL
+
+    def __init__(self, pool: str, depth: int, limit: int) -> None:
+        super().__init__(
+            f"Queue publish failed: backpressure: pool '{pool}' has {depth} items waiting, over "
+            f"SIE_GATEWAY_MAX_STREAM_PENDING ({limit}); retry shortly"
+        )
+        self.pool = pool
+        self.depth = depth
+
+    @property
+    def retry_after_s(self) -> int:
+        return BACKLOG_RETRY_AFTER_S
 
 
 class ItemTooLarge(PayloadTooLarge):

@@ -8,8 +8,8 @@ results are gathered from the gateway's inbox and the reply has the server's sha
 Answers that are not results are errors of the one table (``gateway.errors``), rendered by the HTTP
 edge: no worker for the lane yet → 503 ``PROVISIONING`` with ``Retry-After`` (clients before sie-sdk
 0.7 get the public gateway's ``202 {"status": "provisioning"}`` instead); a profile outside
-``SIE_GATEWAY_CONFIGURED_GPUS`` → 503 ``gpu_not_configured``; NATS not joined yet or a refused publish
-→ 503 ``QUEUE_FULL``; no answer within ``SIE_GATEWAY_REQUEST_TIMEOUT`` → 503 ``MODEL_LOADING``; every
+``SIE_GATEWAY_CONFIGURED_GPUS`` → 503 ``gpu_not_configured``; NATS not joined yet, a refused publish or
+a pool stream deeper than ``SIE_GATEWAY_MAX_STREAM_PENDING`` → 503 ``QUEUE_FULL``; no answer within ``SIE_GATEWAY_REQUEST_TIMEOUT`` → 503 ``MODEL_LOADING``; every
 item failed → the items' code (a mix of codes: 500 listing each).
 """
 
@@ -34,6 +34,7 @@ from sie.gateway.errors import (
     Provisioning,
     PublishFailed,
     QueueUnreachable,
+    StreamBacklog,
 )
 from sie.gateway.metrics import OTHER
 from sie.gateway.pools import PoolRecord
@@ -207,10 +208,14 @@ async def _dispatch(
         subject = work_subject(lane.pool, lane.machine_profile, lane.bundle, model)
         try:
             await dispatcher.ensure_stream(lane.pool)
+            await dispatcher.check_backlog(lane.pool)
             publish_started = time.perf_counter()
             results = await dispatcher.run(request_id, subject, items, timeout_s)
         except PublishFailed:
             state.metrics.rejected.labels(lane.machine_profile, lane.bundle, "queue_publish_failed").inc()
+            raise
+        except StreamBacklog:
+            state.metrics.rejected.labels(lane.machine_profile, lane.bundle, "queue_backpressure").inc()
             raise
         finally:
             if keys and state.payloads is not None:

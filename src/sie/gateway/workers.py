@@ -1,4 +1,5 @@
-"""The workers a gateway knows, from their heartbeats on ``sie.health.>``.
+"""The workers a gateway knows, from their heartbeats on ``sie.health.>`` (or, in the WebSocket health
+mode, their ``/ws/status`` messages: ``status_feed``).
 
 A worker is healthy while it says ``ready`` and its last heartbeat is younger than three publish
 intervals; a ``terminated`` heartbeat removes it at once. Routing asks this table which pool and
@@ -19,6 +20,7 @@ from sie.queue.contract import Heartbeat
 class Worker:
     heartbeat: Heartbeat
     seen: float  # monotonic time of its last heartbeat
+    url: str = ""  # where its status was read (WebSocket health mode); "" from NATS
 
     @property
     def name(self) -> str:
@@ -31,11 +33,14 @@ class WorkerTable:
         self._clock = clock
         self._workers: dict[str, Worker] = {}
 
-    def update(self, heartbeat: Heartbeat) -> None:
+    def update(self, heartbeat: Heartbeat, url: str = "") -> None:
+        """A worker's latest state, by its URL when it has one (two local workers may share a host
+        name), else by its name."""
+        key = url or heartbeat.name
         if heartbeat.terminated:
-            self._workers.pop(heartbeat.name, None)
+            self._workers.pop(key, None)
             return
-        self._workers[heartbeat.name] = Worker(heartbeat, self._clock())
+        self._workers[key] = Worker(heartbeat, self._clock(), url)
 
     def _fresh(self) -> list[Worker]:
         now = self._clock()

@@ -3,11 +3,20 @@ the groups other processes share are in ``common``."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from enum import StrEnum
+
+from pydantic import Field, model_validator
 
 from sie.catalog.follower import FollowerSettings
-from sie.queue.streams import STREAM_MAX_AGE_S, DeadLetterLimits
+from sie.queue.streams import DeadLetterLimits
 from sie.settings.common import Auth, Catalogue, Cluster, Logging, Tracing, split_csv
+
+
+class HealthMode(StrEnum):
+    """Where a gateway learns which workers are up (``SIE_GATEWAY_HEALTH_MODE``)."""
+
+    NATS = "nats"  # the workers' heartbeats on sie.health.> (what the chart renders)
+    WS = "ws"  # each worker's /ws/status, from SIE_GATEWAY_WORKERS or Kubernetes endpoints
 
 
 class GatewaySettings(Auth, Catalogue, Cluster, Logging, Tracing):
@@ -37,9 +46,9 @@ class GatewaySettings(Auth, Catalogue, Cluster, Logging, Tracing):
 
     payload_store_ttl: float = Field(
         300,
-        gt=STREAM_MAX_AGE_S,
+        gt=0,
         description="Seconds after which gateways delete a payload-store object its request left behind "
-        "(a killed gateway's); more than the work stream's max age (120 s).",
+        "(a killed gateway's); more than the work stream's max age (SIE_STREAM_MAX_AGE_S).",
     )
     gateway_publish_concurrency: int = Field(
         64,
@@ -54,6 +63,27 @@ class GatewaySettings(Auth, Catalogue, Cluster, Logging, Tracing):
         description="Most of a pool's work stream one token may hold in flight through this gateway.",
     )
 
+    gateway_max_stream_pending: int = Field(
+        50_000,
+        ge=1,
+        description="Items a pool's work stream may hold before the gateway refuses more: 503 QUEUE_FULL "
+        "with Retry-After 5 (the stream's depth is read at most every 50 ms).",
+    )
+    gateway_health_mode: HealthMode = Field(
+        HealthMode.NATS,
+        description="nats: worker health from their heartbeats on NATS; ws: from each worker's /ws/status "
+        "(local diagnostics; SIE_GATEWAY_WORKERS or SIE_GATEWAY_KUBERNETES say where).",
+    )
+    gateway_workers: str | None = Field(
+        None, description="ws mode: worker base URLs (http://host:port), comma-separated."
+    )
+    gateway_kubernetes: bool = Field(
+        False, description="ws mode: find workers as the endpoints of a Kubernetes service (in-cluster API)."
+    )
+    gateway_k8s_namespace: str = Field("default", description="ws mode: the workers' service's namespace.")
+    gateway_k8s_service: str = Field("sie-worker", description="ws mode: the workers' service.")
+    gateway_k8s_port: int = Field(8080, ge=1, le=65535, description="ws mode: the workers' HTTP port.")
+
     gateway_dlq_max_bytes: int = Field(
         64 * 1024 * 1024,
         ge=1024,
@@ -62,6 +92,18 @@ class GatewaySettings(Auth, Catalogue, Cluster, Logging, Tracing):
     gateway_dlq_max_msgs: int = Field(
         100_000, ge=1, description="Dead letters the DEAD_LETTERS stream keeps; the oldest go first."
     )
+
+    @model_validator(mode="after")
+    def _payloads_outlive_the_stream(self) -> GatewaySettings:
+        if self.payload_store_ttl <= self.stream_max_age_s:
+            raise ValueError(
+                f"SIE_PAYLOAD_STORE_TTL ({self.payload_store_ttl:g}) must be more than SIE_STREAM_MAX_AGE_S "
+                f"({self.stream_max_age_s:g}): an item's payload must outlive the item"
+            )
+        return self
+
+    def worker_urls(self) -> list[str]:
+        return [url.rstrip("/") for url in split_csv(self.gateway_workers)]
 
     def configured_gpus(self) -> list[str]:
         return split_csv(self.gateway_configured_gpus)
