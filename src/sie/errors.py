@@ -62,6 +62,7 @@ RULES: Final[dict[WireCode, ErrorRule]] = _rules(
     ErrorRule(ErrorCode.INVALID_INPUT, _ANSWER),
     ErrorRule(ErrorCode.MODEL_NOT_FOUND, _ANSWER),
     ErrorRule(ErrorCode.MODEL_NOT_SERVED, _ANSWER),
+    ErrorRule(ErrorCode.INPUT_TOO_LONG, _ANSWER),
     ErrorRule(ErrorCode.PAYLOAD_TOO_LARGE, _ANSWER),
     ErrorRule(ErrorCode.UNAUTHORIZED, _ANSWER),
     ErrorRule(ErrorCode.FORBIDDEN, _ANSWER),

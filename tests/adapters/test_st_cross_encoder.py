@@ -66,8 +66,11 @@ def test_an_instruction_goes_before_the_query(folder: Path, scorer: SentenceTran
 
 
 def test_single_texts_and_rows_past_the_context_are_refused(folder: Path) -> None:
-    short = SentenceTransformersCrossEncoder.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 24))
+    short = SentenceTransformersCrossEncoder.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 64))
     with pytest.raises(UnsupportedInput, match="pairs"):
         short.prepare(["just a text"], SCORE)
-    with pytest.raises(UnsupportedInput, match="24-token context"):
-        short.prepare([("query", "a document far too long " * 10)], SCORE)
+    fits, past = short.prepare([("query", "doc"), ("query", "a document far too long " * 10)], SCORE)
+    assert fits.error is None and past.error is not None
+    assert past.error.code == "INPUT_TOO_LONG"
+    assert past.error.message.startswith("Item 1: the (query, document) pair takes ")
+    assert "past this reranker's 64-token context" in past.error.message

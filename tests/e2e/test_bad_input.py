@@ -26,9 +26,9 @@ are the public SIE's (msgspec's) words. This table is the one in the README:
 | text longer than the model's 256 tokens (2000 words)           | 200    |                     | truncated silently: extra words past the limit change nothing                            |
 | one request with more items than ``SIE_MAX_CONCURRENT_REQUESTS`` | 400 | INVALID_INPUT     | names the limit (it can never be admitted, so no retry is invited)                       |
 | items while the model's queue is full                          | 503    | QUEUE_FULL          | names the limit; ``Retry-After: 1``                                                      |
-| body over ``SIE_MAX_REQUEST_BODY_BYTES`` (length or chunked)   | 413    | PAYLOAD_TOO_LARGE   | ``Request body exceeds the limit of {n} bytes (SIE_MAX_REQUEST_BODY_BYTES)``             |
-| one item's text over ``SIE_MAX_ITEM_TEXT_BYTES`` (UTF-8 bytes) | 413    | PAYLOAD_TOO_LARGE   | ``Item {i} text exceeds the limit of {n} bytes (SIE_MAX_ITEM_TEXT_BYTES)``               |
-| ``POST /v1/embeddings`` body over the limit                    | 413    | (OpenAI envelope)   | ``{"error": {"code": "payload_too_large", ...}}``, the same message                      |
+| body over ``SIE_MAX_REQUEST_BODY_BYTES`` (length or chunked)   | 413    | INPUT_TOO_LONG      | ``Request body exceeds the limit of {n} bytes (SIE_MAX_REQUEST_BODY_BYTES)``             |
+| one item's text over ``SIE_MAX_ITEM_TEXT_BYTES`` (UTF-8 bytes) | 400    | INVALID_INPUT       | ``Field 'items[{i}]' must hold at most {n} bytes of UTF-8 text`` (the public words)      |
+| ``POST /v1/embeddings`` body over the limit                    | 413    | (OpenAI envelope)   | ``{"error": {"code": "INPUT_TOO_LONG", ...}}``, the same message                         |
 | ``POST /v1/score/{embedding model}``                           | 400    | INVALID_INPUT       | ``Model '{model}' does not support scoring. Use an encoder model with /v1/encode instead, or use a reranker model.`` |
 | ``POST /v1/extract/{embedding model}``                         | 400    | INVALID_INPUT       | ``Model '{model}' does not support extraction. Use an extraction model like GLiNER, GLiClass, or Florence-2.`` |
 | ``GET /v1/encode/{model}``                                     | 405    | (FastAPI)           | ``{"detail": "Method Not Allowed"}``                                                     |
@@ -379,7 +379,7 @@ def test_body_over_the_limit_with_content_length(small_server) -> None:
     raw = _padded_json(SMALL_BODY_BYTES + 1)
     response = post_json(small_server.client, raw)
     assert response.request.headers["content-length"] == str(len(raw))
-    message = assert_error(response, 413, "PAYLOAD_TOO_LARGE", identity=False)
+    message = assert_error(response, 413, "INPUT_TOO_LONG", identity=False)
     assert message == (
         f"Request body exceeds the limit of {SMALL_BODY_BYTES} bytes (SIE_MAX_REQUEST_BODY_BYTES)"
     )
@@ -411,7 +411,7 @@ def test_chunked_body_over_the_limit(small_server) -> None:
     )
     assert response.request.headers["transfer-encoding"] == "chunked"
     assert "content-length" not in response.request.headers
-    message = assert_error(response, 413, "PAYLOAD_TOO_LARGE")
+    message = assert_error(response, 413, "INPUT_TOO_LONG")
     assert message == (
         f"Request body exceeds the limit of {SMALL_BODY_BYTES} bytes (SIE_MAX_REQUEST_BODY_BYTES)"
     )
@@ -429,7 +429,7 @@ def test_body_over_the_limit_on_the_openai_route(small_server, chunked: bool) ->
     )
     assert response.status_code == 413, response.text
     error = response.json()["error"]
-    assert error["code"] == "payload_too_large"
+    assert error["code"] == "INPUT_TOO_LONG"
     assert error["type"] == "invalid_request_error"
     assert error["message"] == (
         f"Request body exceeds the limit of {SMALL_BODY_BYTES} bytes (SIE_MAX_REQUEST_BODY_BYTES)"
@@ -457,15 +457,20 @@ def test_item_text_at_the_limit_is_accepted(small_server) -> None:
 )
 def test_item_text_over_the_limit(small_server, text: str) -> None:
     items = [{"text": "short"}, {"text": text}]
-    message = assert_error(post_msgpack(small_server.client, {"items": items}), 413, "PAYLOAD_TOO_LARGE")
-    assert (
-        message == f"Item 1 text exceeds the limit of {SMALL_ITEM_TEXT_BYTES} bytes (SIE_MAX_ITEM_TEXT_BYTES)"
-    )
+    message = assert_error(post_msgpack(small_server.client, {"items": items}), 400, "INVALID_INPUT")
+    assert message == item_over("items[1]")
     small_server.assert_serving()
 
 
 OVER = _ascii_text(SMALL_ITEM_TEXT_BYTES + 1)
-ITEM_1_OVER = f"Item 1 text exceeds the limit of {SMALL_ITEM_TEXT_BYTES} bytes (SIE_MAX_ITEM_TEXT_BYTES)"
+
+
+def item_over(field: str) -> str:
+    """The public server's words for an item past ``SIE_MAX_ITEM_TEXT_BYTES``."""
+    return f"Field '{field}' must hold at most {SMALL_ITEM_TEXT_BYTES} bytes of UTF-8 text"
+
+
+ITEM_1_OVER = item_over("items[1]")
 RERANKER = "cross-encoder/ms-marco-MiniLM-L-6-v2"  # in the catalogue; its weights are never needed here
 
 
@@ -486,36 +491,37 @@ RERANKER = "cross-encoder/ms-marco-MiniLM-L-6-v2"  # in the catalogue; its weigh
     ids=["encode", "score", "extract"],
 )
 def test_item_text_limit_holds_on_every_native_route(small_server, path: str, body: dict[str, Any]) -> None:
-    assert (
-        assert_error(post_msgpack(small_server.client, body, path), 413, "PAYLOAD_TOO_LARGE") == ITEM_1_OVER
-    )
+    assert assert_error(post_msgpack(small_server.client, body, path), 400, "INVALID_INPUT") == ITEM_1_OVER
     small_server.assert_serving()
 
 
 def test_a_score_query_over_the_limit(small_server) -> None:
     body = {"query": {"text": OVER}, "items": [{"text": "d"}], "options": {"score_mode": "dense"}}
     message = assert_error(
-        post_msgpack(small_server.client, body, f"/v1/score/{MODEL}"), 413, "PAYLOAD_TOO_LARGE"
+        post_msgpack(small_server.client, body, f"/v1/score/{MODEL}"), 400, "INVALID_INPUT"
     )
-    assert (
-        message == f"Query text exceeds the limit of {SMALL_ITEM_TEXT_BYTES} bytes (SIE_MAX_ITEM_TEXT_BYTES)"
-    )
+    assert message == item_over("query")
 
 
 @pytest.mark.parametrize(
-    ("path", "body", "code"),
+    ("path", "body", "code", "field"),
     [
-        ("/v1/embeddings", {"model": MODEL, "input": ["short", OVER]}, "payload_too_large"),
+        ("/v1/embeddings", {"model": MODEL, "input": ["short", OVER]}, "invalid_request", "input[1]"),
         # Checked before a cold reranker would be loaded: no weights are needed for the refusal.
-        ("/v1/rerank", {"model": RERANKER, "query": "q", "documents": ["d", OVER]}, "PAYLOAD_TOO_LARGE"),
+        (
+            "/v1/rerank",
+            {"model": RERANKER, "query": "q", "documents": ["d", OVER]},
+            "INVALID_INPUT",
+            "documents[1]",
+        ),
     ],
     ids=["embeddings", "rerank"],
 )
 def test_item_text_limit_holds_on_the_openai_style_routes(
-    small_server, path: str, body: dict[str, Any], code: str
+    small_server, path: str, body: dict[str, Any], code: str, field: str
 ) -> None:
     response = post_json(small_server.client, body, path)
-    assert response.status_code == 413, response.text
+    assert response.status_code == 400, response.text
     error = response.json()["error"]
-    assert (error["code"], error["message"]) == (code, ITEM_1_OVER)
+    assert (error["code"], error["message"]) == (code, item_over(field))
     small_server.assert_serving()

@@ -14,7 +14,7 @@ from sentence_transformers import CrossEncoder
 
 from sie.catalog.admission import RequestLimits
 from sie.catalog.catalog import Catalog
-from sie.catalog.errors import InvalidInput, PayloadTooLarge
+from sie.catalog.errors import InvalidInput
 from sie.core.options import ComputePrecision
 from sie.engine.engine import Engine, EngineLimits
 from sie.engine.loader import LoadSettings
@@ -111,10 +111,10 @@ async def test_every_operation_checks_item_sizes_before_any_model_work(engine: E
     ]
     messages = []
     for call in calls:
-        with pytest.raises(PayloadTooLarge) as info:
+        with pytest.raises(InvalidInput) as info:
             await call
-        messages.append(str(info.value).split(" text ")[0])
-    assert messages == ["Item 1", "Item 1", "Query", "Item 1"]
+        messages.append(str(info.value).split(" must ")[0])
+    assert messages == ["Field 'items[1]'", "Field 'items[1]'", "Field 'query'", "Field 'items[1]'"]
     assert all(slot.model is None for slot in engine.slots())  # nothing was loaded for them
 
 

@@ -34,8 +34,12 @@ async def test_body_limit_by_length_and_by_stream(app):
         assert ok.headers["x-sie-runtime-instance"] == RUNTIME_INSTANCE
 
         too_big = await c.post("/", content=b"x" * 11)
-        assert too_big.status_code == 413
-        assert too_big.json()["detail"]["code"] == "PAYLOAD_TOO_LARGE"
+        assert too_big.status_code == 413  # the public server's code for any input past a bound
+        assert too_big.json()["detail"] == {
+            "code": "INPUT_TOO_LONG",
+            "message": "Request body exceeds the limit of 10 bytes (SIE_MAX_REQUEST_BODY_BYTES)",
+        }
+        assert too_big.headers["x-sie-error-code"] == "INPUT_TOO_LONG"
 
         async def chunks():
             for _ in range(5):
@@ -43,7 +47,7 @@ async def test_body_limit_by_length_and_by_stream(app):
 
         streamed = await c.post("/", content=chunks())
         assert streamed.status_code == 413
-        assert streamed.json()["detail"]["code"] == "PAYLOAD_TOO_LARGE"
+        assert streamed.json()["detail"]["code"] == "INPUT_TOO_LONG"
         assert streamed.headers["x-sie-runtime-instance"] == RUNTIME_INSTANCE
 
 
@@ -54,9 +58,10 @@ async def test_body_limit_answers_an_openai_route_in_its_envelope():
     async with client(app) as c:
         too_big = await c.post("/v1/embeddings", content=b"x" * 11)
         assert too_big.status_code == 413
-        assert too_big.json()["error"]["code"] == "payload_too_large"
+        error = too_big.json()["error"]
+        assert (error["code"], error["type"]) == ("INPUT_TOO_LONG", "invalid_request_error")
         native = await c.post("/", content=b"x" * 11)
-        assert native.json()["detail"]["code"] == "PAYLOAD_TOO_LARGE"
+        assert (native.status_code, native.json()["detail"]["code"]) == (413, "INPUT_TOO_LONG")
 
 
 async def test_sdk_skew_warns_once_per_version(caplog):

@@ -29,6 +29,7 @@ EXPECTED_EXPORTS = {
     "SIEError",
     "SIEConnectionError",
     "RequestError",
+    "InputTooLongError",
     "ServerError",
     "ModelLoadFailedError",
     "ResourceExhaustedError",

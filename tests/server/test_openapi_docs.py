@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from sie.http.errors import http_of
+from sie.http.errors import http_of, http_variants
 from sie.http.routes import PostRoute
 from sie.server.api import encode, openai_compat, score_extract
 from sie.server.app import create_app
@@ -36,7 +36,8 @@ def _op(document: dict, route: PostRoute) -> dict:
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.path)
 def test_every_rule_is_documented_in_the_routes_envelope(document, route: PostRoute) -> None:
     responses = _op(document, route)["responses"]
-    statuses = {http_of(r).openai.status if route.openai_errors else http_of(r).status for r in RULES}
+    variants = [http for rule in RULES for http in http_variants(rule)]
+    statuses = {http.openai.status if route.openai_errors else http.status for http in variants}
     assert set(responses) == {"200", *map(str, statuses)}
     envelope = "OpenAIErrorResponse" if route.openai_errors else "ErrorResponse"
     for status in statuses:
@@ -51,6 +52,15 @@ def test_native_codes_and_retry_after_follow_the_table(document) -> None:
         assert rule.code.value in codes["code"]["enum"]
         if rule.retry_after_s:
             assert "Retry-After" in answer["headers"]
+
+
+def test_input_too_long_is_documented_at_both_its_statuses(document) -> None:
+    """A window overflow is a 400, a body past the limit a 413: one code, both documented."""
+    responses = _op(document, encode.ROUTES[0])["responses"]
+    for status in ("400", "413"):
+        detail = responses[status]["content"]["application/json"]["schema"]["properties"]["detail"]
+        assert "INPUT_TOO_LONG" in detail["properties"]["code"]["enum"]
+    assert "PAYLOAD_TOO_LARGE" not in json.dumps(responses)
 
 
 def test_no_422_and_no_validation_components(document) -> None:

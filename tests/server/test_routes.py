@@ -72,16 +72,34 @@ async def test_encode_answers_msgpack_with_timing_headers(client: httpx.AsyncCli
     ],
     ids=["encode", "score", "extract"],
 )
-async def test_native_routes_refuse_a_long_item_with_413(client: httpx.AsyncClient, path: str, body: Any):
-    message = native(await client.post(path, json=body), 413, "PAYLOAD_TOO_LARGE")
-    assert message == f"Item 1 text exceeds the limit of {LIMIT} bytes (SIE_MAX_ITEM_TEXT_BYTES)"
+async def test_native_routes_refuse_a_long_item_as_the_public_server(
+    client: httpx.AsyncClient, path: str, body: Any
+):
+    """400 ``INVALID_INPUT`` in the public server's words (its request types refuse it so)."""
+    message = native(await client.post(path, json=body), 400, "INVALID_INPUT")
+    assert message == f"Field 'items[1]' must hold at most {LIMIT} bytes of UTF-8 text"
+
+
+async def test_item_metadata_counts_toward_the_text_limit(client: httpx.AsyncClient):
+    item = {"text": "x" * (LIMIT - 10), "metadata": {"note": "y" * 20}}
+    response = await client.post(f"/v1/encode/{MINILM}", json={"items": [item]})
+    message = native(response, 400, "INVALID_INPUT")
+    assert message == f"Field 'items[0]' must hold at most {LIMIT} bytes of UTF-8 text and metadata"
 
 
 async def test_openai_style_routes_refuse_a_long_item_in_their_envelope(client: httpx.AsyncClient):
     embeddings = await client.post("/v1/embeddings", json={"model": MINILM, "input": ["a", OVER]})
-    assert openai(embeddings, 413, "payload_too_large").startswith("Item 1 text exceeds")
+    assert openai(embeddings, 400, "invalid_request") == (
+        f"Field 'input[1]' must hold at most {LIMIT} bytes of UTF-8 text"
+    )
     rerank = {"model": "cross-encoder/ms-marco-MiniLM-L-6-v2", "query": "q", "documents": ["a", OVER]}
-    assert openai(await client.post("/v1/rerank", json=rerank), 413, "PAYLOAD_TOO_LARGE").startswith("Item 1")
+    assert openai(await client.post("/v1/rerank", json=rerank), 400, "INVALID_INPUT") == (
+        f"Field 'documents[1]' must hold at most {LIMIT} bytes of UTF-8 text"
+    )
+    rerank = {"model": "cross-encoder/ms-marco-MiniLM-L-6-v2", "query": OVER, "documents": ["a"]}
+    assert openai(await client.post("/v1/rerank", json=rerank), 400, "INVALID_INPUT") == (
+        f"Field 'query' must hold at most {LIMIT} bytes of UTF-8 text"
+    )
 
 
 async def test_unknown_models_bad_bodies_and_cold_models(client: httpx.AsyncClient):

@@ -12,7 +12,7 @@ import nats
 import numpy as np
 import pytest
 
-from sie.catalog.errors import PayloadTooLarge
+from sie.catalog.errors import InvalidInput
 from sie.engine.engine import Engine
 from sie.engine.errors import ModelLoading
 from sie.errors import QueueAction
@@ -63,11 +63,11 @@ def test_each_operation_maps_to_the_request_its_route_would_make():
 
 
 def test_failures_follow_the_error_table(caplog):
-    bad = failed(work(), PayloadTooLarge("Item 0 text exceeds"), "w1")
+    bad = failed(work(), InvalidInput("Field 'items[0]' must hold at most 10 bytes of UTF-8 text"), "w1")
     assert bad.action is QueueAction.ANSWER and bad.result is not None
     assert (bad.result.success, bad.result.error_code, bad.result.worker_id) == (
         False,
-        "PAYLOAD_TOO_LARGE",
+        "INVALID_INPUT",
         "w1",
     )
     loading = failed(work(), ModelLoading(MINILM), "w1")

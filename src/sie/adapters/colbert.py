@@ -26,8 +26,9 @@ from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
 from sie.adapters.contract import Forward, LoadSpec, texts_only
 from sie.adapters.runtime.state_dicts import read_state_dict
 from sie.adapters.runtime.transformer import TransformerAdapter
+from sie.adapters.runtime.window import past_window_error
 from sie.catalog.families import COLBERT_OPTIONS
-from sie.core.options import Capability
+from sie.core.options import Capability, OverflowPolicy
 
 _PROJECTION_FILES: Final = (
     "1_Dense/model.safetensors",
@@ -108,7 +109,10 @@ class ColbertEncoder(TransformerAdapter):
             limit = min(limit, forward.max_length)
         encoded = self._marked(texts_only(inputs, self.family), prefix)
         prepared = []
-        for ids in encoded:
+        for index, ids in enumerate(encoded):
+            if len(ids) > limit and forward.overflow is OverflowPolicy.ERROR:
+                prepared.append(Prepared.refused(past_window_error(index, len(ids), limit)))
+                continue
             if len(ids) > limit:  # keep the closing separator, as the tokenizer's truncation does
                 ids = np.concatenate((ids[: limit - 1], ids[-1:]))
             if is_query and self._expand and len(ids) < limit:

@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any, Final, Protocol, cast, runtime_checkable
 
 from sie.adapters.batch import BatchOutputs, ImageData, ModelInput, Prepared
-from sie.core.options import AttentionBackend, Capability, ComputePrecision, Modality, Pooling
+from sie.core.options import (
+    AttentionBackend,
+    Capability,
+    ComputePrecision,
+    Modality,
+    OverflowPolicy,
+    Pooling,
+)
 from sie.core.task import Task, UnsupportedInput
 
 
@@ -64,6 +71,9 @@ class Forward:
     # The request's cap on a text's tokens (a ColBERT's ``query_max_length`` / ``max_seq_length``): an
     # adapter that reads it keeps to the smaller of it and its own length; None leaves its own.
     max_length: int | None = None
+    # ``overflow_policy``: under ``ERROR`` a family refuses an input past its window
+    # (``Prepared.refused`` with ``INPUT_TOO_LONG``, ``sie.adapters.runtime.window``) instead of cutting it.
+    overflow: OverflowPolicy = OverflowPolicy.DEFAULT
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
 from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.runtime.packed_bert import ROBERTA_TYPES
 from sie.adapters.runtime.transformer import TransformerAdapter
+from sie.adapters.runtime.window import refusals, within_window
 from sie.core.options import Capability
 from sie.core.task import UnsupportedInput
 
@@ -49,10 +50,9 @@ class CrossEncoderScorer(TransformerAdapter):
         self.packs_tokens = self.backbone.packed is not None and self._head is not None
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
-        return [
-            Prepared(ids, types)
-            for ids, types in self.tokenizer.encode_pairs(instructed_pairs(inputs, forward))
-        ]
+        pairs = instructed_pairs(inputs, forward)
+        prepared = [Prepared(ids, types) for ids, types in self.tokenizer.encode_pairs(pairs)]
+        return within_window(prepared, refusals(self.tokenizer, pairs, forward))
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         with self.backbone.running(forward.lora):

@@ -18,6 +18,7 @@ from sie.adapters.runtime.onnx_session import feeds, open_session
 from sie.adapters.runtime.packing import PackedTokens
 from sie.adapters.runtime.pooling import pool, unpad
 from sie.adapters.runtime.tokenizer import TextTokenizer
+from sie.adapters.runtime.window import refusals, within_window
 from sie.core.options import Capability, Pooling
 
 _FAMILY: Final = "SentenceTransformer"
@@ -48,7 +49,9 @@ class OnnxDenseEncoder:
         return cls(session, TextTokenizer.of(spec), Pooling(spec.loadtime.get("pooling", "mean")))
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
-        return [Prepared(ids) for ids in self.tokenizer.encode(texts_only(inputs, _FAMILY))]
+        texts = texts_only(inputs, _FAMILY)
+        prepared = [Prepared(ids) for ids in self.tokenizer.encode(texts)]
+        return within_window(prepared, refusals(self.tokenizer, texts, forward))
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         padded = TokenBatch.pad(batch, self.tokenizer.pad_id)

@@ -26,9 +26,10 @@ from transformers import AutoModelForSequenceClassification
 from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
 from sie.adapters.contract import Forward, LoadSpec, texts_only
 from sie.adapters.runtime.transformer import TransformerAdapter
+from sie.adapters.runtime.window import past_window_error
 from sie.catalog.families import NLI_OPTIONS
-from sie.core.extraction import Classification, Extraction
-from sie.core.options import Capability
+from sie.core.extraction import Classification, Extraction, ItemError
+from sie.core.options import Capability, OverflowPolicy
 from sie.core.task import Task, UnsupportedInput
 
 log = logging.getLogger(__name__)
@@ -111,10 +112,23 @@ class NliZeroShotClassifier(TransformerAdapter):
         filled = hypotheses(forward.task)
         multi_label(forward.task)  # a bad option is refused here, before the item queues
         prepared = []
-        for text in texts:
-            pairs = [Prepared(ids, types) for ids, types in self._encode([(text, h) for h in filled])]
+        for index, text in enumerate(texts):
+            rows = [(text, h) for h in filled]
+            refused = self._past_window(index, rows, forward)
+            if refused is not None:
+                prepared.append(Prepared.refused(refused))
+                continue
+            pairs = [Prepared(ids, types) for ids, types in self._encode(rows)]
             prepared.append(Prepared(payload=tuple(pairs), weight=sum(len(p.ids) for p in pairs)))
         return prepared
+
+    def _past_window(self, index: int, rows: list[tuple[str, str]], forward: Forward) -> ItemError | None:
+        """Under ``overflow_policy: error``, the refusal of a text that some hypothesis pushes past
+        the window (its longest row counted); None to read it truncated, as the pipeline does."""
+        if forward.overflow is not OverflowPolicy.ERROR or self.tokenizer.max_length is None:
+            return None
+        over = self.tokenizer.past_window(rows)
+        return past_window_error(index, max(over.values()), self.tokenizer.max_length) if over else None
 
     def _encode(self, pairs: list[tuple[str, str]]) -> list[tuple[np.ndarray, np.ndarray]]:
         try:

@@ -6,7 +6,7 @@ sentence-transformers runs them, as the publisher does: ``CrossEncoder.preproces
 left-pads the rows and ``predict`` applies the saved modules, so nothing of the template or of the
 scoring is written again here. A row is never truncated: cutting it would drop the template's end
 (the generation prompt the score is read after), so a pair longer than the model's context is the
-client's error.
+client's error: 400 ``INPUT_TOO_LONG``, as the public server answers it, whatever ``overflow_policy``.
 """
 
 from __future__ import annotations
@@ -22,8 +22,17 @@ from sie.adapters.clip import TokenizerVocabulary
 from sie.adapters.contract import TEXT_ONLY, Forward, LoadSpec
 from sie.adapters.cross_encoder import instructed_pairs
 from sie.adapters.runtime.transformer import DeviceModel
+from sie.core.extraction import ItemError
 from sie.core.options import Capability
-from sie.core.task import UnsupportedInput
+from sie.wire.errors import ErrorCode
+
+
+def _past_context(index: int, tokens: int, context: int) -> ItemError:
+    return ItemError(
+        ErrorCode.INPUT_TOO_LONG.value,
+        f"Item {index}: the (query, document) pair takes {tokens} tokens with its template, past this "
+        f"reranker's {context}-token context; shorten the query or the document",
+    )
 
 
 class SentenceTransformersCrossEncoder(DeviceModel):
@@ -59,14 +68,13 @@ class SentenceTransformersCrossEncoder(DeviceModel):
         pairs = instructed_pairs(inputs, forward)
         features = self.model.preprocess(pairs)  # every row rendered and tokenized in one call
         prepared = []
-        for pair, row, mask in zip(pairs, features["input_ids"], features["attention_mask"], strict=True):
+        rows = zip(pairs, features["input_ids"], features["attention_mask"], strict=True)
+        for index, (pair, row, mask) in enumerate(rows):
             ids = row[mask.bool()].numpy().astype(np.int64)
-            if self._context is not None and len(ids) > self._context:
-                raise UnsupportedInput(
-                    f"A (query, document) pair of {len(ids)} tokens with its template exceeds this "
-                    f"reranker's {self._context}-token context"
-                )
-            prepared.append(Prepared(ids=ids, payload=pair))
+            if self._context is not None and len(ids) > self._context:  # the public 400 INPUT_TOO_LONG
+                prepared.append(Prepared.refused(_past_context(index, len(ids), self._context)))
+            else:
+                prepared.append(Prepared(ids=ids, payload=pair))
         return prepared
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:

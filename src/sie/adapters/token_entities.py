@@ -26,8 +26,9 @@ from typing import Final
 import numpy as np
 
 from sie.adapters.batch import ModelInput, Prepared
-from sie.adapters.contract import texts_only
+from sie.adapters.contract import Forward, texts_only
 from sie.adapters.runtime.tokenizer import TextTokenizer
+from sie.adapters.runtime.window import refusals, within_window
 from sie.catalog.families import TOKEN_ENTITY_OPTIONS
 from sie.core.extraction import Entity, Extraction
 from sie.core.task import Task, UnsupportedInput
@@ -57,15 +58,17 @@ def id2label(config_file: Path) -> list[str]:
     return [mapping[i] for i in range(len(mapping))]
 
 
-def prepare(tokenizer: TextTokenizer, inputs: Sequence[ModelInput], task: Task | None) -> list[Prepared]:
-    """Ids plus the spans aggregation needs; bad options are refused here, before the items queue."""
-    threshold(task)
-    merge_adjacent(task)
+def prepare(tokenizer: TextTokenizer, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
+    """Ids plus the spans aggregation needs; bad options are refused here, before the items queue. A
+    text past the window is read as far as it fits, or fails alone under ``overflow_policy: error``."""
+    threshold(forward.task)
+    merge_adjacent(forward.task)
     texts = texts_only(inputs, FAMILY)
-    return [
+    prepared = [
         Prepared(spans.ids, payload=TextSpans(text, spans.offsets, spans.special))
         for text, spans in zip(texts, tokenizer.encode_spans(texts), strict=True)
     ]
+    return within_window(prepared, refusals(tokenizer, texts, forward))
 
 
 def threshold(task: Task | None) -> float:

@@ -36,7 +36,7 @@ class TorchTokenNer(TransformerAdapter):
         self.packs_tokens = self.backbone.packed is not None and hasattr(self.backbone.model, "classifier")
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
-        return token_entities.prepare(self.tokenizer, inputs, forward.task)
+        return token_entities.prepare(self.tokenizer, inputs, forward)
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         with self.backbone.running():

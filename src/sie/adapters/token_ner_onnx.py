@@ -45,7 +45,7 @@ class OnnxTokenNer:
         )
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
-        return token_entities.prepare(self.tokenizer, inputs, forward.task)
+        return token_entities.prepare(self.tokenizer, inputs, forward)
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         padded = TokenBatch.pad(batch, self.tokenizer.pad_id)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
+
+import msgspec
 
 from sie.catalog.catalog import Catalog, CatalogEntry
-from sie.catalog.errors import InvalidInput, ModelNotFound, ModelNotServed, PayloadTooLarge, require_items
+from sie.catalog.errors import InvalidInput, ModelNotFound, ModelNotServed, require_items
 from sie.catalog.families import not_served
 from sie.catalog.options import CustomOptions, check_lora
 from sie.wire import codec
@@ -85,12 +87,12 @@ class Admission:
         return entry
 
     def items(self, items: Sequence[Item], query: Item | None = None) -> None:
-        """Items present, no text over ``SIE_MAX_ITEM_TEXT_BYTES`` (413), no audio, video or document:
-        no family here reads them, and an item's text must not be answered as if they had been seen."""
+        """Items present, none past ``SIE_MAX_ITEM_TEXT_BYTES`` (``item_size_error``), no audio, video
+        or document: no family here reads them, and an item's text must not be answered as if they
+        had been seen."""
         require_items(items)
         if len(items) > self.limits.max_items:  # a body decoded elsewhere (a work item, a payload)
             raise TooManyItems(self.limits.max_items)
-        limit = self.limits.max_item_text_bytes
         named = [("Query", query)] if query is not None else []
         for label, item in [*named, *((f"Item {i}", item) for i, item in enumerate(items))]:
             for kind in ("audio", "video", "document"):
@@ -99,9 +101,44 @@ class Admission:
                         f"{label} carries {kind}: this release reads text and images; "
                         "audio, video and document inputs are not served"
                     )
-            text = item.text
-            # Four bytes a character at most: only a text that could pass the limit is encoded.
-            if text is not None and len(text) * 4 > limit and len(text.encode()) > limit:
-                raise PayloadTooLarge(
-                    f"{label} text exceeds the limit of {limit} bytes (SIE_MAX_ITEM_TEXT_BYTES)"
-                )
+        limit = self.limits.max_item_text_bytes
+        error = item_size_error(query, "query", limit) if query is not None else None
+        if error is not None:
+            raise InvalidInput(error)
+        self.sizes(items, "items")
+
+    def sizes(self, items: Sequence[Item], field: str) -> None:
+        """No item past ``SIE_MAX_ITEM_TEXT_BYTES``, named as the request names it (``items[3]``, an
+        OpenAI route's ``input[3]`` or ``documents[3]``)."""
+        limit = self.limits.max_item_text_bytes
+        for i, item in enumerate(items):
+            error = item_size_error(item, f"{field}[{i}]", limit)
+            if error is not None:
+                raise InvalidInput(error)
+
+
+def item_size_error(item: Item, field: str, limit: int) -> str | None:
+    """Why ``item`` carries too much text, in the public server's words, or None: the UTF-8 bytes of
+    its text and, when those fit, its metadata's msgpack size, against ``limit``
+    (``SIE_MAX_ITEM_TEXT_BYTES``). A 400 ``INVALID_INPUT``, as the public server answers it, before
+    anything tokenizes, prices or queues the item."""
+    text = item.text or ""
+    # An ASCII text is a byte a character, and one longer than the limit in characters is longer in
+    # bytes too: only the rest is encoded.
+    size = len(text) if len(text) > limit or text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    if size <= limit and item.metadata:
+        size += _encoded_size(item.metadata)
+    if size <= limit:
+        return None
+    what = "text and metadata" if item.metadata else "text"
+    return f"Field '{field}' must hold at most {limit} bytes of UTF-8 {what}"
+
+
+_MSGPACK: Final = msgspec.msgpack.Encoder()
+
+
+def _encoded_size(metadata: dict[str, Any]) -> int:
+    try:
+        return len(_MSGPACK.encode(metadata))
+    except OverflowError:  # an integer wider than 64 bits, which only a JSON body carries
+        return len(msgspec.json.encode(metadata))

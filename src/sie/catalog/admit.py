@@ -17,9 +17,9 @@ from sie.catalog.catalog import CatalogEntry
 from sie.catalog.encode_plan import EncodePlan, plan_encode
 from sie.catalog.errors import InvalidInput
 from sie.catalog.families import takes_output_schema
-from sie.catalog.options import lora_option, overlay
+from sie.catalog.options import lora_option, overflow_policy, overlay
 from sie.catalog.score_plan import ScorePlan, plan_score
-from sie.core.options import Capability, OutputDType
+from sie.core.options import Capability, OutputDType, OverflowPolicy
 from sie.core.task import Task, UnsupportedInput
 from sie.wire.requests import EncodeRequest, ExtractParams, ExtractRequest, ScoreRequest
 
@@ -66,6 +66,7 @@ class ScoreAdmitted:
     entry: CatalogEntry
     plan: ScorePlan
     lora_id: str | None
+    overflow: OverflowPolicy = OverflowPolicy.DEFAULT
 
 
 def admit_score(admission: Admission, model: str, request: ScoreRequest) -> ScoreAdmitted:
@@ -80,7 +81,7 @@ def admit_score(admission: Admission, model: str, request: ScoreRequest) -> Scor
     images_count = entry.config.inputs.image
     if any(item.text is None and not (images_count and item.images) for item in [query, *items]):
         raise InvalidInput("Score requires text on the query and on every item")
-    return ScoreAdmitted(entry, plan, lora_option(merged))
+    return ScoreAdmitted(entry, plan, lora_option(merged), overflow_policy(merged))
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class ExtractAdmitted:
     entry: CatalogEntry
     task: Task
     lora_id: str | None
+    overflow: OverflowPolicy = OverflowPolicy.DEFAULT
 
 
 def admit_extract(admission: Admission, model: str, request: ExtractRequest) -> ExtractAdmitted:
@@ -104,6 +106,7 @@ def admit_extract(admission: Admission, model: str, request: ExtractRequest) -> 
         )
     request_options.check_known(entry, request_options.EXTRACT, params.options, admission.custom_options)
     options = overlay(entry.profile.runtime, params.options)
+    overflow = overflow_policy(options)
     instruction = params.instruction or options.get("instruction")
     try:
         task = Task.of(
@@ -114,4 +117,4 @@ def admit_extract(admission: Admission, model: str, request: ExtractRequest) -> 
         )
     except UnsupportedInput as exc:  # nested past what a request may
         raise InvalidInput(str(exc)) from exc
-    return ExtractAdmitted(entry, task, lora_option(options))
+    return ExtractAdmitted(entry, task, lora_option(options), overflow)

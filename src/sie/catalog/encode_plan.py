@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sie.catalog.errors import InvalidInput
-from sie.catalog.options import lora_option, overlay
-from sie.core.options import Capability, OutputDType, OutputType, Pooling
+from sie.catalog.options import lora_option, overflow_policy, overlay
+from sie.core.options import Capability, OutputDType, OutputType, OverflowPolicy, Pooling
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class EncodePlan:
     muvera: bool = False  # dense from the multivector (a profile's ``muvera`` option)
     lora: str | None = None  # ``lora_id``: the LoRA adapter to run with
     max_length: int | None = None  # ``query_max_length`` for queries, ``max_seq_length`` else
+    overflow: OverflowPolicy = OverflowPolicy.DEFAULT  # ``overflow_policy``: a text past the window
 
 
 def _typed(options: dict[str, Any], key: str, kind: type, default: Any) -> Any:
@@ -110,4 +111,5 @@ def plan_encode(
         muvera=muvera,
         lora=lora_option(options),
         max_length=_length(options.get("query_max_length" if is_query else "max_seq_length")),
+        overflow=overflow_policy(options),
     )

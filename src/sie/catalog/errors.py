@@ -41,9 +41,3 @@ class ModelNotServed(SieError):
             "serve; docs/models.md lists the families it runs"
         )
         self.model = model
-
-
-class PayloadTooLarge(SieError):
-    """The body or one item's text is over its configured limit."""
-
-    code = ErrorCode.PAYLOAD_TOO_LARGE

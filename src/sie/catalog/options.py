@@ -16,9 +16,10 @@ from typing import Any, Final
 from sie.catalog.catalog import CatalogEntry
 from sie.catalog.errors import InvalidInput
 from sie.catalog.families import declared_request_options
+from sie.core.options import OverflowPolicy
 from sie.weights.lora_sources import is_name, is_path
 
-_EVERY: Final = frozenset({"profile", "lora_id", "instruction"})
+_EVERY: Final = frozenset({"profile", "lora_id", "instruction", "overflow_policy"})
 ENCODE: Final = _EVERY | {
     "output_types",
     "output_dtype",
@@ -67,6 +68,20 @@ def check_known(
 def overlay(runtime: Mapping[str, Any], options: Mapping[str, Any] | None) -> dict[str, Any]:
     """The one precedence of options (the public server's): the request's over the profile's."""
     return {**runtime, **(options or {})}
+
+
+_POLICIES: Final = frozenset(policy.value for policy in OverflowPolicy)
+
+
+def overflow_policy(options: Mapping[str, Any]) -> OverflowPolicy:
+    """``overflow_policy`` of the options (the profile's overlaid by the request's), checked once for
+    every model and operation, in the public server's words; absent is ``default``."""
+    raw = options.get("overflow_policy")
+    if raw is None:
+        return OverflowPolicy.DEFAULT
+    if isinstance(raw, str) and raw in _POLICIES:
+        return OverflowPolicy(raw)
+    raise InvalidInput(f"Invalid overflow_policy: {raw!r}. Must be one of {sorted(_POLICIES)}.")
 
 
 SHOWN_ID_CHARS: Final = 100  # of a refused lora_id, echoed back

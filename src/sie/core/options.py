@@ -68,3 +68,13 @@ class Modality(StrEnum):
 
     TEXT = "text"
     IMAGE = "image"
+
+
+class OverflowPolicy(StrEnum):
+    """``options.overflow_policy``, every model's: what to do with an input past the model's window.
+    ``default`` is what the model does on its own (the text families truncate), ``truncate_text``
+    truncates, ``error`` refuses the input (400 ``INPUT_TOO_LONG``; an extraction fails that item)."""
+
+    DEFAULT = "default"
+    TRUNCATE_TEXT = "truncate_text"
+    ERROR = "error"

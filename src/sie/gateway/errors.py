@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from sie.catalog.errors import PayloadTooLarge
 from sie.errors import SieError
 from sie.queue.contract import INLINE_THRESHOLD_BYTES
 from sie.wire.errors import ErrorCode
@@ -92,8 +91,11 @@ class StreamBacklog(SieError):
         return BACKLOG_RETRY_AFTER_S
 
 
-class ItemTooLarge(PayloadTooLarge):
-    """An item whose work item passes a NATS message, with no payload store to carry it."""
+class ItemTooLarge(SieError):
+    """An item whose work item passes a NATS message, with no payload store to carry it: a queue payload
+    that cannot travel, the public cluster's ``PAYLOAD_TOO_LARGE``."""
+
+    code = ErrorCode.PAYLOAD_TOO_LARGE
 
     def __init__(self, index: int) -> None:
         super().__init__(

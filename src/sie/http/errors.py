@@ -50,6 +50,8 @@ class HttpRule:
 
 _BAD_REQUEST: Final = OpenAIRule(400, "invalid_request", "invalid_request_error")
 _UNAVAILABLE: Final = OpenAIRule(503, "model_not_available")
+# The public server's OpenAI routes carry its native code for an input past a bound.
+_TOO_LONG: Final = OpenAIRule(400, ErrorCode.INPUT_TOO_LONG.value, "invalid_request_error")
 
 
 def _plain(status: int) -> HttpRule:
@@ -61,6 +63,7 @@ HTTP: Final[dict[WireCode, HttpRule]] = {
     ErrorCode.INVALID_INPUT: HttpRule(400, _BAD_REQUEST),
     ErrorCode.MODEL_NOT_FOUND: HttpRule(404, OpenAIRule(404, "model_not_found", "invalid_request_error")),
     ErrorCode.MODEL_NOT_SERVED: HttpRule(400, OpenAIRule(400, "model_not_served", "invalid_request_error")),
+    ErrorCode.INPUT_TOO_LONG: HttpRule(400, _TOO_LONG),
     ErrorCode.PAYLOAD_TOO_LARGE: HttpRule(413, OpenAIRule(413, "payload_too_large", "invalid_request_error")),
     ErrorCode.MODEL_LOAD_FAILED: HttpRule(502, _UNAVAILABLE),
     ErrorCode.MODEL_LOADING: HttpRule(503, _UNAVAILABLE),
@@ -88,6 +91,23 @@ HTTP: Final[dict[WireCode, HttpRule]] = {
     ConfigErrorCode.IDEMPOTENCY_MISMATCH: _plain(422),
     ConfigErrorCode.IDEMPOTENT_INFLIGHT_CANCELLED: _plain(503),
     ConfigErrorCode.NATS_UNAVAILABLE: _plain(503),
+}
+
+
+class BodyTooLarge(SieError):
+    """A body past the process's limit, refused before a route reads it: the public server's 413 with
+    its code for every input past a bound (``BY_CLASS``)."""
+
+    code = ErrorCode.INPUT_TOO_LONG
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"Request body exceeds the limit of {limit} bytes (SIE_MAX_REQUEST_BODY_BYTES)")
+
+
+# The classes answered with another status than their code's: ``INPUT_TOO_LONG`` is a 400 for a text
+# past a model's window and a 413 for a body past the limit, as the public server answers each.
+BY_CLASS: Final[dict[type[SieError], HttpRule]] = {
+    BodyTooLarge: HttpRule(413, OpenAIRule(413, ErrorCode.INPUT_TOO_LONG.value, "invalid_request_error")),
 }
 
 
@@ -129,6 +149,20 @@ def http_of(rule: ErrorRule) -> HttpRule:
     return HTTP[rule.code]
 
 
+def http_for(exc: Exception, rule: ErrorRule) -> HttpRule:
+    """How ``exc`` is answered: its class's rule where ``BY_CLASS`` has one, else its code's."""
+    for cls in type(exc).__mro__:
+        if cls in BY_CLASS:
+            return BY_CLASS[cls]
+    return http_of(rule)
+
+
+def http_variants(rule: ErrorRule) -> list[HttpRule]:
+    """Every way ``rule``'s code is answered (its own rule, and its classes' in ``BY_CLASS``), for the
+    OpenAPI document."""
+    return [http_of(rule), *(http for cls, http in BY_CLASS.items() if cls.code == rule.code)]
+
+
 def _body(exc: Exception, rule: ErrorRule, message: str, envelope: Envelope) -> dict[str, Any]:
     details = exc.details() if isinstance(exc, SieError) else {}
     if envelope is Envelope.CONFIG:
@@ -153,7 +187,7 @@ def error_response(exc: Exception, envelope: Envelope = Envelope.NATIVE) -> JSON
     if wait is not None:
         headers["Retry-After"] = str(wait)
     body = own if own is not None else _body(exc, rule, message, envelope)
-    return JSONResponse(body, status_code=http_of(rule).status, headers=headers)
+    return JSONResponse(body, status_code=http_for(exc, rule).status, headers=headers)
 
 
 def openai_retry_after(status: int) -> str | None:
@@ -173,7 +207,7 @@ def openai_error_response(exc: Exception, native_code: bool = False) -> JSONResp
     """OpenAI's envelope with OpenAI's code, or with the native code where the public server puts that
     there (``/v1/rerank``)."""
     rule, message = told(exc)
-    openai = http_of(rule).openai
+    openai = http_for(exc, rule).openai
     return openai_error(openai.status, message, rule.code.value if native_code else openai.code, openai.type)
 
 

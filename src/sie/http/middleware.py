@@ -8,20 +8,15 @@ from collections.abc import Callable, Sequence
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sie.catalog.errors import PayloadTooLarge
 from sie.core.instance import RUNTIME_INSTANCE
 from sie.errors import SieError
-from sie.http.errors import Envelope, envelope_at, error_response, openai_error_response
+from sie.http.errors import BodyTooLarge, Envelope, envelope_at, error_response, openai_error_response
 
 log = logging.getLogger(__name__)
 
 
-def payload_too_large(limit: int) -> SieError:
-    return PayloadTooLarge(f"Request body exceeds the limit of {limit} bytes (SIE_MAX_REQUEST_BODY_BYTES)")
-
-
 class BodyLimit:
-    """Answers 413 once a body passes ``limit`` bytes, without reading the rest into memory.
+    """Answers 413 ``INPUT_TOO_LONG`` once a body passes ``limit`` bytes, without reading the rest into memory.
 
     The refusal comes before any route runs, so it is rendered here in the envelope of the route that
     was asked: OpenAI's on ``openai_routes`` (their clients parse nothing else), the process's elsewhere.
@@ -34,7 +29,7 @@ class BodyLimit:
         limit: int,
         openai_routes: Sequence[BaseRoute] = (),
         envelope: Envelope = Envelope.NATIVE,
-        refusal: Callable[[int], SieError] = payload_too_large,
+        refusal: Callable[[int], SieError] = BodyTooLarge,
     ) -> None:
         self.app = app
         self.limit = limit

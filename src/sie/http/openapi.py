@@ -21,7 +21,7 @@ import numpy as np
 from starlette.routing import Route
 
 from sie.errors import FOREIGN, RULES, UNEXPECTED, ErrorRule, SieError, WireCode
-from sie.http.errors import http_of, openai_retry_after
+from sie.http.errors import HttpRule, http_variants, openai_retry_after
 from sie.http.routes import PostRoute
 from sie.wire.codec import JSON, MSGPACK
 from sie.wire.errors import ErrorCode
@@ -106,15 +106,15 @@ def error_responses(rules: Iterable[ErrorRule], *, openai: bool = False) -> dict
     Native answers pin ``detail.code`` to the rules' codes; OpenAI answers name them in the description
     only, since the route refuses some requests with codes of its own (e.g. ``unsupported_field``).
     """
-    by_status: dict[int, list[ErrorRule]] = {}
+    by_status: dict[int, list[tuple[ErrorRule, HttpRule]]] = {}
     for rule in rules:
-        http = http_of(rule)
-        by_status.setdefault(http.openai.status if openai else http.status, []).append(rule)
+        for http in http_variants(rule):
+            by_status.setdefault(http.openai.status if openai else http.status, []).append((rule, http))
     responses: dict[int | str, Any] = {}
     for status in sorted(by_status):
-        group = by_status[status]
+        group = [rule for rule, _ in by_status[status]]
         if openai:
-            codes = list(dict.fromkeys(http_of(r).openai.code for r in group))
+            codes = list(dict.fromkeys(http.openai.code for _, http in by_status[status]))
             schema: dict[str, Any] = _ref(OPENAI_ERROR)
             retry = openai_retry_after(status) is not None
         else:

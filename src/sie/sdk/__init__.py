@@ -11,6 +11,7 @@ multivectors.
 
 from sie.sdk._async import SIEAsyncClient
 from sie.sdk._errors import (
+    InputTooLongError,
     LoraLoadingError,
     ModelLoadFailedError,
     ModelLoadingError,
@@ -46,6 +47,7 @@ __all__ = [
     "CapacityInfo",
     "EncodeResult",
     "ExtractResult",
+    "InputTooLongError",
     "Item",
     "LoraLoadingError",
     "ModelInfo",

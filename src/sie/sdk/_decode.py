@@ -14,7 +14,13 @@ import httpx
 import msgpack
 import numpy as np
 
-from sie.sdk._errors import ModelLoadFailedError, ProvisioningError, RequestError, ServerError
+from sie.sdk._errors import (
+    InputTooLongError,
+    ModelLoadFailedError,
+    ProvisioningError,
+    RequestError,
+    ServerError,
+)
 from sie.sdk._retry import parse_retry_after
 from sie.sdk._types import (
     EncodeResult,
@@ -122,6 +128,8 @@ def _raise_http_error(response: httpx.Response, model: str | None) -> NoReturn:
         raise ProvisioningError(message, retry_after=retry_after, param=param)
     if status >= 500:
         raise ServerError(message, code, status, param=param, retry_after=retry_after)
+    if status == 400 and code == ErrorCode.INPUT_TOO_LONG:  # the 413 of a body stays a RequestError
+        raise InputTooLongError(message, model=model, param=param)
     raise RequestError(message, code, status, param=param)
 
 

@@ -5,6 +5,7 @@ The tree matches the public ``sie-sdk`` so ``except`` clauses written against it
     SIEError
     ├── SIEConnectionError        the server could not be reached, or the connection broke mid-request
     ├── RequestError              4xx, or a successful answer whose body breaks the contract
+    │   └── InputTooLongError         400 INPUT_TOO_LONG: an input past the model's window
     ├── ServerError               5xx
     │   ├── ModelLoadFailedError      502 MODEL_LOAD_FAILED: the server recorded a failed load; never retried
     │   └── ResourceExhaustedError    503 RESOURCE_EXHAUSTED after ``max_oom_retries`` retries
@@ -52,6 +53,23 @@ class _AnsweredError(SIEError):
 
 class RequestError(_AnsweredError):
     """The server refused the request (4xx), or answered in a shape the SDK cannot read."""
+
+
+class InputTooLongError(RequestError):
+    """An input past the model's window, refused under ``options.overflow_policy: error`` (400
+    ``INPUT_TOO_LONG``; the message names the item, its tokens and the window). A ``RequestError``,
+    so 4xx handlers written before it still catch it; ``model`` is the model asked."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        model: str | None = None,
+        param: str | None = None,
+        request: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, code="INPUT_TOO_LONG", status_code=400, param=param, request=request)
+        self.model = model
 
 
 class ServerError(_AnsweredError):

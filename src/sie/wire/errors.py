@@ -18,7 +18,10 @@ class ErrorCode(StrEnum):
     QUEUE_FULL = "QUEUE_FULL"
     INTERNAL_ERROR = "INTERNAL_ERROR"
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
-    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    # Input past a bound: the body limit (413), a text past the model's window under
+    # ``options.overflow_policy: error`` (400); the public SDK raises ``InputTooLongError`` on the 400.
+    INPUT_TOO_LONG = "INPUT_TOO_LONG"
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"  # a queue payload that cannot travel (the public cluster's)
     # A gateway's own answers: scale from zero (the public SDK retries it), a machine profile the
     # cluster does not run, and its auth and pool refusals.
     PROVISIONING = "PROVISIONING"

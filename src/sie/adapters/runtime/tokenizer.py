@@ -7,7 +7,7 @@ tokenizer releases the GIL, which lets the preprocessing pool run beside the for
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +48,7 @@ class TextTokenizer:
         self.max_length = max_length
         self.pad_id = self._pad_id(tokenizer)
         self._appended: int | None = None  # a token every text ends with (``ending_with``)
+        self._whole: Tokenizer | None = None  # a copy that never truncates (``past_window``)
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
 
     @classmethod
@@ -129,6 +130,20 @@ class TextTokenizer:
             )
             for e in encodings
         ]
+
+    def past_window(self, inputs: Sequence[str | tuple[str, str]]) -> dict[int, int]:
+        """The inputs (texts or pairs, as ``encode`` / ``encode_pairs`` take them) that do not fit the
+        window whole: each one's index and its whole token count. Empty when the tokenizer has no
+        window. Tokenizes a second time, so only a request that asked to be refused pays it."""
+        if not self.max_length:
+            return {}
+        whole = self._whole
+        if whole is None:  # a benign race: two threads may each build the same copy
+            whole = self._whole = Tokenizer.from_str(self._tokenizer.to_str())
+            whole.no_truncation()
+        extra = 0 if self._appended is None else 1
+        counts = (len(e.ids) + extra for e in whole.encode_batch(list(inputs), add_special_tokens=True))
+        return {i: count for i, count in enumerate(counts) if count > self.max_length}
 
     def untruncated(self) -> TextTokenizer:
         """A copy that never truncates (to count a long text's tokens whole); the original truncates."""

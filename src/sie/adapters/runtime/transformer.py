@@ -29,6 +29,7 @@ from sie.adapters.runtime.packed_bert import PackedBert
 from sie.adapters.runtime.packing import PackedTokens, host_to_device
 from sie.adapters.runtime.pooling import unpad
 from sie.adapters.runtime.tokenizer import TextTokenizer
+from sie.adapters.runtime.window import refusals, within_window
 from sie.core.heap import collect_unloaded
 from sie.core.options import ComputePrecision, Modality
 
@@ -417,7 +418,9 @@ class TransformerAdapter:
         return None
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
-        return [Prepared(ids) for ids in self.tokenizer.encode(texts_only(inputs, self.family))]
+        texts = texts_only(inputs, self.family)
+        prepared = [Prepared(ids) for ids in self.tokenizer.encode(texts)]
+        return within_window(prepared, refusals(self.tokenizer, texts, forward))
 
     def load_lora(self, name: str, path: Path) -> None:
         self.backbone.add_lora(name, path)

@@ -47,6 +47,7 @@ async def encode(
                     task=encode_task(plan, loaded.adapter),
                     lora=lora,
                     max_length=plan.max_length,
+                    overflow=plan.overflow,
                 ),
                 Postprocess(keep, plan.normalize, plan.output_dtype, plan.muvera),
             )

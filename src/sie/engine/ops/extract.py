@@ -28,6 +28,7 @@ async def extract(
     started = time.perf_counter()
     admitted = admit_extract(parts.admission, model, request)
     name, task, lora_id, items = admitted.entry.name, admitted.task, admitted.lora_id, request.items
+    overflow = admitted.overflow
     if wait_loaded:
         await parts.registry.wait_loaded(name)
     with parts.registry.hold(name) as held:
@@ -35,7 +36,8 @@ async def extract(
         adapter = held.model.adapter
         inputs: list[ModelInput] = [extract_input(item, name, adapter) for item in items]
         with parts.registry.lora(held, lora_id) as lora:
-            group = BatchGroup(Forward(EXTRACT, task=task, lora=lora), Postprocess(EXTRACT))
+            forward = Forward(EXTRACT, task=task, lora=lora, overflow=overflow)
+            group = BatchGroup(forward, Postprocess(EXTRACT))
             inference = await parts.infer(held, inputs, group)
     results = [
         extract_result(item_id(item.id, i), result.outputs.extraction)

@@ -15,7 +15,7 @@ from sie.adapters.contract import Forward
 from sie.catalog.admit import admit_score
 from sie.catalog.encode_plan import plan_encode
 from sie.catalog.score_plan import ScorePlan
-from sie.core.options import Capability, Modality
+from sie.core.options import Capability, Modality, OverflowPolicy
 from sie.core.task import Task
 from sie.engine.infer import Inference
 from sie.engine.inputs import encode_input, encode_task, pair_side
@@ -46,7 +46,7 @@ async def score(
             # The request's instruction reaches the pair scorer, which places it as its model was
             # trained (a cross-encoder before the query, a Qwen3 reranker in its <Instruct> slot).
             task = Task(instruction=request.instruction) if request.instruction else None
-            forward = Forward(frozenset({Capability.SCORE}), task=task, lora=lora)
+            forward = Forward(frozenset({Capability.SCORE}), task=task, lora=lora, overflow=admitted.overflow)
             group = BatchGroup(forward, Postprocess(frozenset()))
             adapter = held.model.adapter
             pairs: list[ModelInput]
@@ -76,7 +76,7 @@ async def score(
             lengths = (query_plan.max_length, doc_plan.max_length)
             tasks = (encode_task(query_plan, adapter), encode_task(doc_plan, adapter))
             scores, inference = await _similarity(
-                parts, held, plan, query_input, documents, lora, lengths, tasks
+                parts, held, plan, query_input, documents, lora, lengths, tasks, admitted.overflow
             )
     timing = inference.timing(started, postprocessed=False)
     parts.observe(model, "score", timing)
@@ -94,6 +94,7 @@ async def _similarity(
     lora: str | None,
     lengths: tuple[int | None, int | None],
     tasks: tuple[Task | None, Task | None],
+    overflow: OverflowPolicy,
 ) -> tuple[np.ndarray, Inference]:
     """The weighted sum of each similarity the plan names, one score per document (in order); the
     query and the documents each keep to their own requested length (``lengths``) and instruction
@@ -105,7 +106,14 @@ async def _similarity(
     def group(is_query: bool) -> BatchGroup:
         side = 0 if is_query else 1
         return BatchGroup(
-            Forward(outputs, is_query=is_query, task=tasks[side], lora=lora, max_length=lengths[side]),
+            Forward(
+                outputs,
+                is_query=is_query,
+                task=tasks[side],
+                lora=lora,
+                max_length=lengths[side],
+                overflow=overflow,
+            ),
             Postprocess(outputs),
         )
 

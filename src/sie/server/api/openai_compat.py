@@ -106,6 +106,7 @@ async def embeddings(request: Request) -> Response:
         engine.admission.count(raw, codec.JSON, "input", objects=False)
         body = codec.decode(raw, codec.JSON, OpenAIEmbeddingsRequest, strict=False)
         items = await _items(engine, body)
+        engine.admission.sizes(items, "input")  # named as this route names them
         answer = await engine.encode(body.model, EncodeRequest(items=items), wait_loaded=True)
         dense = [item.dense.values for item in answer.response.items if item.dense is not None]
         matrix = _vectors(np.stack(dense), body.dimensions, body.model)

@@ -36,6 +36,7 @@ async def rerank(request: Request) -> Response:
             )
         # Each document's id is its position, read back from the ranked answer.
         items = [Item(id=str(i), text=t) for i, t in enumerate(texts)]
+        engine.admission.sizes(items, "documents")  # named as this route names them
         scoring = ScoreRequest(query=Item(text=body.query), items=items)
         answer = await engine.score(body.model, scoring, wait_loaded=True)
     except Exception as exc:  # the engine's one error table (a bad body included), in OpenAI's envelope
