@@ -10,72 +10,24 @@ also in docs/cluster.md.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
-import httpx
 import pytest
-import yaml
 
-from sie.settings.common import PACKAGED_BUNDLES_DIR, PACKAGED_MODELS_DIR
+from tests.control.parity import ADMIN, READ, Step, compare, config_pair, dump, model
 from tests.e2e.cluster import ConfigService
-
-ADMIN, READ = "admin-secret", "read-secret"
-CATALOGUE = "sentence-transformers__all-MiniLM-L6-v2.yaml"
 
 
 @pytest.fixture(scope="module")
 def services(
     tmp_path_factory: pytest.TempPathFactory, public_config_command: list[str]
 ) -> Iterator[tuple[ConfigService, ConfigService]]:
-    root = tmp_path_factory.mktemp("parity")
-    models = root / "models"
-    models.mkdir()
-    (models / CATALOGUE).write_text((PACKAGED_MODELS_DIR / CATALOGUE).read_text())
-    started: list[ConfigService] = []
-    try:
-        for name, command in (("ours", None), ("public", public_config_command)):
-            env = {
-                "SIE_BUNDLES_DIR": str(PACKAGED_BUNDLES_DIR),
-                "SIE_MODELS_DIR": str(models),
-                "SIE_CONFIG_STORE_DIR": str(root / name / "store"),
-                "SIE_ADMIN_TOKEN": ADMIN,
-                "SIE_CONFIG_READ_TOKEN": READ,
-            }
-            service = ConfigService(root / name, env, command)
-            service.start()
-            started.append(service)
-        yield started[0], started[1]
-    finally:
-        for service in started:
-            service.client.close()
-            service.stop()
-
-
-def model(sie_id: str, **changes: Any) -> dict[str, Any]:
-    config: dict[str, Any] = {
-        "sie_id": sie_id,
-        "hf_id": "sentence-transformers/all-MiniLM-L6-v2",
-        "tasks": {"encode": {"dense": {"dim": 384}}},
-        "max_sequence_length": 256,
-        "profiles": {
-            "default": {
-                "max_batch_tokens": 8192,
-                "adapter_path": "sie.adapters.dense_torch:TorchDenseEncoder",
-            }
-        },
-    }
-    config.update(changes)
-    return config
-
-
-def dump(config: Any) -> str:
-    return yaml.safe_dump(config, sort_keys=False)
+    with config_pair(tmp_path_factory.mktemp("parity"), public_config_command) as pair:
+        yield pair
 
 
 FAST = {"fast": {"extends": "default", "max_batch_tokens": 2048}}
 UNROUTABLE = {"default": {"max_batch_tokens": 8192, "adapter_path": "nowhere.adapters.thing:Thing"}}
-# (name, method, path, token, body, headers)
-STEPS: list[tuple[str, str, str, str | None, Any, dict[str, str]]] = [
+STEPS: list[Step] = [
     ("read without a token", "GET", "/v1/configs/models", None, None, {}),
     ("read with a wrong token", "GET", "/v1/configs/models", "nope", None, {}),
     ("write with the read token", "POST", "/v1/configs/models", READ, dump(model("acme/a")), {}),
@@ -215,30 +167,8 @@ DIFFERENCES = {
 }
 
 
-def normalize(name: str, response: httpx.Response) -> Any:
-    kind = response.headers.get("content-type", "")
-    if "yaml" in kind:
-        return ("yaml", yaml.safe_load(response.text))
-    body = response.json()
-    if name.startswith("export"):
-        body.pop("generated_at")
-    if name in DIFFERENCES:
-        detail = body.get("detail", {})
-        return detail.get("error") if isinstance(detail, dict) else detail
-    return body
-
-
 def test_our_config_service_answers_the_public_ones_request_sequence_alike(
     services: tuple[ConfigService, ConfigService],
 ) -> None:
-    ours, theirs = services
-    mismatches = []
-    for name, method, path, token, body, headers in STEPS:
-        answers = []
-        for service in (ours, theirs):
-            sent = {**headers, **({"Authorization": f"Bearer {token}"} if token else {})}
-            response = service.client.request(method, path, content=body, headers=sent)
-            answers.append((response.status_code, normalize(name, response)))
-        if answers[0] != answers[1]:
-            mismatches.append(f"{name}:\n  ours   {answers[0]}\n  public {answers[1]}")
-    assert not mismatches, "\n".join(mismatches)
+    found, _ = compare(services, STEPS, DIFFERENCES)
+    assert not found, "\n".join(found)

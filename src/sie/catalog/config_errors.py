@@ -120,3 +120,15 @@ class InflightCancelled(ConfigRefused):
 
 class NatsUnavailable(ConfigRefused):
     code = ConfigErrorCode.NATS_UNAVAILABLE
+
+
+class ModelIdMismatch(ConfigRefused):
+    """A PUT whose body's ``sie_id`` is not the model its path names."""
+
+    code = ConfigErrorCode.MODEL_ID_MISMATCH
+
+
+class StoreRequired(ConfigRefused):
+    """A DELETE on a service without a store: the models dir's files are the image's and stay."""
+
+    code = ConfigErrorCode.CONFIG_STORE_REQUIRED

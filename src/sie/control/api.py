@@ -5,18 +5,14 @@ for config errors (``catalog.config_errors``), a plain string for auth errors (i
 ``detail.error``); the HTTP edge renders them (``sie.http.errors``, the ``CONFIG`` envelope).
 
 Writes are serialized by one lock, and so is the export, so a follower never gets an epoch ahead of the
-models it is shown; what a write does inside the lock is ``writer``'s. Every body is at most
+models it is shown; the write routes are ``write_api``'s, what a write does inside the lock is
+``writer``'s. Every body is at most
 ``MAX_BODY_BYTES``: the app's ``BodyLimit`` refuses a longer one before it is read.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
-import logging
-import re
-import time
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -29,43 +25,22 @@ from starlette.routing import Route
 from sie.catalog.bundles import parse_model_spec
 from sie.catalog.config_errors import (
     BundleNotFound,
-    ConfigInvalid,
     ConfigNotFound,
-    IdempotencyMismatch,
-    InflightCancelled,
-    InvalidModelId,
     InvalidModelSpec,
     MissingField,
-    NatsUnavailable,
     ParseError,
 )
-from sie.control.auth import require_read, require_write
-from sie.control.configs import dump_yaml, schema_errors
-from sie.control.idempotency import Answer, Evicted, KeyMismatch, OwnerFailed
-from sie.control.state import ControlState, state_of
-from sie.control.store import storable
-from sie.control.writer import write
-
-log = logging.getLogger(__name__)
-audit = logging.getLogger("sie.audit")
+from sie.control.auth import require_read
+from sie.control.configs import dump_yaml
+from sie.control.state import state_of
+from sie.control.write_api import add_model, check_model_id, delete_model, replace_model
 
 MAX_BODY_BYTES: Final = 1_048_576
-MODEL_ID: Final = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._/:@-]*$")
 YAML_TYPE: Final = "application/x-yaml"
 
 
 def _json(body: Any, status: int = 200) -> Response:
     return Response(msgspec.json.encode(body), status_code=status, media_type="application/json")
-
-
-def check_model_id(model_id: str) -> None:
-    if ".." in model_id or "\\" in model_id or not MODEL_ID.fullmatch(model_id):
-        raise InvalidModelId("Model ID contains invalid characters.")
-    # The gateway reads ``/v1/configs/models/{id}/status`` as the acknowledgement view of ``id``.
-    if model_id == "status" or model_id.endswith("/status"):
-        raise InvalidModelId(
-            "Model ID must not end with '/status' (reserved for the gateway status endpoint)."
-        )
 
 
 async def list_models(request: Request) -> Response:
@@ -94,107 +69,6 @@ async def get_model(request: Request) -> Response:
     text = await asyncio.to_thread(state.store.read_model, found) if state.store is not None else None
     text = text or state.registry.baseline_text(found) or dump_yaml(state.registry.config(found) or {})
     return Response(text, media_type=YAML_TYPE)
-
-
-async def add_model(request: Request) -> Response:
-    state = state_of(request)
-    require_write(request, state.tokens)
-    started = time.monotonic()
-    if state.publisher is not None and not state.publisher.connected:
-        raise NatsUnavailable("NATS not connected -- cannot distribute config changes.")
-    body = await request.body()  # at most MAX_BODY_BYTES: the app's BodyLimit refuses more unread
-    key = request.headers.get("Idempotency-Key")
-    body_hash = hashlib.sha256(body).hexdigest()
-    if key:
-        replay = await _claim(state, key, body_hash)
-        if replay is not None:
-            return replay
-    try:
-        # The write runs to its end even if the client goes away: once the epoch moved, the model and
-        # the deltas must follow.
-        status, answer = await asyncio.shield(asyncio.create_task(_add(state, body)))
-    except BaseException as exc:
-        if key:
-            state.idempotency.abandon(key, exc)
-        raise
-    encoded = msgspec.json.encode(answer)
-    if key:
-        state.idempotency.finish(key, Answer(status, encoded, body_hash))
-    audit.info(
-        json.dumps(
-            {
-                "event": "config.add_model",
-                "method": "POST",
-                "endpoint": request.url.path,
-                "status": status,
-                "model": answer["model_id"],
-                "latency_ms": round((time.monotonic() - started) * 1000, 2),
-                "body_bytes": len(body),
-            }
-        )
-    )
-    return Response(encoded, status_code=status, media_type="application/json")
-
-
-async def _claim(state: ControlState, key: str, body_hash: str) -> Response | None:
-    try:
-        replay = await state.idempotency.claim(key, body_hash)
-    except KeyMismatch:
-        raise IdempotencyMismatch("Idempotency-Key reused with different payload.") from None
-    except OwnerFailed:
-        raise InflightCancelled(
-            "The prior in-flight request with this Idempotency-Key was cancelled before it completed. "
-            "Retry the request to execute it.",
-            idempotency_key=key,
-        ) from None
-    except Evicted:
-        return _json(
-            {
-                "error": "idempotent_replay_evicted",
-                "idempotency_key": key,
-                "message": "A prior request with this Idempotency-Key completed successfully, but its cached "
-                "response was evicted. The write was applied exactly once; query GET "
-                "/v1/configs/models/{id} to see the current state.",
-            }
-        )
-    if replay is None:
-        return None
-    return Response(replay.body, status_code=replay.status, media_type="application/json")
-
-
-def _parse(body: bytes) -> dict[str, Any]:
-    try:
-        config = yaml.safe_load(body.decode("utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ParseError(f"Invalid YAML: {exc}") from exc
-    if not isinstance(config, dict):
-        raise ParseError("Expected YAML mapping at top level")
-    details = schema_errors(config)
-    if details:
-        raise ConfigInvalid(details)
-    model_id = config.get("sie_id")
-    if model_id:
-        check_model_id(str(model_id))
-        reason = storable(str(model_id))
-        if reason is not None:
-            raise InvalidModelId(reason)
-    return config
-
-
-async def _add(state: ControlState, body: bytes) -> tuple[int, dict[str, Any]]:
-    plan, warnings = await write(state, _parse(body))
-    registry = state.registry
-    answer = {
-        "model_id": plan.model_id,
-        "created_profiles": plan.created,
-        "existing_profiles_skipped": plan.skipped,
-        "warnings": warnings,
-        "routable_bundles_by_profile": {
-            name: registry.model_bundles(plan.model_id, [name]) for name in plan.created
-        },
-        "router_id": state.publisher.router_id if state.publisher is not None else "standalone",
-    }
-    return (201 if plan.created else 200), answer
 
 
 async def resolve(request: Request) -> Response:
@@ -273,9 +147,11 @@ async def export(request: Request) -> Response:
     registry = state.registry
     async with state.write_lock:
         models = []
+        stored = state.store is not None
         for model_id in registry.ids():
             config = registry.config(model_id) or {}
-            text = registry.baseline_text(model_id) or dump_yaml(config)
+            # Without a store the public service dumps every config and knows no API source.
+            text = (registry.baseline_text(model_id) if stored else None) or dump_yaml(config)
             models.append(
                 {
                     "model_id": model_id,
@@ -283,7 +159,7 @@ async def export(request: Request) -> Response:
                     "raw_yaml": text,
                     "affected_bundles": registry.model_bundles(model_id),
                     "pool": "default",
-                    "source": "api" if model_id in registry.api_ids else "filesystem",
+                    "source": "api" if stored and model_id in registry.api_ids else "filesystem",
                 }
             )
         snapshot = {
@@ -306,6 +182,8 @@ ROUTES: Final = [
     Route(f"{_PREFIX}/models", list_models, methods=["GET"]),
     Route(f"{_PREFIX}/models", add_model, methods=["POST"]),
     Route(f"{_PREFIX}/models/{{model_id:path}}", get_model, methods=["GET"]),
+    Route(f"{_PREFIX}/models/{{model_id:path}}", replace_model, methods=["PUT"]),
+    Route(f"{_PREFIX}/models/{{model_id:path}}", delete_model, methods=["DELETE"]),
     Route(f"{_PREFIX}/resolve", resolve, methods=["POST"]),
     Route(f"{_PREFIX}/bundles", list_bundles, methods=["GET"]),
     Route(f"{_PREFIX}/bundles/{{bundle_id}}", get_bundle, methods=["GET"]),

@@ -87,15 +87,21 @@ def parse_config(body: dict[str, Any]) -> ModelConfig:
         raise ConfigInvalid(_details(exc)) from exc
 
 
-def _profile_adapter(profiles: dict[str, Any], name: str) -> str | None:
-    profile = profiles.get(name)
-    if not isinstance(profile, dict):
-        return None
-    path = profile.get("adapter_path")
-    parent = profiles.get(profile["extends"]) if profile.get("extends") else None
-    if not path and isinstance(parent, dict):
-        path = parent.get("adapter_path")
-    return path if isinstance(path, str) and path else None
+def profile_adapter(profiles: dict[str, Any], name: str) -> str | None:
+    """The ``adapter_path`` profile ``name`` runs: its own, else the nearest one up its ``extends``
+    chain (None: none, or a chain that loops)."""
+    seen: set[str] = set()
+    current: Any = name
+    while isinstance(current, str) and current and current not in seen:
+        seen.add(current)
+        profile = profiles.get(current)
+        if not isinstance(profile, dict):
+            return None
+        path = profile.get("adapter_path")
+        if isinstance(path, str) and path:
+            return path
+        current = profile.get("extends")
+    return None
 
 
 @dataclass(frozen=True)
@@ -119,11 +125,12 @@ class ConfigRegistry:
         self.api_ids: set[str] = set()
         # By sie_id: the text the store holds, as this registry read or wrote it.
         self._stored: dict[str, str] = {}
+        # By sie_id: the models dir's text and config, which a DELETE of the API's copy reveals again.
+        self._baseline: dict[str, tuple[str, ModelConfig]] = {}
         if models_dir is not None and models_dir.is_dir():
             for path, config in load_model_dir(models_dir):
-                self._texts[config.sie_id] = path.read_text(encoding="utf-8")
-                self._configs[config.sie_id] = yaml.safe_load(self._texts[config.sie_id])
-                self._parsed[config.sie_id] = config
+                self._baseline[config.sie_id] = (path.read_text(encoding="utf-8"), config)
+                self._reveal(config.sie_id)
         self._catalog: Catalog | None = None
 
     # -- reading -------------------------------------------------------------------------------
@@ -158,7 +165,7 @@ class ConfigRegistry:
         config = self._configs.get(model_id) or {}
         all_profiles = config.get("profiles") or {}
         names = list(all_profiles) if profiles is None else list(profiles)
-        return self.bundles_serving(p for name in names if (p := _profile_adapter(all_profiles, name)))
+        return self.bundles_serving(p for name in names if (p := profile_adapter(all_profiles, name)))
 
     def forget_stored(self, model_id: str) -> None:
         """The store no longer holds ``model_id`` (removed by hand): its next write creates the file."""
@@ -244,9 +251,9 @@ class ConfigRegistry:
         stored_profiles: dict[str, Any] = dict(stored.get("profiles") or {})
         together = {**stored_profiles, **profiles}
         for name, profile in profiles.items():
-            if not _profile_adapter(together, name) and not profile.get("extends"):
+            if not profile_adapter(together, name) and not profile.get("extends"):
                 raise invalid(f"Profile '{name}' missing adapter_path")
-        new_paths = {p for name in profiles if (p := _profile_adapter(together, name))}
+        new_paths = {p for name in profiles if (p := profile_adapter(together, name))}
         unroutable = sorted({adapter_module(p) for p in new_paths if not self.bundles_serving([p])})
         if unroutable:
             raise invalid(f"Adapter(s) not in any known bundle: {', '.join(unroutable)}")
@@ -267,7 +274,7 @@ class ConfigRegistry:
         merged["profiles"] = {**stored_profiles, **{n: profiles[n] for n in created}}
         if created:
             parse_config(merged)
-        all_paths = [p for name in merged["profiles"] if (p := _profile_adapter(merged["profiles"], name))]
+        all_paths = [p for name in merged["profiles"] if (p := profile_adapter(merged["profiles"], name))]
         bundles = self.bundles_serving(all_paths)
         if created and not bundles:
             raise invalid(
@@ -288,6 +295,29 @@ class ConfigRegistry:
         if stored is not None:
             self._stored[model_id] = stored
         self._catalog = None
+
+    def _reveal(self, model_id: str) -> None:
+        text, parsed = self._baseline[model_id]
+        self._texts[model_id] = text
+        self._configs[model_id] = yaml.safe_load(text)  # a fresh copy: a write never shares it
+        self._parsed[model_id] = parsed
+
+    def has_baseline(self, model_id: str) -> bool:
+        return model_id in self._baseline
+
+    def remove(self, model_id: str) -> list[str]:
+        """The API's config of ``model_id`` is gone: the models dir's comes back, or the model goes.
+        Returns the bundles whose configs changed (those it was in and those it is in now), by name."""
+        before = self.model_bundles(model_id)
+        self.api_ids.discard(model_id)
+        self._stored.pop(model_id, None)
+        if model_id in self._baseline:
+            self._reveal(model_id)
+        else:
+            for held in (self._configs, self._parsed, self._texts):
+                held.pop(model_id, None)
+        self._catalog = None
+        return sorted({*before, *self.model_bundles(model_id)})
 
     def restore(self, texts: dict[str, str]) -> list[str]:
         """Put the store's models back (``texts`` by the id each file name maps to); returns the ids

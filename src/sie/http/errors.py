@@ -91,6 +91,8 @@ HTTP: Final[dict[WireCode, HttpRule]] = {
     ConfigErrorCode.IDEMPOTENCY_MISMATCH: _plain(422),
     ConfigErrorCode.IDEMPOTENT_INFLIGHT_CANCELLED: _plain(503),
     ConfigErrorCode.NATS_UNAVAILABLE: _plain(503),
+    ConfigErrorCode.MODEL_ID_MISMATCH: _plain(400),
+    ConfigErrorCode.CONFIG_STORE_REQUIRED: _plain(409),
 }
 
 

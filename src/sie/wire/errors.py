@@ -47,6 +47,8 @@ class ConfigErrorCode(StrEnum):
     IDEMPOTENCY_MISMATCH = "idempotency_mismatch"
     IDEMPOTENT_INFLIGHT_CANCELLED = "idempotent_inflight_cancelled"
     NATS_UNAVAILABLE = "nats_unavailable"
+    MODEL_ID_MISMATCH = "model_id_mismatch"  # a PUT whose body names another model than its path
+    CONFIG_STORE_REQUIRED = "config_store_required"  # a DELETE on a service without a store
 
 
 def error_envelope(code: str, message: str, **extra: Any) -> dict[str, Any]:
