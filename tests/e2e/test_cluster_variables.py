@@ -136,21 +136,29 @@ def test_ws_mode_reads_the_worker_from_its_status_socket(cluster: Cluster) -> No
 
 
 @pytest.mark.parametrize(
-    ("env", "said"),
+    ("env", "flags", "said"),
     [
-        ({"SIE_GATEWAY_HEALTH_MODE": "ws"}, "set SIE_GATEWAY_WORKERS"),
+        ({"SIE_GATEWAY_HEALTH_MODE": "ws"}, [], "set SIE_GATEWAY_WORKERS"),
         (
             {"SIE_GATEWAY_HEALTH_MODE": "ws", "SIE_GATEWAY_KUBERNETES": "true"},
+            [],
             "does not discover workers through the Kubernetes API",
         ),
-        ({"SIE_GATEWAY_HEALTH_MODE": "websocket"}, "gateway_health_mode"),
+        ({}, ["--health-mode", "ws", "--kubernetes"], "does not discover workers through the Kubernetes API"),
+        ({"SIE_GATEWAY_HEALTH_MODE": "websocket"}, [], "gateway_health_mode"),
     ],
 )
-def test_a_ws_gateway_it_cannot_run_refuses_to_start(env: dict[str, str], said: str) -> None:
+def test_a_ws_gateway_it_cannot_run_refuses_to_start(
+    env: dict[str, str], flags: list[str], said: str
+) -> None:
     child = {k: v for k, v in os.environ.items() if not k.startswith("SIE_")}
     child.update({"SIE_NATS_URL": "nats://127.0.0.1:1", **env})
     done = subprocess.run(
-        [*_gateway_command(), "serve", "--port", "0"], env=child, capture_output=True, text=True, timeout=60
+        [*_gateway_command(), "serve", "--port", "0", *flags],
+        env=child,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode != 0
     assert said in done.stderr + done.stdout

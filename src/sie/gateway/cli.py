@@ -24,6 +24,24 @@ def serve(
     ] = None,
     json_logs: Annotated[bool | None, typer.Option("--json-logs", help="JSON log lines.")] = None,
     log_level: Annotated[str | None, typer.Option("--log-level", "-l", help="Log level.")] = None,
+    worker: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--worker", "-w", help="A worker URL whose /ws/status ws mode reads (env SIE_GATEWAY_WORKERS)."
+        ),
+    ] = None,
+    health_mode: Annotated[
+        str | None, typer.Option(help="nats (default: heartbeats) or ws (env SIE_GATEWAY_HEALTH_MODE).")
+    ] = None,
+    kubernetes: Annotated[
+        bool | None,
+        typer.Option("--kubernetes", help="ws mode: workers from Kubernetes endpoints (refused: not built)."),
+    ] = None,
+    k8s_namespace: Annotated[str | None, typer.Option(help="env SIE_GATEWAY_K8S_NAMESPACE.")] = None,
+    k8s_service: Annotated[str | None, typer.Option(help="env SIE_GATEWAY_K8S_SERVICE.")] = None,
+    k8s_port: Annotated[int | None, typer.Option(help="env SIE_GATEWAY_K8S_PORT.")] = None,
+    bundles_dir: Annotated[str | None, typer.Option(help="Bundle YAMLs (env SIE_BUNDLES_DIR).")] = None,
+    models_dir: Annotated[str | None, typer.Option(help="Model YAMLs (env SIE_MODELS_DIR).")] = None,
 ) -> None:
     """Start the gateway."""
     import uvicorn
@@ -39,6 +57,14 @@ def serve(
         "nats_url": nats_url,
         "log_json": json_logs,
         "log_level": log_level.upper() if log_level else None,
+        "gateway_workers": ",".join(worker) if worker else None,
+        "gateway_health_mode": health_mode,
+        "gateway_kubernetes": kubernetes,
+        "gateway_k8s_namespace": k8s_namespace,
+        "gateway_k8s_service": k8s_service,
+        "gateway_k8s_port": k8s_port,
+        "bundles_dir": bundles_dir,
+        "models_dir": models_dir,
     }
     settings = GatewaySettings(**{k: v for k, v in overrides.items() if v is not None})
     configure_logging(settings.log_level, json_lines=settings.log_json)
