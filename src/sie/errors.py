@@ -67,6 +67,7 @@ RULES: Final[dict[WireCode, ErrorRule]] = _rules(
     ErrorRule(ErrorCode.UNAUTHORIZED, _ANSWER),
     ErrorRule(ErrorCode.FORBIDDEN, _ANSWER),
     ErrorRule(ErrorCode.POOL_NOT_FOUND, _ANSWER),
+    ErrorRule(ErrorCode.BUNDLE_CONFLICT, _ANSWER),
     ErrorRule(ErrorCode.MODEL_LOAD_FAILED, _GIVE_UP),
     ErrorRule(ErrorCode.MODEL_LOADING, _RETRY, LOADING_RETRY_AFTER_S),
     ErrorRule(ErrorCode.LORA_LOADING, _RETRY, 1),

@@ -7,7 +7,7 @@ from typing import Any, Final
 
 from sie.errors import SieError
 from sie.queue.contract import INLINE_THRESHOLD_BYTES
-from sie.wire.errors import ErrorCode
+from sie.wire.errors import ErrorCode, error_envelope
 
 BACKLOG_RETRY_AFTER_S: Final = 5  # the public gateway's answer to backpressure
 
@@ -121,6 +121,27 @@ class PoolNotFound(SieError):
 
     def __init__(self, name: str) -> None:
         super().__init__(f"Pool '{name}' not found")
+
+
+class BundleConflict(SieError):
+    """A ``bundle:/org/model`` path naming a bundle that does not serve the model: the public gateway's
+    409 ``{message, compatible_bundles}``, with the native envelope beside it for our clients."""
+
+    code = ErrorCode.BUNDLE_CONFLICT
+
+    def __init__(self, model: str, bundle: str, compatible: list[str]) -> None:
+        super().__init__(
+            f"Bundle '{bundle}' does not serve model '{model}'. Compatible bundles: {compatible}"
+        )
+        self.bundle = bundle
+        self.compatible = compatible
+
+    def details(self) -> dict[str, Any]:
+        return {"bundle": self.bundle, "compatible_bundles": self.compatible}
+
+    def body(self, message: str) -> dict[str, Any]:
+        native = error_envelope(self.code, message, **self.details())
+        return {"message": message, "compatible_bundles": self.compatible, **native}
 
 
 WORKER_CODES: Final = frozenset(ErrorCode) - {ErrorCode.POOL_NOT_FOUND}

@@ -6,7 +6,9 @@ work items (``sie.queue.codec``: one per item, a score request one in all) on th
 results are gathered from the gateway's inbox and the reply has the server's shape.
 
 Answers that are not results are errors of the one table (``gateway.errors``), rendered by the HTTP
-edge: no worker for the lane yet → 503 ``PROVISIONING`` with ``Retry-After`` (clients before sie-sdk
+edge: a ``bundle:/org/model`` path whose bundle does not serve the model → 409 ``BUNDLE_CONFLICT``
+listing the bundles that do (``routing.bundle_for``); no worker for the lane yet → 503 ``PROVISIONING``
+with ``Retry-After`` (clients before sie-sdk
 0.7 get the public gateway's ``202 {"status": "provisioning"}`` instead); a profile outside
 ``SIE_GATEWAY_CONFIGURED_GPUS`` → 503 ``gpu_not_configured``; NATS not joined yet, a refused publish or
 a pool stream deeper than ``SIE_GATEWAY_MAX_STREAM_PENDING`` → 503 ``QUEUE_FULL``; no answer within ``SIE_GATEWAY_REQUEST_TIMEOUT`` → 503 ``MODEL_LOADING``; every
@@ -25,7 +27,9 @@ from starlette.responses import JSONResponse, Response
 
 from sie import __version__
 from sie.catalog.admit import admit_encode, admit_extract, admit_score
+from sie.catalog.bundles import parse_model_spec
 from sie.catalog.catalog import CatalogEntry
+from sie.catalog.errors import InvalidInput
 from sie.errors import Relayed
 from sie.gateway.errors import (
     GpuNotConfigured,
@@ -137,13 +141,13 @@ async def _traced(request: Request, into: type[WireRequest], operation: Operatio
 async def _serve(request: Request, into: type[WireRequest]) -> Response:
     started = time.perf_counter()
     state = state_of(request)
-    model: str = request.path_params["model"]
+    pinned, model = _model_spec(request.path_params["model"])
     state.admission.require(model)  # 404 before the body is read, as the server does
     raw, content_type = await request.body(), request.headers.get("content-type")
     state.admission.count(raw, content_type)  # before anything is decoded, let alone published
     body = codec.decode(raw, content_type, into)
     entry = _admitted(state, model, body)
-    bundle = bundle_for(entry, state.bundles)
+    bundle = bundle_for(entry, state.bundles, pinned)
     profile_header, pool_header = (
         request.headers.get("x-sie-machine-profile"),
         request.headers.get("x-sie-pool"),
@@ -159,6 +163,16 @@ async def _serve(request: Request, into: type[WireRequest]) -> Response:
     if record is not None and lane.pool != DEFAULT_LANE_TOKEN:
         lane = Lane(record.spec.queue_pool, lane.machine_profile, lane.bundle)  # its queue namespace
     return await _dispatch(request, state, model, entry.name, body, lane, started)
+
+
+def _model_spec(path: str) -> tuple[str | None, str]:
+    """A model path's pinned bundle (``bundle:/org/model``, split at the first ``:/``) and model."""
+    if ":/" not in path:
+        return None, path
+    try:
+        return parse_model_spec(path)
+    except ValueError as exc:
+        raise InvalidInput(f"Invalid model path '{path}': {exc}") from exc
 
 
 async def _leased(request: Request, state: GatewayState, pool: str | None) -> PoolRecord | None:

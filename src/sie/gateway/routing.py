@@ -1,5 +1,8 @@
 """Where a request goes: its bundle, pool and machine profile, or why it cannot go anywhere yet.
 
+A model path ``bundle:/org/model`` pins the bundle (``bundle_for``); otherwise it is the first bundle,
+by priority, that serves the model.
+
 A request names a machine profile with ``X-SIE-MACHINE-PROFILE`` (``pool/profile`` names a pool too)
 and a pool with ``X-SIE-Pool``; what it leaves open is taken from a healthy worker of the model's
 bundle, so an unconfigured gateway and worker meet on the ``default`` lane. No healthy worker for the
@@ -16,7 +19,7 @@ from typing import Final
 
 from sie.catalog.bundles import Bundle
 from sie.catalog.catalog import CatalogEntry
-from sie.gateway.errors import GpuNotConfigured, Provisioning
+from sie.gateway.errors import BundleConflict, GpuNotConfigured, Provisioning
 from sie.gateway.metrics import OTHER, ProfileLabel
 from sie.gateway.workers import WorkerTable
 from sie.queue.contract import DEFAULT_LANE_TOKEN, Lane
@@ -52,13 +55,20 @@ class Demand:
         return {key: 1.0 for key in self._since}
 
 
-def bundle_for(entry: CatalogEntry, bundles: list[Bundle]) -> str:
+def bundle_for(entry: CatalogEntry, bundles: list[Bundle], pinned: str | None = None) -> str:
     """The bundle a model's items go to: the first of ``bundles`` (ordered by ``by_priority``) that
-    serves it, else ``default``."""
-    for bundle in bundles:
-        if bundle.serves(entry):
-            return bundle.name
-    return DEFAULT_LANE_TOKEN
+    serves it, else ``default``. A ``bundle:/org/model`` path pins one (``pinned``, any case): it
+    must serve the model (``BundleConflict`` lists those that do), unless the gateway knows no
+    bundles at all, where the pin is taken as it is (the public gateway's rule)."""
+    serving = [bundle.name for bundle in bundles if bundle.serves(entry)]
+    if pinned is None:
+        return serving[0] if serving else DEFAULT_LANE_TOKEN
+    if not bundles:
+        return pinned
+    found = next((name for name in serving if name.lower() == pinned.lower()), None)
+    if found is None:
+        raise BundleConflict(entry.name, pinned, serving)
+    return found
 
 
 def by_priority(bundles: list[Bundle]) -> list[Bundle]:

@@ -78,6 +78,7 @@ HTTP: Final[dict[WireCode, HttpRule]] = {
     ErrorCode.UNAUTHORIZED: _plain(401),
     ErrorCode.FORBIDDEN: _plain(403),
     ErrorCode.POOL_NOT_FOUND: _plain(404),
+    ErrorCode.BUNDLE_CONFLICT: _plain(409),
     ConfigErrorCode.INVALID_MODEL_ID: _plain(400),
     ConfigErrorCode.MODEL_NOT_FOUND: _plain(404),
     ConfigErrorCode.BUNDLE_NOT_FOUND: _plain(404),

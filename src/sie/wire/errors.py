@@ -29,6 +29,7 @@ class ErrorCode(StrEnum):
     UNAUTHORIZED = "UNAUTHORIZED"
     FORBIDDEN = "FORBIDDEN"
     POOL_NOT_FOUND = "POOL_NOT_FOUND"
+    BUNDLE_CONFLICT = "BUNDLE_CONFLICT"  # a ``bundle:/model`` path whose bundle does not serve the model
 
 
 class ConfigErrorCode(StrEnum):
