@@ -5,7 +5,15 @@ import pytest
 from sie.core.options import OutputDType
 from sie.wire import codec
 from sie.wire.requests import EncodeRequest
-from sie.wire.responses import DenseVector, EncodeResponse, EncodeResult, Timing
+from sie.wire.responses import (
+    ContentTokens,
+    DenseVector,
+    EncodeResponse,
+    EncodeResult,
+    ScoreUsage,
+    Timing,
+    Usage,
+)
 
 
 @pytest.mark.parametrize(
@@ -68,6 +76,22 @@ def test_json_response_shape_and_key_order():
     assert decoded["items"][0] == {"dense": {"dims": 4, "dtype": "float32", "values": [0.0, 1.0, 2.0, 3.0]}}
     assert decoded["items"][1] == {"id": "b"}
     assert decoded["timing"]["postprocessing_ms"] is None
+
+
+def test_usage_comes_last_and_names_only_what_was_counted():
+    text_only = msgspec.structs.replace(_response(), usage=Usage(7))
+    decoded = msgspec.json.decode(codec.encode(text_only, as_json=True))
+    assert list(decoded) == ["model", "items", "timing", "usage"] and decoded["usage"] == {"input_tokens": 7}
+    pictures = msgspec.structs.replace(_response(), usage=Usage(0, images=2))
+    assert msgspec.msgpack.decode(codec.encode(pictures, as_json=False))["usage"] == {
+        "input_tokens": 0,
+        "images": 2,
+    }
+    score = ScoreUsage(30, None, ContentTokens(21))
+    assert msgspec.json.decode(codec.encode(score, as_json=True)) == {
+        "input_tokens": 30,
+        "input_tokens_details": {"content_tokens": 21},
+    }
 
 
 def test_msgpack_response_starts_like_the_public_server():

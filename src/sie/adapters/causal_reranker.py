@@ -17,7 +17,7 @@ multiplied, in float32, with each pair's last hidden state.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -108,26 +108,34 @@ class CausalLmReranker(TransformerAdapter):
         pairs = [one for one in inputs if isinstance(one, tuple)]
         if len(pairs) != len(inputs):
             raise UnsupportedInput("Causal-LM rerankers score (query, document) pairs, not single texts")
+        counted = _Counted(self._ids)
         if self._qwen3:
-            instruction = (forward.task.instruction if forward.task else None) or self._instruction
-            return [
-                Prepared(np.asarray(self._qwen3_ids(q, d, instruction), dtype=np.int64)) for q, d in pairs
-            ]
+            asked = forward.task.instruction if forward.task else None
+            return [self._qwen3_pair(q, d, asked, counted) for q, d in pairs]
         # mxbai's layout has no instruction slot (the public server ignores one there too).
-        return [Prepared(np.asarray(self._mxbai_ids(q, d), dtype=np.int64)) for q, d in pairs]
+        return [self._mxbai_pair(q, d, counted) for q, d in pairs]
 
-    def _qwen3_ids(self, query: str, document: str, instruction: str) -> list[int]:
+    def _qwen3_pair(self, query: str, document: str, asked: str | None, counted: _Counted) -> Prepared:
+        """The pair in Qwen3's prompt, cut from the document's end to fit; its content is the query,
+        the request's instruction (the default one is template) and what is left of the document."""
+        instruction = asked or self._instruction
         body = self._ids(f"<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}")
-        room = self._max_length - len(self._prefix) - len(self._suffix)
-        return self._prefix + body[: max(room, 0)] + self._suffix
+        room = max(self._max_length - len(self._prefix) - len(self._suffix), 0)
+        ids = self._prefix + body[:room] + self._suffix
+        caller = counted(query) + (counted(asked) if asked else 0)
+        whole_document = counted(document)
+        kept = max(min(whole_document, room - (len(body) - whole_document)), 0)
+        return Prepared(np.asarray(ids, dtype=np.int64), content=min(len(ids), caller + kept))
 
-    def _mxbai_ids(self, query: str, document: str) -> list[int]:
+    def _mxbai_pair(self, query: str, document: str, counted: _Counted) -> Prepared:
         fixed = len(self._prefix) + len(self._sep) + len(self._task) + len(self._suffix)
         room = self._max_length - fixed  # what query, separator and document may use together
         query_ids = self._ids(f"query: {query}")[:room]
         document_ids = self._ids(f"document: {document}")[: max(room - len(query_ids) - len(self._sep), 0)]
         body = (query_ids + self._sep + document_ids)[:room]
-        return self._prefix + body + self._sep + self._task + self._suffix
+        ids = self._prefix + body + self._sep + self._task + self._suffix
+        content = min(counted(query), len(query_ids)) + min(counted(document), len(document_ids))
+        return Prepared(np.asarray(ids, dtype=np.int64), content=min(len(ids), content))
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         with self.backbone.running(forward.lora):
@@ -142,3 +150,18 @@ class CausalLmReranker(TransformerAdapter):
     def close(self) -> None:
         del self._head
         super().close()
+
+
+class _Counted:
+    """A text's tokens alone (no special tokens), each distinct text counted once per request (a
+    query recurs in every pair)."""
+
+    def __init__(self, ids: Callable[[str], list[int]]) -> None:
+        self._ids = ids
+        self._seen: dict[str, int] = {}
+
+    def __call__(self, text: str) -> int:
+        count = self._seen.get(text)
+        if count is None:
+            count = self._seen[text] = len(self._ids(text))
+        return count

@@ -126,10 +126,15 @@ class DualEncoder(DeviceModel):
         token_ids = iter(self._token_ids(texts) if texts else [])
         text_cost = self._max_length if self.pads_to_max_length else None
         return [
-            Prepared(next(token_ids), weight=text_cost) if isinstance(one, str) else self._pixels(one)
+            self._text(next(token_ids), text_cost) if isinstance(one, str) else self._pixels(one)
             for one in inputs
             if isinstance(one, str | ImageData)
         ]
+
+    @staticmethod
+    def _text(ids: np.ndarray, cost: int | None) -> Prepared:
+        """A text batches at its padded length but bills the tokens it has."""
+        return Prepared(ids, weight=cost, tokens=len(ids))
 
     def _token_ids(self, texts: list[str]) -> list[np.ndarray]:
         with self._tokenizer_lock:
@@ -144,7 +149,8 @@ class DualEncoder(DeviceModel):
             raise UnsupportedInput(
                 f"Image ({decoded.format}, {decoded.mode}) cannot be processed: {exc}"
             ) from None
-        return Prepared(payload=np.ascontiguousarray(pixels, dtype=np.float32), weight=self._image_cost)
+        pixels = np.ascontiguousarray(pixels, dtype=np.float32)
+        return Prepared(payload=pixels, weight=self._image_cost, tokens=0)  # an image bills as an image
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         images = [row for row, item in enumerate(batch) if item.payload is not None]

@@ -51,7 +51,10 @@ class CrossEncoderScorer(TransformerAdapter):
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
         pairs = instructed_pairs(inputs, forward)
-        prepared = [Prepared(ids, types) for ids, types in self.tokenizer.encode_pairs(pairs)]
+        prepared = [
+            Prepared(pair.ids, pair.type_ids, content=pair.content)
+            for pair in self.tokenizer.encode_pairs(pairs)
+        ]
         return within_window(prepared, refusals(self.tokenizer, pairs, forward))
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:

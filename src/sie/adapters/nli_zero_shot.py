@@ -25,6 +25,7 @@ from transformers import AutoModelForSequenceClassification
 
 from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
 from sie.adapters.contract import Forward, LoadSpec, texts_only
+from sie.adapters.runtime.tokenizer import PairIds
 from sie.adapters.runtime.transformer import TransformerAdapter
 from sie.adapters.runtime.window import past_window_error
 from sie.catalog.families import NLI_OPTIONS
@@ -118,7 +119,7 @@ class NliZeroShotClassifier(TransformerAdapter):
             if refused is not None:
                 prepared.append(Prepared.refused(refused))
                 continue
-            pairs = [Prepared(ids, types) for ids, types in self._encode(rows)]
+            pairs = [Prepared(p.ids, p.type_ids) for p in self._encode(rows)]
             prepared.append(Prepared(payload=tuple(pairs), weight=sum(len(p.ids) for p in pairs)))
         return prepared
 
@@ -130,7 +131,7 @@ class NliZeroShotClassifier(TransformerAdapter):
         over = self.tokenizer.past_window(rows)
         return past_window_error(index, max(over.values()), self.tokenizer.max_length) if over else None
 
-    def _encode(self, pairs: list[tuple[str, str]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _encode(self, pairs: list[tuple[str, str]]) -> list[PairIds]:
         try:
             return self._pairs.encode_pairs(pairs)
         except Exception:  # tokenizers: a hypothesis too long to keep whole; truncate both sides then

@@ -78,7 +78,7 @@ class PageRetriever(DeviceModel, ABC):
                 page = decode_image(one).convert("RGB")
                 with self._processing:  # a family may count a page's tokens with the tokenizer
                     weight = self._page_cost(page)
-                prepared.append(Prepared(payload=page, weight=weight))
+                prepared.append(Prepared(payload=page, weight=weight, tokens=0))  # bills as an image
             elif isinstance(one, str):
                 with self._processing:
                     text = self._text(self._cut(one))

@@ -47,7 +47,7 @@ from sie.gateway.routing import bundle_for, requested
 from sie.gateway.state import GatewayState, state_of
 from sie.http.auth import principal_of
 from sie.http.errors import Envelope, Forbidden, error_response
-from sie.http.parts import model_path, timing_headers
+from sie.http.parts import model_path, timing_headers, usage_headers
 from sie.http.routes import PostRoute
 from sie.observability import tracing
 from sie.queue.codec import Envelope as WorkEnvelope
@@ -248,7 +248,7 @@ async def _dispatch(
     as_json = codec.wants_json(request.headers.get("accept"))
     query_id = body.query.id if isinstance(body, ScoreRequest) else None
     content = render(operation, answering_as, query_id, gathered, total_ms, as_json=as_json)
-    headers = timing_headers(gathered.timing(total_ms))
+    headers = timing_headers(gathered.timing(total_ms)) | usage_headers(gathered.usage)
     headers["X-SIE-Served-By"] = "queue"
     headers["X-SIE-Request-Id"] = request_id
     workers = sorted({r.worker_id for r in gathered.answers if r.worker_id})

@@ -3,8 +3,8 @@
 Each result carries its item's answer as the worker's msgpack bytes; a msgpack response splices them
 into the reply unread (``msgspec.Raw``), so an embedding is encoded once, on the worker. A JSON
 response decodes them and renders the server's JSON. The body has the server's shape
-(``{model, items, timing}`` for encode, ``{model, query_id, scores, usage}`` for score,
-``{model, items, usage}`` for extract); items that failed while others succeeded are listed under
+(``{model, items, timing, usage}`` for encode, ``{model, query_id, scores, usage}`` for score,
+``{model, items, usage}`` for extract; ``usage`` the answers' units summed); items that failed while others succeeded are listed under
 ``errors`` (``item_index``, ``code``, ``message``) and left out of ``items``.
 """
 
@@ -18,9 +18,10 @@ import msgpack
 import msgspec
 
 from sie.queue.contract import Operation, WorkResult
+from sie.queue.units import plain, summed
 from sie.wire import codec
 from sie.wire.arrays import object_hook
-from sie.wire.responses import Timing
+from sie.wire.responses import ScoreUsage, Timing
 
 
 @dataclass(frozen=True)
@@ -29,14 +30,13 @@ class Gathered:
 
     answers: list[WorkResult]
     failures: list[WorkResult]
-    tokens: int
+    usage: ScoreUsage  # the answers' units summed (``sie.queue.units``)
 
     @classmethod
     def of(cls, results: Sequence[WorkResult]) -> Gathered:
         answers = [r for r in results if r.success and r.result_msgpack is not None]
         failures = [r for r in results if not (r.success and r.result_msgpack is not None)]
-        tokens = sum((r.units or {}).get("input_tokens", 0) for r in answers)
-        return cls(answers, failures, tokens)
+        return cls(answers, failures, summed([r.units for r in answers]))
 
     def timing(self, total_ms: float) -> Timing:
         def most(values: list[float | None]) -> float:
@@ -71,18 +71,16 @@ def render(
         raw = result.result_msgpack or b""
         return _decoded(raw) if as_json else msgspec.Raw(raw)
 
-    usage = {"input_tokens": gathered.tokens}
     body: dict[str, Any] = {"model": model}
     if operation == Operation.SCORE:
         body["query_id"] = query_id
         body["scores"] = answer(gathered.answers[0]) if gathered.answers else []
-        body["usage"] = usage
+        body["usage"] = gathered.usage
     else:
         body["items"] = [answer(r) for r in gathered.answers]
         if operation == Operation.ENCODE:
             body["timing"] = gathered.timing(total_ms)
-        else:
-            body["usage"] = usage
+        body["usage"] = plain(gathered.usage)
     if gathered.failures:
         body["errors"] = [
             {"item_index": r.item_index, "code": r.error_code, "message": r.error} for r in gathered.failures

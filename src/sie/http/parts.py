@@ -1,5 +1,5 @@
 """What the server's routes and the gateway's share about HTTP paths and headers: the
-``{model:model_id}`` path convertor (``model_path``) and the timing headers."""
+``{model:model_id}`` path convertor (``model_path``), the timing headers and the usage headers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Final
 from starlette.convertors import Convertor, register_url_convertor
 
 from sie import __version__
-from sie.wire.responses import Timing
+from sie.wire.responses import ScoreUsage, Timing, Usage
 
 
 class ModelIdConvertor(Convertor[str]):
@@ -48,4 +48,18 @@ def timing_headers(timing: Timing) -> dict[str, str]:
     }
     if timing.postprocessing_ms is not None:
         headers["X-Postprocessing-Time"] = f"{timing.postprocessing_ms:.2f}"
+    return headers
+
+
+def usage_headers(usage: Usage | ScoreUsage | None) -> dict[str, str]:
+    """The body's ``usage`` again as the metering headers the public SDK reads into each result's
+    ``request["usage"]`` (its only source of an encode's usage): ``X-SIE-Units-Input-Tokens``,
+    ``-Images`` and ``-Content-Input-Tokens``, each only where the body counts it."""
+    if usage is None:
+        return {}
+    headers = {"X-SIE-Units-Input-Tokens": str(usage.input_tokens)}
+    if usage.images is not None:
+        headers["X-SIE-Units-Images"] = str(usage.images)
+    if isinstance(usage, ScoreUsage) and usage.input_tokens_details is not None:
+        headers["X-SIE-Units-Content-Input-Tokens"] = str(usage.input_tokens_details.content_tokens)
     return headers

@@ -38,7 +38,7 @@ from sie.sdk._retry import (
     downward_jitter,
     parse_retry_after,
 )
-from sie.sdk._types import EncodeResult, ExtractResult, RequestMetadata, ScoreResult
+from sie.sdk._types import EncodeResult, ExtractResult, RequestMetadata, RequestUsage, ScoreResult
 from sie.wire.arrays import numpy_default
 
 logger = logging.getLogger("sie.sdk")
@@ -342,4 +342,7 @@ def _attach_metadata(
     metadata = request_metadata(response.headers)
     if metadata:
         for result in results:
-            result["request"] = RequestMetadata(**metadata)
+            detached = RequestMetadata(**metadata)
+            if "usage" in metadata:  # each result its own copy, as the public SDK detaches it
+                detached["usage"] = RequestUsage(**metadata["usage"])
+            result["request"] = detached

@@ -29,6 +29,7 @@ from sie.sdk._types import (
     ExtractResult,
     ModelInfo,
     RequestMetadata,
+    RequestUsage,
     ScoreEntry,
     ScoreResult,
 )
@@ -37,6 +38,11 @@ from sie.wire.errors import ErrorCode
 
 ERROR_CODE_HEADER: Final = "X-SIE-Error-Code"
 _SERVED_BY_VALUES: Final = frozenset({"local", "remote"})
+_USAGE_HEADERS: Final = {
+    "input_tokens": "X-SIE-Units-Input-Tokens",
+    "images": "X-SIE-Units-Images",
+    "content_input_tokens": "X-SIE-Units-Content-Input-Tokens",
+}
 _UNPACK_ERRORS: Final = (ValueError, TypeError, msgpack.UnpackException)
 
 
@@ -143,7 +149,8 @@ def _array(value: Any, what: str) -> np.ndarray:
 
 
 def request_metadata(headers: httpx.Headers) -> RequestMetadata | None:
-    """``runtime_instance_id`` (64 hex) and ``served_by`` from the headers, when well-formed."""
+    """``runtime_instance_id`` (64 hex), ``served_by`` and ``usage`` from the headers, when
+    well-formed; a malformed meter is left out alone."""
     metadata: RequestMetadata = {}
     instance = headers.get("X-SIE-Runtime-Instance")
     if instance and re.fullmatch(r"[0-9a-f]{64}", instance):
@@ -151,7 +158,20 @@ def request_metadata(headers: httpx.Headers) -> RequestMetadata | None:
     served_by = headers.get("X-SIE-Served-By")
     if served_by in _SERVED_BY_VALUES:
         metadata["served_by"] = served_by
+    usage = _request_usage(headers)
+    if usage:
+        metadata["usage"] = usage
     return metadata or None
+
+
+def _request_usage(headers: httpx.Headers) -> RequestUsage:
+    usage: RequestUsage = {}
+    for key, header in _USAGE_HEADERS.items():
+        value = headers.get(header)
+        # Canonical unsigned decimals only, within 64 bits: "+1", " 1", "01" or "1e3" is no meter.
+        if value and re.fullmatch(r"0|[1-9][0-9]{0,19}", value) and int(value) < 1 << 64:
+            usage[key] = int(value)  # type: ignore[literal-required]
+    return usage
 
 
 def encode_results(data: dict[str, Any]) -> list[EncodeResult]:

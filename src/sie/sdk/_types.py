@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, Required, TypedDict
 
 import numpy as np
 from numpy.typing import NDArray
@@ -71,11 +71,22 @@ class TimingInfo(TypedDict, total=False):
     postprocessing_ms: float | None
 
 
+class RequestUsage(TypedDict, total=False):
+    """What the whole request was metered at, from the ``X-SIE-Units-*`` headers (each present only
+    where the server counted it), as the public SDK reads them."""
+
+    input_tokens: int
+    images: int
+    content_input_tokens: int
+
+
 class RequestMetadata(TypedDict, total=False):
-    """Which server instance answered, read from the response headers (as the public SDK reports it)."""
+    """Which server instance answered and the request's ``usage``, read from the response headers (as
+    the public SDK reports them); every result of a batch carries the request's own copy."""
 
     runtime_instance_id: str
     served_by: str
+    usage: RequestUsage
 
 
 class EncodeResult(TypedDict, total=False):
@@ -96,13 +107,26 @@ class ScoreEntry(TypedDict):
     rank: int
 
 
+class ContentTokens(TypedDict):
+    content_tokens: int
+
+
+class ScoreUsage(TypedDict, total=False):
+    """A score's ``usage`` as the body gives it: ``images`` for a model that reads images, and
+    ``input_tokens_details`` where the reranker tells its pairs' own text apart from its template."""
+
+    input_tokens: Required[int]
+    images: int
+    input_tokens_details: ContentTokens
+
+
 class ScoreResult(TypedDict, total=False):
     """Scores sorted best first; ``rank`` 0 is the most relevant item."""
 
     model: str
     query_id: str
     scores: list[ScoreEntry]
-    usage: dict[str, Any]
+    usage: ScoreUsage
     request: RequestMetadata
 
 

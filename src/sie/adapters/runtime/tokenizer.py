@@ -37,6 +37,16 @@ class PairSpans:
     second: np.ndarray  # [tokens] bool
 
 
+@dataclass(frozen=True, slots=True)
+class PairIds:
+    """A (query, document) pair as a cross-encoder reads it: ids and segment ids, and ``content``,
+    how many of the tokens are the two texts' own (the rest are the template's separators)."""
+
+    ids: np.ndarray
+    type_ids: np.ndarray
+    content: int
+
+
 class TextTokenizer:
     def __init__(self, tokenizer: Tokenizer, max_length: int | None) -> None:
         tokenizer.no_padding()
@@ -95,12 +105,17 @@ class TextTokenizer:
         copy._appended = token_id
         return copy
 
-    def encode_pairs(self, pairs: list[tuple[str, str]]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Ids and segment ids of each (query, document) pair, joined with the model's separators and
-        truncated (the longer side first) to the maximum length, as cross-encoders were trained."""
+    def encode_pairs(self, pairs: list[tuple[str, str]]) -> list[PairIds]:
+        """Each (query, document) pair joined with the model's separators and truncated (the longer
+        side first) to the maximum length, as cross-encoders were trained."""
         encodings = self._tokenizer.encode_batch(pairs, add_special_tokens=True)
         return [
-            (np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64)) for e in encodings
+            PairIds(
+                np.asarray(e.ids, dtype=np.int64),
+                np.asarray(e.type_ids, dtype=np.int64),
+                sum(sequence is not None for sequence in e.sequence_ids),
+            )
+            for e in encodings
         ]
 
     def encode_pair_spans(self, pairs: list[tuple[str, str]]) -> list[PairSpans]:

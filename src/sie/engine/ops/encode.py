@@ -59,7 +59,8 @@ async def encode(
     ]
     timing = inference.timing(started, postprocessed=plan.output_dtype is not OutputDType.FLOAT32)
     parts.observe(model, "encode", timing)
-    return Answer(EncodeResponse(model=name, items=results, timing=timing), timing, inference.tokens)
+    response = EncodeResponse(model=name, items=results, timing=timing, usage=inference.usage())
+    return Answer(response, timing, inference.tokens)
 
 
 def encode_result(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from typing import TypeVar
 
 import numpy as np
@@ -25,7 +26,7 @@ from sie.engine.runner import BatchGroup
 from sie.postprocess.outputs import Postprocess
 from sie.postprocess.similarity import cosine, maxsim, sparse_dot
 from sie.wire.requests import ScoreRequest
-from sie.wire.responses import ScoreEntry, ScoreResponse, Usage
+from sie.wire.responses import ScoreEntry, ScoreResponse
 
 T = TypeVar("T")
 
@@ -81,7 +82,7 @@ async def score(
     timing = inference.timing(started, postprocessed=False)
     parts.observe(model, "score", timing)
     ids = [item_id(item.id, i) for i, item in enumerate(items)]
-    response = ScoreResponse(name, query.id, ranked(ids, scores), Usage(inference.tokens))
+    response = ScoreResponse(name, query.id, ranked(ids, scores), inference.score_usage())
     return Answer(response, timing, inference.tokens)
 
 
@@ -135,7 +136,12 @@ async def _similarity(
             assert q.multivector is not None
             part = maxsim(q.multivector, [_present(d.multivector) for d in docs])
         total += weight * part
-    return total, Inference.joined([asked, answered])
+    # Billed per pair, as the public server bills an embedding model's score: the query's tokens
+    # once for each document beside the document's own (the query is still encoded once).
+    pairs = replace(
+        Inference.joined([asked, answered]), tokens=asked.tokens * len(documents) + answered.tokens
+    )
+    return total, pairs
 
 
 def _present(value: T | None) -> T:
