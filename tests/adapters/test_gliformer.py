@@ -285,6 +285,27 @@ def test_output_schema_is_answered_from_the_structuring_and_classification_heads
     assert all(set(one.data) <= set(SCHEMA["properties"]) for one in found)
 
 
+def test_a_document_missing_a_required_property_fails_alone(adapter: GliformerModel) -> None:
+    """As the public server answers it: that item's ``INFERENCE_ERROR`` with nothing else, while the
+    documents that have every required property answer what they answer without ``required``."""
+    people = {"type": "array", "items": {"type": "object", "properties": {"who": {"type": "string"}}}}
+    schema = {**SCHEMA, "properties": {**SCHEMA["properties"], "people": people}}
+    found = extract(adapter, TEXTS, forward([], {"threshold": 0.2}, {**schema, "required": ["tags"]}))
+    plain = extract(adapter, TEXTS, forward([], {"threshold": 0.2}, schema))
+    failed = [index for index, one in enumerate(found) if one.error is not None]
+    assert failed == [index for index, one in enumerate(plain) if "tags" not in one.data]
+    assert 0 < len(failed) < len(TEXTS), "every item or none failed: the test would be vacuous"
+    for index, (ours, without) in enumerate(zip(found, plain, strict=True)):
+        if index in failed:
+            assert ours.error is not None and ours.error.code == "INFERENCE_ERROR"
+            assert (
+                ours.error.message == "GLiFormer did not extract required output_schema properties: ['tags']"
+            )
+            assert (ours.data, ours.entities, ours.classifications) == ({}, [], [])
+        else:
+            assert ours.error is None and ours.data == without.data
+
+
 def test_cost_is_the_document_tokens_the_model_reads(adapter: GliformerModel) -> None:
     asked = forward(ENTITY_TYPES, {})
     costs = [
