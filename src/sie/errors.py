@@ -15,8 +15,10 @@ bug, a library's exception) is ``UNEXPECTED``, and its text stays in the log.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, ClassVar, Final
 
 from sie.wire.codec import WireDecodeError
@@ -96,6 +98,9 @@ class SieError(Exception):
     setting (a gateway's provisioning answer)."""
 
     code: ClassVar[WireCode]
+    # Headers an HTTP answer to this instance carries besides the table's: remote serving says who
+    # answered (``X-SIE-Served-By``, ``X-SIE-Upstream``, ``X-SIE-Fallback-*``). An instance sets its own.
+    extra_headers: Mapping[str, str] = MappingProxyType({})
 
     def rule(self) -> ErrorRule:
         """The rule of the nearest class's code (an instance that relays another's code says its own)."""

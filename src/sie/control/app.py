@@ -53,6 +53,7 @@ def producer_id(host: Host) -> str:
 def build_state(settings: ConfigServiceSettings) -> ControlState:
     bundles = [load_bundle(name, settings.bundles_dir) for name in bundle_names(settings.bundles_dir)]
     registry = ConfigRegistry(bundles, Path(settings.models_dir))
+    registry.upstream_names = settings.declared_upstreams()
     store = ConfigStore(settings.config_store_dir) if settings.config_store_dir else None
     epoch = 0
     if store is not None:

@@ -41,6 +41,7 @@ from sie.catalog.config_errors import (
 from sie.catalog.families import canonical
 from sie.catalog.model_config import ModelConfig, load_model_dir
 from sie.control.store import file_name_of
+from sie.control.upstream_names import refuse_undeclared
 
 PROFILE_NAME: Final = re.compile(r"^[A-Za-z0-9._-]+$")
 # Bundles without an ``engine`` run the Python adapters; the public service names that ``pytorch``.
@@ -132,6 +133,7 @@ class ConfigRegistry:
                 self._baseline[config.sie_id] = (path.read_text(encoding="utf-8"), config)
                 self._reveal(config.sie_id)
         self._catalog: Catalog | None = None
+        self.upstream_names: frozenset[str] | None = None  # SIE_UPSTREAM_NAMES (``upstream_names``)
 
     # -- reading -------------------------------------------------------------------------------
     def ids(self) -> list[str]:
@@ -260,6 +262,7 @@ class ConfigRegistry:
         refused = sorted(filter(None, map(foreign_adapter, new_paths)))
         if refused:
             raise invalid("; ".join(refused))
+        refuse_undeclared(model_id, together, profiles, self.upstream_names, profile_adapter)
         created = [name for name in profiles if name not in stored_profiles]
         clashing = [n for n in profiles if n in stored_profiles and stored_profiles[n] != profiles[n]]
         if clashing:

@@ -14,6 +14,7 @@ text: the traceback goes to the log, the client gets a stable code.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from http import HTTPStatus
@@ -184,6 +185,8 @@ def error_response(exc: Exception, envelope: Envelope = Envelope.NATIVE) -> JSON
     rule, message = told(exc)
     own = exc.body(message) if isinstance(exc, SieError) else None
     headers = {"X-SIE-Server-Version": __version__}
+    if isinstance(exc, SieError):
+        headers.update(exc.extra_headers)
     if envelope is not Envelope.CONFIG:
         headers[ERROR_CODE_HEADER] = rule.code.value
     wait = retry_after(exc, rule)
@@ -199,11 +202,15 @@ def openai_retry_after(status: int) -> str | None:
     return "1" if status == HTTPStatus.SERVICE_UNAVAILABLE else None
 
 
-def openai_error(status: int, message: str, code: str, error_type: str) -> JSONResponse:
+def openai_error(
+    status: int, message: str, code: str, error_type: str, extra_headers: Mapping[str, str] | None = None
+) -> JSONResponse:
     """One OpenAI-envelope answer; the route's own refusals (e.g. ``unsupported_field``) use it too."""
     wait = openai_retry_after(status)
-    headers = {"Retry-After": wait} if wait else None
-    return JSONResponse(openai_error_envelope(message, code, error_type), status_code=status, headers=headers)
+    headers = {**(extra_headers or {}), **({"Retry-After": wait} if wait else {})}
+    return JSONResponse(
+        openai_error_envelope(message, code, error_type), status_code=status, headers=headers or None
+    )
 
 
 def openai_error_response(exc: Exception, native_code: bool = False) -> JSONResponse:
@@ -211,7 +218,9 @@ def openai_error_response(exc: Exception, native_code: bool = False) -> JSONResp
     there (``/v1/rerank``)."""
     rule, message = told(exc)
     openai = http_for(exc, rule).openai
-    return openai_error(openai.status, message, rule.code.value if native_code else openai.code, openai.type)
+    code = rule.code.value if native_code else openai.code
+    extra = exc.extra_headers if isinstance(exc, SieError) else None
+    return openai_error(openai.status, message, code, openai.type, extra)
 
 
 def install(app: Starlette, envelope: Envelope) -> None:

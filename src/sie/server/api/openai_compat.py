@@ -28,6 +28,7 @@ from sie.http.routes import PostRoute
 from sie.postprocess.quantize import l2_normalize
 from sie.server.api.data_uri import BadImageInput, image_from_data_uri
 from sie.server.api.native import engine_of, render_off_loop_if_big
+from sie.server.remote import remote_header, router_of
 from sie.wire import codec
 from sie.wire.requests import EmbeddingModality, EncodeRequest, EncodingFormat, Item, OpenAIEmbeddingsRequest
 from sie.wire.responses import OpenAIEmbedding, OpenAIEmbeddingsResponse, OpenAIUsage
@@ -107,7 +108,10 @@ async def embeddings(request: Request) -> Response:
         body = codec.decode(raw, codec.JSON, OpenAIEmbeddingsRequest, strict=False)
         items = await _items(engine, body)
         engine.admission.sizes(items, "input")  # named as this route names them
-        answer = await engine.encode(body.model, EncodeRequest(items=items), wait_loaded=True)
+        routed = await router_of(request).encode(
+            body.model, EncodeRequest(items=items), remote_header(request), wait_loaded=True
+        )
+        answer = routed.answer
         dense = [item.dense.values for item in answer.response.items if item.dense is not None]
         matrix = _vectors(np.stack(dense), body.dimensions, body.model)
     except OpenAIError as exc:
@@ -116,7 +120,7 @@ async def embeddings(request: Request) -> Response:
         return openai_error_response(exc)
     usage = OpenAIUsage(prompt_tokens=answer.tokens, total_tokens=answer.tokens)
     content = await render_off_loop_if_big(matrix.size, _render, matrix, body, usage)
-    return Response(content, media_type=codec.JSON, headers={"X-SIE-Served-By": "local"})
+    return Response(content, media_type=codec.JSON, headers=dict(routed.headers))
 
 
 ROUTES = (

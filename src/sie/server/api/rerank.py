@@ -14,6 +14,7 @@ from sie.catalog.errors import InvalidInput, require_items
 from sie.http.errors import openai_error_response
 from sie.http.routes import PostRoute
 from sie.server.api.native import engine_of
+from sie.server.remote import remote_header, router_of
 from sie.wire import codec
 from sie.wire.requests import Item, RerankRequest, ScoreRequest
 from sie.wire.responses import RerankDocument, RerankResponse, RerankResult, Usage
@@ -38,7 +39,8 @@ async def rerank(request: Request) -> Response:
         items = [Item(id=str(i), text=t) for i, t in enumerate(texts)]
         engine.admission.sizes(items, "documents")  # named as this route names them
         scoring = ScoreRequest(query=Item(text=body.query), items=items)
-        answer = await engine.score(body.model, scoring, wait_loaded=True)
+        routed = await router_of(request).score(body.model, scoring, remote_header(request), wait_loaded=True)
+        answer = routed.answer
     except Exception as exc:  # the engine's one error table (a bad body included), in OpenAI's envelope
         return openai_error_response(exc, native_code=True)
     scores = answer.response.scores
@@ -49,7 +51,7 @@ async def rerank(request: Request) -> Response:
         document = RerankDocument(texts[index]) if body.return_documents else None
         results.append(RerankResult(index, entry_score.score, document))
     response = RerankResponse(answer.response.model, results, Usage(answer.tokens))
-    return Response(codec.encode_json(response), media_type=codec.JSON, headers={"X-SIE-Served-By": "local"})
+    return Response(codec.encode_json(response), media_type=codec.JSON, headers=dict(routed.headers))
 
 
 ROUTES = (

@@ -9,19 +9,22 @@ from __future__ import annotations
 
 from fastapi import Request, Response
 
-from sie.http.parts import model_path, timing_headers
+from sie.http.parts import model_path, timing_headers, usage_headers
 from sie.http.routes import PostRoute
 from sie.server.api.native import engine_of, model_of, negotiated, read_body
+from sie.server.remote import remote_header, router_of
 from sie.wire.requests import ExtractRequest, ScoreRequest
 from sie.wire.responses import ExtractResponse, ScoreResponse
 
 
 async def score(request: Request) -> Response:
     """Rerank ``items`` against ``query``: every item scored, best first, ``rank`` 0 the best."""
-    model, engine = model_of(request), engine_of(request)
-    engine.require(model)
-    answer = await engine.score(model, await read_body(request, ScoreRequest))
-    return await negotiated(request, answer.response, timing_headers(answer.timing), 0)
+    model, router = model_of(request), router_of(request)
+    router.engine.require(model)
+    routed = await router.score(model, await read_body(request, ScoreRequest), remote_header(request))
+    answer = routed.answer
+    headers = timing_headers(answer.timing) | usage_headers(answer.response.usage) | dict(routed.headers)
+    return await negotiated(request, answer.response, headers, 0)
 
 
 async def extract(request: Request) -> Response:
@@ -29,7 +32,8 @@ async def extract(request: Request) -> Response:
     model, engine = model_of(request), engine_of(request)
     engine.require(model)
     answer = await engine.extract(model, await read_body(request, ExtractRequest))
-    return await negotiated(request, answer.response, timing_headers(answer.timing), 0)
+    headers = timing_headers(answer.timing) | usage_headers(answer.response.usage)
+    return await negotiated(request, answer.response, headers, 0)
 
 
 ROUTES = (
