@@ -1,5 +1,6 @@
-"""Every ``SIE_*`` variable the product pages name (``../shared/seeds``), and every one the Helm chart
-renders, is read by something: a settings class declares it, code looks it up by name, or (for the NATS
+"""Every ``SIE_*`` variable the product pages name (``../shared/seeds``), every one our Helm chart
+renders, and every one the public chart renders or the public gateway, worker and sie-config read
+(``PUBLIC_CHART_VARIABLES``), is read by something: a settings class declares it, code looks it up by name, or (for the NATS
 passwords the chart gives the broker) nats-server's config references it. A variable nothing reads is
 one a deployment sets and the product silently ignores; the failure names each.
 
@@ -120,6 +121,105 @@ SEED_VARIABLES = (
 )
 
 
+# What the PUBLIC chart renders and the public gateway, worker and sie-config read: a deployment moved
+# from the public chart to ours keeps its values and environment, so each must be read here too. From
+# ../shared/reference: sie-cluster.md §3.1 (the gateway's environment) and §5 (the Helm chart's worker,
+# gateway and sie-config env), sie-reference.md §6.2 (the worker's) and §7.7 (the gateway's again).
+PUBLIC_CHART_VARIABLES = (
+    # sie-cluster.md §3.1 and sie-reference.md §7.7: the gateway
+    "SIE_GATEWAY_PORT",
+    "SIE_GATEWAY_HOST",
+    "SIE_GATEWAY_WORKERS",
+    "SIE_GATEWAY_KUBERNETES",
+    "SIE_GATEWAY_K8S_NAMESPACE",
+    "SIE_GATEWAY_K8S_SERVICE",
+    "SIE_GATEWAY_K8S_PORT",
+    "SIE_GATEWAY_HEALTH_MODE",
+    "SIE_NATS_URL",
+    "SIE_GATEWAY_REQUEST_TIMEOUT",
+    "SIE_GATEWAY_MAX_STREAM_PENDING",
+    "SIE_GATEWAY_CONFIGURED_GPUS",
+    "SIE_GATEWAY_ENABLE_POOLS",
+    "SIE_MULTI_ROUTER",
+    "SIE_GATEWAY_HOT_RELOAD",
+    "SIE_GATEWAY_WATCH_POLLING",
+    "SIE_GATEWAY_POLLING_WATCHER",
+    "SIE_BUNDLES_DIR",
+    "SIE_MODELS_DIR",
+    "SIE_CONFIG_SERVICE_URL",
+    "SIE_ADMIN_TOKEN",
+    "SIE_PAYLOAD_STORE_URL",
+    "SIE_AUTH_MODE",
+    "SIE_AUTH_TOKENS",
+    "SIE_AUTH_TOKEN",
+    "SIE_AUTH_EXEMPT_OPERATIONAL",
+    "SIE_NATS_CONFIG_TRUSTED_PRODUCERS",
+    "SIE_NATS_CONFIG_TRUST_ANY_PRODUCER",
+    "SIE_LOG_LEVEL",
+    "SIE_LOG_JSON",
+    "SIE_GATEWAY_MACHINE_PROFILES",
+    "SIE_PAYLOAD_STORE_TTL",
+    # sie-cluster.md §5: the chart's workers (queueRouting) and sie-config
+    "SIE_NAK_DELAY_S",
+    "SIE_MAX_DELIVER",
+    "SIE_STREAM_MAX_AGE_S",
+    "SIE_NATS_FETCH_BUDGET",
+    "SIE_GPU_TYPE",
+    "SIE_MACHINE_PROFILE",
+    "SIE_BUNDLE",
+    "SIE_DEVICE",
+    "SIE_PRELOAD_MODELS",
+    "SIE_CLUSTER_ROUTING",
+    "SIE_POOL",
+    "SIE_CONFIG_STORE_DIR",
+    "SIE_CONFIG_RESTORE",
+    # sie-reference.md §6.2: the worker
+    "SIE_MODEL_FILTER",
+    "SIE_MAX_BATCH_REQUESTS",
+    "SIE_MAX_BATCH_WAIT_MS",
+    "SIE_MAX_CONCURRENT_REQUESTS",
+    "SIE_MEMORY_PRESSURE_THRESHOLD_PERCENT",
+    "SIE_IDLE_EVICT_S",
+    "SIE_DISK_CACHE_ENABLED",
+    "SIE_DISK_PRESSURE_THRESHOLD_PERCENT",
+    "SIE_MAX_LORAS_PER_MODEL",
+    "SIE_PREPROCESSOR_WORKERS",
+    "SIE_IMAGE_WORKERS",
+    "SIE_ATTENTION_BACKEND",
+    "SIE_DEFAULT_COMPUTE_PRECISION",
+    "SIE_INSTRUMENTATION",
+    "SIE_ADAPTIVE_BATCHING__ENABLED",
+    "SIE_ADAPTIVE_BATCHING__TARGET_P50_MS",
+    "SIE_ADAPTIVE_BATCHING__CALIBRATION_MULTIPLIER",
+    "SIE_ADAPTIVE_BATCHING__MIN_WAIT_MS",
+    "SIE_ADAPTIVE_BATCHING__MAX_WAIT_MS",
+    "SIE_ADAPTIVE_BATCHING__GAIN",
+    "SIE_ADAPTIVE_BATCHING__INTEGRAL_GAIN",
+    "SIE_ADAPTIVE_BATCHING__WINDOW_SIZE",
+    "SIE_ADAPTIVE_BATCHING__UPDATE_INTERVAL",
+    "SIE_OOM_RECOVERY__ENABLED",
+    "SIE_OOM_RECOVERY__STRATEGY",
+    "SIE_OOM_RECOVERY__MAX_SPLIT_DEPTH",
+    "SIE_OOM_RECOVERY__EVICTION_LOCK_TIMEOUT_S",
+    "SIE_OOM_RECOVERY__RETRY_AFTER_S",
+    "SIE_DISABLE_OOM_RECOVERY",
+    "SIE_LOCAL_CACHE",
+    "SIE_CLUSTER_CACHE",
+    "SIE_HF_FALLBACK",
+    "SIE_OOM_NAK_DELAY_S",
+    "SIE_ADAPTIVE_TARGET_P50_MS",
+    "SIE_TRACING_ENABLED",
+    "SIE_TELEMETRY_DISABLED",
+    "SIE_TELEMETRY_URL",
+    "SIE_VARIANT",
+    "SIE_DEPLOYMENT_ENV",
+    "SIE_DATA_DIR",
+)
+REFERENCE = REPO.parent / "shared" / "reference"
+# "SIE_GATEWAY_{PORT,HOST}" in the reference's prose: one name per part ("..." is not one).
+BRACED = re.compile(r"(SIE_[A-Z0-9_]*)\{([A-Z0-9_,. ]+)\}")
+
+
 # -- the names the seeds and the chart give -----------------------------------------------------------
 
 
@@ -225,6 +325,15 @@ def looked_up_names(root: Path = SOURCES) -> set[str]:
     return names
 
 
+def reference_names(text: str) -> set[str]:
+    """The ``SIE_*`` names reference prose gives, braced families expanded."""
+    names = {m.group() for m in re.finditer(r"SIE_[A-Z0-9_]+", text)}
+    for match in BRACED.finditer(text):
+        parts = (part.strip() for part in match.group(2).split(","))
+        names.update(match.group(1) + part for part in parts if part and part != "...")
+    return names
+
+
 def broker_names() -> set[str]:
     """Variables nats-server's config (rendered by the chart) expands: ``$SIE_NATS_WORKER_PASSWORD``."""
     return {
@@ -265,6 +374,34 @@ def test_every_variable_the_chart_renders_is_read() -> None:
     rendered = chart_names()
     assert {"SIE_NATS_URL", "SIE_POOL", "SIE_DEVICE"} <= rendered  # the extraction finds the env lists
     assert_all_read(rendered, reads(), "the chart's templates")
+
+
+def test_every_variable_the_public_chart_and_gateway_read_is_read() -> None:
+    assert len(set(PUBLIC_CHART_VARIABLES)) == len(PUBLIC_CHART_VARIABLES)
+    assert_all_read(PUBLIC_CHART_VARIABLES, reads(), "the public chart and gateway")
+
+
+def test_a_public_gateway_variable_dropped_from_the_settings_fails_and_is_named() -> None:
+    """Over a copy of the gateway's settings without the hot-reload fields (nothing else reads them),
+    the public list's check names the three variables, the chart's alias among them."""
+    dropped = {"gateway_hot_reload", "gateway_watch_polling"}
+    fields = {n: (i.annotation, i) for n, i in GatewaySettings.model_fields.items() if n not in dropped}
+    trimmed = create_model("Trimmed", __base__=SieSettings, **fields)  # type: ignore[call-overload]
+    with pytest.raises(AssertionError) as failed:
+        assert_all_read(PUBLIC_CHART_VARIABLES, reads((Settings, trimmed, ConfigServiceSettings)), "public")
+    assert str(failed.value).startswith(
+        "public name variables nothing reads: SIE_GATEWAY_HOT_RELOAD, SIE_GATEWAY_POLLING_WATCHER, "
+        "SIE_GATEWAY_WATCH_POLLING\n"
+    )
+
+
+@pytest.mark.skipif(not REFERENCE.is_dir(), reason="../shared/reference is not beside this clone")
+def test_the_public_list_is_what_the_reference_names() -> None:
+    text = (REFERENCE / "sie-cluster.md").read_text() + (REFERENCE / "sie-reference.md").read_text()
+    named = reference_names(text)
+    assert {"SIE_GATEWAY_HOT_RELOAD", "SIE_ADAPTIVE_BATCHING__GAIN"} <= named  # prose and a braced family
+    missing = sorted(set(PUBLIC_CHART_VARIABLES) - named)
+    assert not missing, f"not in ../shared/reference: {', '.join(missing)}"
 
 
 def test_a_variable_dropped_from_the_settings_fails_and_is_named() -> None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Final
 
 from nats.aio.client import Client
@@ -25,9 +26,10 @@ from starlette.routing import Route
 
 from sie import __version__
 from sie.catalog.admission import Admission
-from sie.catalog.bundles import bundle_names, load_bundle
+from sie.catalog.bundles import Bundle, bundle_names, load_bundle
 from sie.catalog.catalog import Catalog
 from sie.catalog.follower import ConfigFollower
+from sie.catalog.hot_reload import watch_folders
 from sie.catalog.source import models_directory
 from sie.gateway import cluster_api, config_api, inference, pools_api, status_page
 from sie.gateway.dead_letters import DeadLetters
@@ -49,20 +51,24 @@ from sie.observability import tracing
 from sie.queue.connection import connect
 from sie.queue.contract import CONFIG_ALL_SUBJECT, HEALTH_SUBJECT_PREFIX, ContractError, decode_heartbeat
 from sie.queue.payloads import PayloadStore, sweep_payloads
-from sie.settings.common import secret
+from sie.settings.common import secret, warn_without_effect
 from sie.settings.gateway import GatewaySettings, HealthMode
+from sie.weights.remote_fs import is_remote
 
 log = logging.getLogger(__name__)
 
 POOL_SWEEP_S: Final = 1.0  # a listing of the pools' bucket: cheap, and leases lapse on time
 
 
+def read_local(models: Path, bundles_dir: Path) -> tuple[Catalog, list[Bundle]]:
+    """The models dir's catalogue and the bundles dir's bundles (by priority); a bad YAML raises."""
+    bundles = by_priority([load_bundle(name, bundles_dir) for name in bundle_names(bundles_dir)])
+    return Catalog.from_directory(models), bundles
+
+
 def build_state(settings: GatewaySettings) -> GatewayState:
     folder = models_directory(settings.models_dir)
-    catalog = Catalog.from_directory(folder)
-    bundles = by_priority(
-        [load_bundle(name, settings.bundles_dir) for name in bundle_names(settings.bundles_dir)]
-    )
+    catalog, bundles = read_local(folder, settings.bundles_dir)
     workers = WorkerTable(stale_after_s=3 * settings.health_publish_interval_ms / 1000)
     demand = Demand()
     return GatewayState(
@@ -164,9 +170,30 @@ def health_source(settings: GatewaySettings, workers: WorkerTable) -> StatusFeed
     return StatusFeeds(urls, workers, secret(settings.auth_token))
 
 
+def hot_reload(state: GatewayState) -> Coroutine[None, None, None] | None:
+    """With ``SIE_GATEWAY_HOT_RELOAD``, a watcher of the bundles and models dirs that swaps them in
+    (polling with ``SIE_GATEWAY_WATCH_POLLING``); None without it, or with a remote models dir (read
+    once, at start)."""
+    settings = state.settings
+    if not settings.gateway_hot_reload:
+        return None
+    if is_remote(settings.models_dir):
+        log.info("SIE_GATEWAY_HOT_RELOAD: %s is read at start only (not a local folder)", settings.models_dir)
+        return None
+    models, bundles = state.models_folder, settings.bundles_dir
+    return watch_folders(
+        [models, bundles],
+        lambda: read_local(models, bundles),
+        state.apply_local,
+        settings.gateway_watch_polling,
+    )
+
+
 def create_app(settings: GatewaySettings) -> Starlette:
     state = build_state(settings)
     feeds = health_source(settings, state.workers)
+    for named, why in settings.moot_variables():
+        warn_without_effect(named, why, log)
     tracing.setup("sie-gateway", settings.tracing_enabled)  # and the OTEL_* variables
     following = settings.follower_settings()
     if following is not None:
@@ -184,6 +211,9 @@ def create_app(settings: GatewaySettings) -> Starlette:
             tasks.append(asyncio.create_task(state.follower.run(stop), name="sie-gateway-config"))
         if feeds is not None:
             tasks.append(asyncio.create_task(feeds.run(stop), name="sie-gateway-status-feeds"))
+        watching = hot_reload(state)
+        if watching is not None:
+            tasks.append(asyncio.create_task(watching, name="sie-gateway-hot-reload"))
         try:
             yield
         finally:

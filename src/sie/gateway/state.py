@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from starlette.requests import Request
@@ -38,11 +38,19 @@ class GatewayState:
     follower: ConfigFollower | None = None
     dispatcher: Dispatcher | None = None  # None until NATS answers
     pools: Pools | None = None
+    overlay: dict[str, ModelConfig] = field(default_factory=dict)  # sie-config's models, as last applied
 
     async def apply_configs(self, configs: dict[str, ModelConfig]) -> None:
         """Serve sie-config's models from now on: swapped in whole, so a request sees one catalogue."""
+        self.overlay = configs
         catalog = self.local_catalog.overlaid((c, self.models_folder) for c in configs.values())
         self.admission = Admission(catalog, self.admission.limits)
+
+    async def apply_local(self, local: tuple[Catalog, list[Bundle]]) -> None:
+        """The models and bundles dirs as reloaded (``SIE_GATEWAY_HOT_RELOAD``): sie-config's models
+        stay laid over the new models dir."""
+        self.local_catalog, self.bundles = local
+        await self.apply_configs(self.overlay)
 
 
 def state_of(request: Request) -> GatewayState:

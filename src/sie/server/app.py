@@ -36,7 +36,7 @@ from sie.server.remote.setup import upstream_pool
 from sie.server.request_metrics import RequestMetrics
 from sie.server.runtime import EngineRuntime
 from sie.server.status import WorkerIdentity
-from sie.settings.common import Host, secret
+from sie.settings.common import Host, secret, warn_without_effect
 from sie.settings.server import Settings
 
 if TYPE_CHECKING:  # nats-py is the cluster extra's: imported only when SIE_NATS_URL is set
@@ -45,24 +45,11 @@ if TYPE_CHECKING:  # nats-py is the cluster extra's: imported only when SIE_NATS
 log = logging.getLogger(__name__)
 
 
-def warn_sidecar_variables(settings: Settings) -> None:
-    """The public worker pod talks to its sidecar over a socket (``SIE_IPC_SOCKET_PATH``, a pool of
-    ``SIE_IPC_POOL_SIZE`` connections); ours has no sidecar: the queue client runs in this process
-    (docs/cluster.md says why). A deployment that sets them is told once, not silently ignored."""
-    named = [
-        name
-        for name, value in (
-            ("SIE_IPC_SOCKET_PATH", settings.ipc_socket_path),
-            ("SIE_IPC_POOL_SIZE", settings.ipc_pool_size),
-        )
-        if value
-    ]
-    if named:
-        log.warning(
-            "%s: no effect here; this server runs its queue client in the model process (no sidecar and "
-            "no IPC socket), so there is nothing to connect to",
-            " and ".join(named),
-        )
+def warn_moot_variables(settings: Settings) -> None:
+    """The public variables this server reads but has no use for (``Settings.moot_variables``: the
+    sidecar's, adaptive batching's, a telemetry URL) are told once at start, not silently ignored."""
+    for named, why in settings.moot_variables():
+        warn_without_effect(named, why, log)
 
 
 def worker_identity(settings: Settings) -> WorkerIdentity:
@@ -118,6 +105,7 @@ def queue_worker(
         worker_id=worker_id,
         wait=wait,
         max_in_flight=settings.max_concurrent_batches * settings.batch_items(),
+        fetch_budget=settings.nats_fetch_budget,
         heartbeat_interval_s=settings.health_publish_interval_ms / 1000,
         ping_interval_s=settings.worker_ping_interval_ms / 1000,
         readyz_stale_mult=settings.worker_readyz_stale_mult,
@@ -145,8 +133,9 @@ def create_app(settings: Settings) -> FastAPI:
     # The tokenizer pool already runs tokenization beside the forward pass; the Rust tokenizer's own
     # per-call thread pool would add one thread per core on top and fight the forward for the cores.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    queue_mode = settings.queue_mode()  # a SIE_CLUSTER_ROUTING other than queue stops startup here
     runtime = EngineRuntime(settings)  # parses the catalogue: a bad YAML stops startup here
-    warn_sidecar_variables(settings)
+    warn_moot_variables(settings)
     tracing.setup("sie-server", settings.tracing_enabled)  # and the OTEL_* variables
     metrics = runtime.metrics
     lifecycle = Lifecycle(settings.drain_timeout_s, settings.drain_min_s)
@@ -168,7 +157,7 @@ def create_app(settings: Settings) -> FastAPI:
             else []
         )
         queue = None
-        if settings.nats_servers():
+        if queue_mode:
             queue = queue_worker(settings, engine, identity, lifecycle, metrics, follower)
             await queue.start()
         try:

@@ -17,9 +17,9 @@ from types import TracebackType
 
 from sie.catalog.bundles import load_bundle
 from sie.catalog.catalog import Catalog
+from sie.catalog.hot_reload import watch_folders
 from sie.catalog.model_config import ModelConfig
 from sie.engine.engine import Engine
-from sie.engine.hot_reload import watch_models_dir
 from sie.observability.metrics import Metrics
 from sie.server.build import build_catalog, build_device, build_engine, select
 from sie.settings.server import Settings
@@ -56,7 +56,10 @@ class EngineRuntime:
         if self.settings.hot_reload and directory is not None:
             only = self.settings.filter_list()
             watched = only + self.settings.extra_list() if only else None
-            self._reload = asyncio.create_task(watch_models_dir(directory, watched, self._apply))
+            reload = watch_folders(
+                [directory], lambda: Catalog.from_directory(directory, watched), self._apply
+            )
+            self._reload = asyncio.create_task(reload)
         return engine
 
     async def _apply(self, reloaded: Catalog) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,20 @@ def split_csv(value: str | None) -> list[str]:
 
 def secret(value: SecretStr | None) -> str | None:
     return None if value is None else value.get_secret_value()
+
+
+def warn_without_effect(
+    named: Iterable[tuple[str, bool]], why: str, logger: logging.Logger = log
+) -> list[str]:
+    """One warning for the public variables a deployment set that our design makes moot: ``named``
+    pairs each name with whether it is set to something that would matter, ``why`` says why it does
+    not here. Silence would let an operator believe the setting took; an error would stop a
+    deployment that carried the public chart's environment over. The line comes from ``logger`` (the
+    process's component). Returns the names warned about."""
+    names = [name for name, applies in named if applies]
+    if names:
+        logger.warning("%s: no effect here; %s", " and ".join(names), why)
+    return names
 
 
 class SieSettings(BaseSettings):

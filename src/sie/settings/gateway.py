@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field, model_validator
+from pydantic import AliasChoices, Field, model_validator
 
 from sie.catalog.follower import FollowerSettings
 from sie.queue.streams import DeadLetterLimits
@@ -84,6 +84,31 @@ class GatewaySettings(Auth, Catalogue, Cluster, Logging, Tracing):
     gateway_k8s_service: str = Field("sie-worker", description="ws mode: the workers' service.")
     gateway_k8s_port: int = Field(8080, ge=1, le=65535, description="ws mode: the workers' HTTP port.")
 
+    gateway_hot_reload: bool = Field(
+        False,
+        description="Watch the local bundles and models dirs: YAMLs added, changed or deleted are served "
+        "without a restart (sie-config's models stay laid over them). The chart sets it.",
+    )
+    gateway_watch_polling: bool = Field(
+        False,
+        validation_alias=AliasChoices("SIE_GATEWAY_WATCH_POLLING", "SIE_GATEWAY_POLLING_WATCHER"),
+        description="Hot reload polls the folders instead of waiting for file events (volumes that raise "
+        "none). SIE_GATEWAY_POLLING_WATCHER is the chart's name for it.",
+    )
+    gateway_enable_pools: bool | None = Field(
+        None,
+        description="Read: pools (POST /v1/pools, leases in NATS) are always on here; false is warned about.",
+    )
+    multi_router: bool | None = Field(
+        None,
+        description="Read: every gateway shares the pools through NATS already; true is warned about.",
+    )
+    gateway_machine_profiles: str | None = Field(
+        None,
+        description="Read and warned about: machine profiles come from SIE_GATEWAY_CONFIGURED_GPUS and the "
+        "workers' heartbeats (the public gateway reads it no more than this one).",
+    )
+
     gateway_dlq_max_bytes: int = Field(
         64 * 1024 * 1024,
         ge=1024,
@@ -101,6 +126,27 @@ class GatewaySettings(Auth, Catalogue, Cluster, Logging, Tracing):
                 f"({self.stream_max_age_s:g}): an item's payload must outlive the item"
             )
         return self
+
+    def moot_variables(self) -> list[tuple[list[tuple[str, bool]], str]]:
+        """The public variables set here that this gateway reads and does not act on, each group with
+        why (``common.warn_without_effect`` says so once at start)."""
+        return [
+            (
+                [("SIE_GATEWAY_ENABLE_POOLS", self.gateway_enable_pools is False)],
+                "pools are always on in this gateway (a pool nobody leases costs nothing, and a request "
+                "names its pool itself)",
+            ),
+            (
+                [("SIE_MULTI_ROUTER", bool(self.multi_router))],
+                "every gateway reads and writes the pools in the NATS key-value bucket they all share, "
+                "so replicas agree without a Kubernetes watcher",
+            ),
+            (
+                [("SIE_GATEWAY_MACHINE_PROFILES", bool(self.gateway_machine_profiles))],
+                "the machine profiles this cluster runs are SIE_GATEWAY_CONFIGURED_GPUS and the workers' "
+                "own heartbeats",
+            ),
+        ]
 
     def worker_urls(self) -> list[str]:
         return [url.rstrip("/") for url in split_csv(self.gateway_workers)]

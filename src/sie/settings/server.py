@@ -10,16 +10,16 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, Field, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from sie.catalog.follower import FollowerSettings
 from sie.core.options import AttentionBackend, ComputePrecision
 from sie.engine.oom import DEFAULT_STRATEGY, OomAction, OomRecovery
 from sie.engine.pixels import ImageLimits
-from sie.settings.common import Auth, Catalogue, Cluster, Logging, Tracing, split_csv
+from sie.settings.common import Auth, Catalogue, Cluster, Logging, SieSettings, Tracing, split_csv
 from sie.weights.lora_sources import DEFAULT_MAX_BYTES as DEFAULT_LORA_MAX_BYTES
 from sie.weights.lora_sources import LoraSettings
 
@@ -63,7 +63,59 @@ class OomRecoverySettings(BaseModel):
         )
 
 
-class Settings(Auth, Catalogue, Cluster, Logging, Tracing):
+# What a public AdaptiveBatchingConfig value may be: the public names, any value (none is used here).
+_Knob = bool | int | float | str | None
+
+
+class AdaptiveBatchingSettings(BaseModel):
+    """``SIE_ADAPTIVE_BATCHING__*``: the public server's latency-steered batch wait. Our batcher fills
+    a batch with whatever has arrived by tokens and never waits for a latency target
+    (docs/architecture.md), so these are read, answered with one warning, and otherwise unused; a
+    profile's ``adaptive_batching`` is likewise accepted (``catalog.model_config.AdaptiveBatching``)."""
+
+    enabled: _Knob = None
+    target_p50_ms: _Knob = None
+    calibration_multiplier: _Knob = None
+    min_target_p50_ms: _Knob = None
+    max_target_p50_ms: _Knob = None
+    min_wait_ms: _Knob = None
+    max_wait_ms: _Knob = None
+    gain: _Knob = None
+    integral_gain: _Knob = None
+    window_size: _Knob = None
+    update_interval: _Knob = None
+    starvation_recovery_enabled: _Knob = None
+    starvation_window: _Knob = None
+    starvation_batch_size: _Knob = None
+
+    def named(self) -> list[tuple[str, bool]]:
+        return [(f"SIE_ADAPTIVE_BATCHING__{name.upper()}", value is not None) for name, value in self]
+
+
+_TRUE: Final = frozenset({"1", "true", "yes"})  # the public server's spellings of "telemetry off"
+
+
+class Telemetry(SieSettings):
+    """The public server's anonymous usage heartbeat and its variables. This server sends no telemetry
+    at all: turning it off (``SIE_TELEMETRY_DISABLED``, ``DO_NOT_TRACK``) is what it already does,
+    ``SIE_VARIANT`` and ``SIE_DATA_DIR`` only shape a heartbeat never sent, so those are silent; a
+    ``SIE_TELEMETRY_URL`` (telemetry pointed at the operator's own collector) gets one warning, since
+    that collector will receive nothing."""
+
+    telemetry_disabled: str | None = Field(None, description="Read: this server sends no telemetry.")
+    telemetry_url: str | None = Field(
+        None, description="Read and warned about: this server sends no telemetry, to this URL or any."
+    )
+    variant: str | None = Field(None, description="Read: the public heartbeat's image variant (none sent).")
+    data_dir: str | None = Field(None, description="Read: where the public heartbeat keeps its id (none).")
+    do_not_track: str | None = Field(None, validation_alias=AliasChoices("DO_NOT_TRACK"))
+
+    def telemetry_asked(self) -> list[tuple[str, bool]]:
+        off = (self.telemetry_disabled or "").strip().lower() in _TRUE or self.do_not_track == "1"
+        return [("SIE_TELEMETRY_URL", bool(self.telemetry_url) and not off)]
+
+
+class Settings(Auth, Catalogue, Cluster, Logging, Tracing, Telemetry):
     model_config = SettingsConfigDict(env_nested_delimiter="__")
 
     host: str = Field("0.0.0.0", description="Interface to listen on (CLI --host).")
@@ -130,6 +182,21 @@ class Settings(Auth, Catalogue, Cluster, Logging, Tracing):
         ge=1,
         description="Queue mode: deliveries of an item before JetStream gives up on it (the lane consumer's "
         "max_deliver; the dead-letter advisory follows).",
+    )
+    nats_fetch_budget: int = Field(
+        64,
+        ge=1,
+        description="Queue mode: most work items one pull asks JetStream for (fewer when fewer fit in "
+        "SIE_MAX_CONCURRENT_BATCHES x items per batch).",
+    )
+    cluster_routing: str | None = Field(
+        None,
+        description="queue (what the chart sets) or unset: this server is a queue worker whenever "
+        "SIE_NATS_URL is set. queue without SIE_NATS_URL, or any other value, refuses the start.",
+    )
+    adaptive_batching: AdaptiveBatchingSettings = Field(
+        default=AdaptiveBatchingSettings(),
+        description="SIE_ADAPTIVE_BATCHING__*: read and warned about; our batcher waits for no latency target.",
     )
     gateway_url: str | None = Field(None, description="Queue mode: the gateway asked for pool admission.")
     pool_admission_enabled: bool = Field(
@@ -313,6 +380,42 @@ class Settings(Auth, Catalogue, Cluster, Logging, Tracing):
         description="One log line per HTTP request (uvicorn's access log). Off: at high request rates it "
         "cost up to a third of the event loop; sie_requests_total counts every request either way.",
     )
+
+    def queue_mode(self) -> bool:
+        """Whether this server pulls work from the queue: with ``SIE_NATS_URL``. ``SIE_CLUSTER_ROUTING``
+        (the public switch) may say ``queue`` and nothing else: the public server's other mode (a
+        direct HTTP route from the gateway) is one the gateway no longer has either."""
+        routing = (self.cluster_routing or "").strip().lower()
+        if routing not in ("", "queue"):
+            raise ValueError(
+                f"SIE_CLUSTER_ROUTING={self.cluster_routing!r}: only 'queue' is served (work comes through "
+                "NATS JetStream, the gateway's only route to workers); set it to queue or unset it"
+            )
+        if routing == "queue" and not self.nats_servers():
+            raise ValueError("SIE_CLUSTER_ROUTING=queue needs SIE_NATS_URL (the cluster's NATS server)")
+        return bool(self.nats_servers())
+
+    def moot_variables(self) -> list[tuple[list[tuple[str, bool]], str]]:
+        """The public variables set here that this server reads and does not act on, each group with
+        why (``common.warn_without_effect`` says so once at start)."""
+        return [
+            (
+                [
+                    ("SIE_IPC_SOCKET_PATH", bool(self.ipc_socket_path)),
+                    ("SIE_IPC_POOL_SIZE", bool(self.ipc_pool_size)),
+                ],
+                # The public worker pod talks to its sidecar over a socket, through a pool of
+                # connections; docs/cluster.md says why ours has none.
+                "this server runs its queue client in the model process (no sidecar and no IPC socket), "
+                "so there is nothing to connect to",
+            ),
+            (
+                self.adaptive_batching.named(),
+                "this server's batcher forms a batch from what has arrived, bounded by tokens and "
+                "SIE_MAX_BATCH_WAIT_MS, and steers no batch wait to a latency target",
+            ),
+            (self.telemetry_asked(), "this server sends no telemetry, to that URL or any other"),
+        ]
 
     def oom_plan(self) -> OomRecovery:
         return self.oom_recovery.plan(self.disable_oom_recovery)

@@ -49,6 +49,7 @@ class WorkerConfig:
     admission_enabled: bool
     payload_store_url: str | None
     redelivery: Redelivery = field(default_factory=Redelivery)
+    fetch_budget: int = 64  # most items one pull asks for (SIE_NATS_FETCH_BUDGET)
 
 
 class QueueWorker:
@@ -97,6 +98,7 @@ class QueueWorker:
             client,
             config.lane,
             config.worker_id,
+            fetch_budget=config.fetch_budget,
             max_in_flight=config.max_in_flight,
             wait=config.wait,
             payloads=PayloadStore(config.payload_store_url) if config.payload_store_url else None,
