@@ -80,14 +80,17 @@ def dump(config: Any) -> str:
 
 
 def normalize(name: str, response: httpx.Response, differences: dict[str, str]) -> Any:
-    """A comparable answer: YAML parsed, an export's clock dropped, and for a step whose body differs
-    by design (``differences``) only the error code."""
+    """A comparable answer: YAML parsed, an export's clock dropped, bundles of one priority by name,
+    and for a step whose body differs by design (``differences``) only the error code."""
     kind = response.headers.get("content-type", "")
     if "yaml" in kind:
         return ("yaml", yaml.safe_load(response.text))
     body = response.json()
     if name.startswith("export"):
         body.pop("generated_at")
+    if isinstance(body, dict) and isinstance(body.get("bundles"), list):
+        # By priority both; the public service leaves ties in its directory's listing order.
+        body["bundles"].sort(key=lambda b: (b["priority"], b["bundle_id"]))
     if name in differences:
         detail = body.get("detail", {})
         return detail.get("error") if isinstance(detail, dict) else detail

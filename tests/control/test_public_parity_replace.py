@@ -32,6 +32,21 @@ BAKED_CHANGED = model(
         "default": {"max_batch_tokens": 4096, "adapter_path": "sie.adapters.dense_torch:TorchDenseEncoder"}
     },
 )
+WHISPER = "sie_server.adapters.whisper.adapter:WhisperAdapter"
+SGLANG = "sie_server.adapters.sglang.generation:SGLangGenerationAdapter"
+OCR = "sie_server.adapters.lighton_ocr.adapter:LightOnOCRAdapter"
+UNLISTED = "sie_server.adapters.hologram.adapter:HologramAdapter"
+
+
+def foreign(sie_id: str, adapter_path: str) -> dict[str, object]:
+    """A config of a public family this release does not run."""
+    return {
+        "sie_id": sie_id,
+        "hf_id": "acme/weights",
+        "profiles": {"default": {"adapter_path": adapter_path, "max_batch_tokens": 4096}},
+    }
+
+
 NO_ID = {k: v for k, v in model("acme/b").items() if k != "sie_id"}
 
 STEPS: list[Step] = [
@@ -91,6 +106,19 @@ STEPS: list[Step] = [
     ("list after the deletes", "GET", M, READ, None, {}),
     ("epoch after the deletes", "GET", "/v1/configs/epoch", READ, None, {}),
     ("export after the deletes", "GET", "/v1/configs/export", ADMIN, None, {}),
+    (
+        "post a family we do not run (public default)",
+        "POST",
+        M,
+        ADMIN,
+        dump(foreign("acme/asr", WHISPER)),
+        {},
+    ),
+    ("post a generative family (public sglang)", "POST", M, ADMIN, dump(foreign("acme/llm", SGLANG)), {}),
+    ("put a family we do not run", "PUT", f"{M}/acme/ocr", ADMIN, dump(foreign("acme/ocr", OCR)), {}),
+    ("post a family no bundle lists", "POST", M, ADMIN, dump(foreign("acme/new", UNLISTED)), {}),
+    ("resolve a family we do not run", "POST", "/v1/configs/resolve", READ, '{"model": "acme/llm"}', {}),
+    ("export with the foreign families", "GET", "/v1/configs/export", ADMIN, None, {}),
     ("put over the packaged MiniLM", "PUT", f"{M}/{MINILM}", ADMIN, dump(model(MINILM)), {}),
     # The public service re-checks the models dir's file before it deletes, finds its candle profile
     # in no bundle and answers 500 filesystem_fallback_invalid, deleting nothing: that override can
@@ -150,6 +178,15 @@ def test_put_and_delete_answer_as_the_public_service_does(
     assert ours["delete a baked model"][1]["deleted"] is False
     exported = {m["model_id"] for m in ours["export after the deletes"][1]["models"]}
     assert exported == {MINILM, BAKED, "acme/a", "acme/d"}
+    # Accepted into the bundle that lists the family, as the public service does.
+    assert ours["post a family we do not run (public default)"][1]["routable_bundles_by_profile"] == {
+        "default": ["default"]
+    }
+    assert ours["post a generative family (public sglang)"][1]["routable_bundles_by_profile"] == {
+        "default": ["sglang"]
+    }
+    assert ours["put a family we do not run"][1]["affected_bundles"] == ["transformers5"]
+    assert ours["post a family no bundle lists"][0] == 422
     assert ours["delete the packaged MiniLM's override"][1]["fallback"] == "filesystem"
     minilm = ours["read the packaged MiniLM again"][1][1]
     assert set(minilm["profiles"]) == {"default", "candle"}

@@ -6,6 +6,8 @@ per bundle (``default``, and ``extra``, which also runs the dense torch family).
   the public ``sie-sdk`` too.
 - ``PUT /v1/configs/models/{id}`` replaces a config and ``DELETE`` removes it: the gateway and both
   workers converge on each (a request sees the new config, then the model is gone).
+- A config of a family this release does not run is accepted into the bundle that lists it, and the
+  gateway and the workers answer a request for it 400 ``MODEL_NOT_SERVED`` naming the family.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from tests.e2e.conftest import MINILM, Server
 from tests.e2e.test_control_plane import model_yaml, serves, wait_until
 
 EXTRA = "name: extra\npriority: 20\nadapters:\n- sie.adapters.dense_torch\n"
+# A public family no release here knows, in a bundle of its own (a later public release's, say).
+FUTURE = "name: future\npriority: 40\nadapters:\n- sie_server.adapters.hologram.adapter\n"
 RERANKER = "BAAI/bge-reranker-base"  # a cross-encoder: in the default bundle only
 PUT_MODEL = "tests/minilm-put"
 TEXT = {"items": [{"text": "bundles pick the workers"}]}
@@ -49,6 +53,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     bundles.mkdir()
     shutil.copy(PACKAGED_BUNDLES_DIR / "default.yaml", bundles / "default.yaml")
     (bundles / "extra.yaml").write_text(EXTRA)
+    (bundles / "future.yaml").write_text(FUTURE)
     shared = {"SIE_BUNDLES_DIR": str(bundles)}
     with running_nats(root) as nats:
         config_env = {
@@ -72,8 +77,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 yield Cluster(config, gateway, default, extra)
 
 
-def encode(gateway: Gateway, path: str) -> httpx.Response:
-    return gateway.client.post(f"/v1/encode/{path}", json=TEXT, headers=JSON)
+def encode(server: Gateway | Server, path: str) -> httpx.Response:
+    return server.client.post(f"/v1/encode/{path}", json=TEXT, headers=JSON)
 
 
 def vector(response: httpx.Response) -> np.ndarray:
@@ -188,3 +193,39 @@ def test_put_and_delete_converge_on_the_gateway_and_the_workers(cluster: Cluster
     wait_until("the model gone everywhere", lambda: nowhere(cluster, PUT_MODEL), 30, gateway.log())
     gone = encode(gateway, PUT_MODEL)
     assert gone.status_code == 404 and gone.json()["detail"]["code"] == "MODEL_NOT_FOUND"
+
+
+def foreign_yaml(sie_id: str, adapter_path: str) -> str:
+    config = {
+        "sie_id": sie_id,
+        "hf_id": "acme/weights",
+        "tasks": {"encode": {"dense": {"dim": 8}}},
+        "profiles": {"default": {"adapter_path": adapter_path, "max_batch_tokens": 4096}},
+    }
+    return json.dumps(config)  # JSON is YAML
+
+
+@pytest.mark.parametrize(
+    ("sie_id", "adapter_path", "bundle", "family"),
+    [
+        ("tests/asr", "sie_server.adapters.whisper.adapter:WhisperAdapter", "default", "Whisper"),
+        ("tests/hologram", "sie_server.adapters.hologram.adapter:HologramAdapter", "future", "does not know"),
+    ],
+)
+def test_a_family_we_do_not_run_is_accepted_into_its_bundle_and_refused_per_request(
+    cluster: Cluster, sie_id: str, adapter_path: str, bundle: str, family: str
+) -> None:
+    added = cluster.config.post(foreign_yaml(sie_id, adapter_path))
+    assert added.status_code == 201, added.text
+    assert added.json()["routable_bundles_by_profile"] == {"default": [bundle]}
+
+    def refused(server: Server | Gateway) -> bool:
+        return encode(server, sie_id).status_code == 400
+
+    wait_until("the gateway knows it", lambda: refused(cluster.gateway), 30, cluster.gateway.log())
+    for server in (cluster.gateway, cluster.default):
+        wait_until("it is known", lambda s=server: refused(s), 30)
+        answer = encode(server, sie_id)
+        assert answer.json()["detail"]["code"] == "MODEL_NOT_SERVED"
+        assert family in answer.json()["detail"]["message"]
+    assert "No module named 'sie_server" not in cluster.default.log()  # refused by family, never imported

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sie.catalog.bundles import adapter_module, bundle_config_hash, load_bundle
+from sie.catalog.bundles import adapter_module, bundle_config_hash, bundle_names, load_bundle
 from sie.catalog.catalog import Catalog
 from sie.catalog.families import KNOWN, not_served
 from sie.server.build import build_catalog
@@ -78,18 +78,35 @@ def dirs(tmp_path: Path) -> tuple[Path, Path]:
     return models, bundles
 
 
-def test_default_bundle_lists_every_adapter_module_we_run_and_nothing_else() -> None:
+def test_default_bundle_lists_every_adapter_module_we_run_and_the_public_defaults_we_refuse() -> None:
     default = load_bundle("default", PACKAGED_BUNDLES_DIR)
-    assert default.default and default.name == "default"
-    assert default.adapters == {adapter_module(path) for path in KNOWN}
+    assert default.default and default.name == "default" and default.engine == "pytorch"
+    ours = {adapter_module(path) for path in KNOWN}
+    assert ours <= default.adapters
+    refused = default.adapters - ours
+    assert "sie_server.adapters.whisper.adapter" in refused
+    assert all(not_served(f"{module}:Any") for module in refused)
 
 
-def test_default_bundle_serves_every_shipped_model_of_a_family_we_run() -> None:
-    """The families this release does not run belong to no bundle, as the public server's belong
-    to bundles of their own (sglang, transformers5)."""
+def test_every_shipped_public_model_is_in_a_shipped_bundle_and_ours_run_in_default() -> None:
+    """A public family we do not run is in the bundle the public server lists it in (sglang,
+    transformers5...), so sie-config accepts its configs as the public one does; the families we run
+    are all in the default bundle, and no other bundle takes one of them."""
     catalog = Catalog.from_directory(MODELS_DIR)
+    bundles = [load_bundle(name, PACKAGED_BUNDLES_DIR) for name in bundle_names(PACKAGED_BUNDLES_DIR)]
+    default = next(b for b in bundles if b.name == "default")
     served = [e.name for e in catalog.entries() if not_served(e.profile.adapter_path) is None]
-    assert load_bundle("default", PACKAGED_BUNDLES_DIR).select(catalog).names() == served
+    selected = default.select(catalog).names()
+    assert [name for name in selected if name in served] == served
+    for entry in catalog.entries():
+        path = entry.profile.adapter_path
+        takers = [b.name for b in bundles if b.serves(entry)]
+        if path.startswith(("sie_server.", "sie_server_rust.")):
+            assert takers, entry.name
+        if not_served(path) is None:
+            assert takers == ["default"], entry.name
+    by_name = {b.name: b for b in bundles}
+    assert by_name["candle"].engine == "candle" and by_name["sglang"].priority == 20
 
 
 def test_bundle_filters_the_models_dir_by_adapter_module(dirs: tuple[Path, Path]) -> None:

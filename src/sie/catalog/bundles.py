@@ -25,6 +25,9 @@ from sie.catalog.families import CANONICAL, canonical, not_served
 from sie.catalog.model_config import ModelConfig
 
 DEFAULT_BUNDLE: Final = "default"
+# The runtime a bundle's image speaks (the public ``engine`` field): the Python adapters unless a
+# bundle says otherwise (the public ``candle`` bundle names the Rust runtime, which no image here runs).
+DEFAULT_ENGINE: Final = "pytorch"
 
 
 class BundleError(ValueError):
@@ -32,14 +35,15 @@ class BundleError(ValueError):
 
 
 class _BundleFile(BaseModel):
-    """What we read of a bundle file; other keys (``engine``, ``platform``...) are the image
-    builder's business and are kept out of the way, not refused."""
+    """What we read of a bundle file; other keys (``platform``...) are the image builder's business
+    and are kept out of the way, not refused."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     name: str
     priority: int = 50
     default: bool = False
+    engine: str = DEFAULT_ENGINE
     adapters: list[str] = Field(default_factory=list)
     deps: dict[str, Any] = Field(default_factory=dict)
 
@@ -76,6 +80,7 @@ class Bundle:
     priority: int = 50
     default: bool = False
     deps: dict[str, Any] = field(default_factory=dict)
+    engine: str = DEFAULT_ENGINE
 
     def lists(self, adapter_path: str) -> bool:
         """Whether this bundle names the module of ``adapter_path`` as written (the public
@@ -124,6 +129,7 @@ def load_bundle(name: str, directory: Path) -> Bundle:
         parsed.priority,
         parsed.default,
         dict(parsed.deps),
+        parsed.engine,
     )
 
 

@@ -178,11 +178,15 @@ NOT_SERVED: Final[dict[str, str]] = {
     "sie.adapters.not_built:OpenClip": "an open_clip model",
     "sie.adapters.not_built:SparseMultivector": "a sparse multi-vector encoding (SMVE) of a ColBERT",
 }
+# Any other public adapter (a family of a later public release, say): refused by family too, never
+# imported, so a config sie-config accepted into the bundle that lists it is answered, not loaded.
+UNKNOWN_PUBLIC_FAMILY: Final = "a public SIE family this release does not know"
 
 
 @cache  # every request's admission asks it, and a catalogue names few distinct paths
 def not_served(adapter_path: str) -> str | None:
-    """The family of ``adapter_path`` when this release does not run it (``NOT_SERVED``), else None."""
+    """The family of ``adapter_path`` when this release does not run it (``NOT_SERVED``, or any other
+    public ``sie_server.adapters`` path: ``UNKNOWN_PUBLIC_FAMILY``), else None."""
     path = canonical(adapter_path)
     if (
         path in CANONICAL
@@ -194,6 +198,8 @@ def not_served(adapter_path: str) -> str | None:
     for prefix, family in NOT_SERVED.items():
         if module == prefix or module.startswith(prefix + "."):
             return family
+    if module.startswith(_PUBLIC_PREFIX):
+        return UNKNOWN_PUBLIC_FAMILY
     return None
 
 

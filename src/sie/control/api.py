@@ -102,7 +102,7 @@ async def list_bundles(request: Request) -> Response:
     bundles = [
         {
             "bundle_id": b.name,
-            "engine": "pytorch",
+            "engine": b.engine,
             "priority": b.priority,
             "adapter_count": len(b.adapters),
             "source": "filesystem",
@@ -121,7 +121,7 @@ async def get_bundle(request: Request) -> Response:
         raise BundleNotFound(None, bundle_id=bundle_id)
     data = {
         "name": bundle.name,
-        "engine": "pytorch",
+        "engine": bundle.engine,
         "priority": bundle.priority,
         "source": "filesystem",
         "adapters": sorted(bundle.adapters),
@@ -167,9 +167,10 @@ async def export(request: Request) -> Response:
             "epoch": state.epoch,
             "generated_at": datetime.now(UTC).isoformat(),
             "bundle_config_hashes": {b.name: state.bundle_hash(b.name) for b in registry.bundles},
-            # Every model is in the default pool (this release's schema has no ``pool`` field).
+            # Every model is in the default pool (this release's schema has no ``pool`` field); a
+            # bundle without models has no pools.
             "bundle_pool_config_hashes": {
-                b.name: {"default": state.bundle_hash(b.name)} for b in registry.bundles
+                b.name: {"default": h} if (h := state.bundle_hash(b.name)) else {} for b in registry.bundles
             },
             "bundle_adapters": {b.name: state.bundle_adapters(b.name) for b in registry.bundles},
             "models": models,

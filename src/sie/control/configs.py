@@ -44,8 +44,6 @@ from sie.control.store import file_name_of
 from sie.control.upstream_names import refuse_undeclared
 
 PROFILE_NAME: Final = re.compile(r"^[A-Za-z0-9._-]+$")
-# Bundles without an ``engine`` run the Python adapters; the public service names that ``pytorch``.
-ENGINE: Final = "pytorch"
 UNKNOWN_FIELD: Final = "Unknown field: the worker model config schema does not define it."
 
 
@@ -196,7 +194,7 @@ class ConfigRegistry:
         if not self.bundles:
             return ""
         canonical_list = [
-            {"name": b.name, "priority": b.priority, "adapters": sorted(b.adapters), "engine": ENGINE}
+            {"name": b.name, "priority": b.priority, "adapters": sorted(b.adapters), "engine": b.engine}
             for b in sorted(self.bundles, key=lambda b: b.name)
         ]
         payload = json.dumps(canonical_list, sort_keys=True, separators=(",", ":"))
