@@ -72,5 +72,5 @@ def test_single_texts_and_rows_past_the_context_are_refused(folder: Path) -> Non
     fits, past = short.prepare([("query", "doc"), ("query", "a document far too long " * 10)], SCORE)
     assert fits.error is None and past.error is not None
     assert past.error.code == "INPUT_TOO_LONG"
-    assert past.error.message.startswith("Item 1: the (query, document) pair takes ")
+    assert past.error.message.startswith("The (query, document) pair takes ")
     assert "past this reranker's 64-token context" in past.error.message

@@ -113,7 +113,7 @@ async def test_a_dense_model_truncates_by_default_and_on_request_and_refuses_on_
         await dense(engine, ["short", long], "error")
     assert refusal(info.value) == (
         "INPUT_TOO_LONG",
-        "Item 1 takes 402 tokens, past the model's 256-token window, and options.overflow_policy is "
+        "Item 1: The input takes 402 tokens, past the model's 256-token window, and options.overflow_policy is "
         "'error'. Shorten it, or send overflow_policy 'truncate_text'.",
     )
 
@@ -136,7 +136,7 @@ async def test_a_cross_encoder_truncates_the_pair_or_refuses_it(engine: Engine, 
         await scores(["a dog", long], "error")
     code, message = refusal(info.value)
     assert code == "INPUT_TOO_LONG"
-    assert message.startswith("Item 1 takes 104 tokens, past the model's 64-token window")
+    assert message.startswith("Item 1: The input takes 104 tokens, past the model's 64-token window")
 
 
 async def test_a_score_by_similarity_refuses_a_long_document_on_error(engine: Engine):
@@ -148,7 +148,7 @@ async def test_a_score_by_similarity_refuses_a_long_document_on_error(engine: En
     with pytest.raises(SieError) as info:
         await engine.score(MINILM, request, wait_loaded=True)
     assert refusal(info.value)[0] == "INPUT_TOO_LONG"
-    assert str(info.value).startswith("Item 1 takes 302 tokens")
+    assert str(info.value).startswith("Item 1: The input takes 302 tokens")
 
 
 async def test_an_extraction_fails_the_long_item_alone(engine: Engine):
@@ -165,7 +165,7 @@ async def test_an_extraction_fails_the_long_item_alone(engine: Engine):
     alone = await extract([texts[0], texts[2]], "error")
     failed = answered[1]
     assert failed.error is not None and failed.error.code == ErrorCode.INPUT_TOO_LONG.value
-    assert failed.error.message.startswith("Item 1 takes 602 tokens, past the model's 512-token window")
+    assert failed.error.message.startswith("The input takes 602 tokens, past the model's 512-token window")
     assert failed.entities == []
     assert [a.entities for a in (answered[0], answered[2])] == [a.entities for a in alone]
     assert any(a.entities for a in alone), "no entity found: the comparison would be vacuous"

@@ -109,9 +109,9 @@ class ColbertEncoder(TransformerAdapter):
             limit = min(limit, forward.max_length)
         encoded = self._marked(texts_only(inputs, self.family), prefix)
         prepared = []
-        for index, ids in enumerate(encoded):
+        for ids in encoded:
             if len(ids) > limit and forward.overflow is OverflowPolicy.ERROR:
-                prepared.append(Prepared.refused(past_window_error(index, len(ids), limit)))
+                prepared.append(Prepared.refused(past_window_error(len(ids), limit)))
                 continue
             if len(ids) > limit:  # keep the closing separator, as the tokenizer's truncation does
                 ids = np.concatenate((ids[: limit - 1], ids[-1:]))

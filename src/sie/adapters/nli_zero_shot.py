@@ -113,9 +113,9 @@ class NliZeroShotClassifier(TransformerAdapter):
         filled = hypotheses(forward.task)
         multi_label(forward.task)  # a bad option is refused here, before the item queues
         prepared = []
-        for index, text in enumerate(texts):
+        for text in texts:
             rows = [(text, h) for h in filled]
-            refused = self._past_window(index, rows, forward)
+            refused = self._past_window(rows, forward)
             if refused is not None:
                 prepared.append(Prepared.refused(refused))
                 continue
@@ -123,13 +123,13 @@ class NliZeroShotClassifier(TransformerAdapter):
             prepared.append(Prepared(payload=tuple(pairs), weight=sum(len(p.ids) for p in pairs)))
         return prepared
 
-    def _past_window(self, index: int, rows: list[tuple[str, str]], forward: Forward) -> ItemError | None:
+    def _past_window(self, rows: list[tuple[str, str]], forward: Forward) -> ItemError | None:
         """Under ``overflow_policy: error``, the refusal of a text that some hypothesis pushes past
         the window (its longest row counted); None to read it truncated, as the pipeline does."""
         if forward.overflow is not OverflowPolicy.ERROR or self.tokenizer.max_length is None:
             return None
         over = self.tokenizer.past_window(rows)
-        return past_window_error(index, max(over.values()), self.tokenizer.max_length) if over else None
+        return past_window_error(max(over.values()), self.tokenizer.max_length) if over else None
 
     def _encode(self, pairs: list[tuple[str, str]]) -> list[PairIds]:
         try:

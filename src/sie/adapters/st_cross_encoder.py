@@ -27,11 +27,11 @@ from sie.core.options import Capability
 from sie.wire.errors import ErrorCode
 
 
-def _past_context(index: int, tokens: int, context: int) -> ItemError:
+def _past_context(tokens: int, context: int) -> ItemError:
     return ItemError(
         ErrorCode.INPUT_TOO_LONG.value,
-        f"Item {index}: the (query, document) pair takes {tokens} tokens with its template, past this "
-        f"reranker's {context}-token context; shorten the query or the document",
+        f"The (query, document) pair takes {tokens} tokens with its template, past this reranker's "
+        f"{context}-token context; shorten the query or the document",
     )
 
 
@@ -68,11 +68,10 @@ class SentenceTransformersCrossEncoder(DeviceModel):
         pairs = instructed_pairs(inputs, forward)
         features = self.model.preprocess(pairs)  # every row rendered and tokenized in one call
         prepared = []
-        rows = zip(pairs, features["input_ids"], features["attention_mask"], strict=True)
-        for index, (pair, row, mask) in enumerate(rows):
+        for pair, row, mask in zip(pairs, features["input_ids"], features["attention_mask"], strict=True):
             ids = row[mask.bool()].numpy().astype(np.int64)
             if self._context is not None and len(ids) > self._context:  # the public 400 INPUT_TOO_LONG
-                prepared.append(Prepared.refused(_past_context(index, len(ids), self._context)))
+                prepared.append(Prepared.refused(_past_context(len(ids), self._context)))
             else:
                 prepared.append(Prepared(ids=ids, payload=pair))
         return prepared

@@ -113,7 +113,21 @@ class RefusedItem(Relayed):
     """An item its family refused on its own (``Prepared.refused``) in an operation whose response has
     no per-item error (encode, score): the request fails with that item's code and message, as the
     public server fails it (an input past the window under ``overflow_policy: error`` is a 400
-    ``INPUT_TOO_LONG``). Extraction answers such an item in its ``error`` instead."""
+    ``INPUT_TOO_LONG``). Extraction answers such an item in its ``error`` instead.
 
-    def __init__(self, error: ItemError) -> None:
-        super().__init__(error.code, error.message)
+    The message names the item by its place in the request (``index``; None is a score's query), which
+    only the front end knows: a queue worker runs one item of an encode and ``shifted`` puts it back.
+    An instance answers with its item's code; the class names the one families refuse with, which the
+    server's OpenAPI document lists."""
+
+    code = ErrorCode.INPUT_TOO_LONG
+
+    def __init__(self, error: ItemError, index: int | None = 0) -> None:
+        where = "Query" if index is None else f"Item {index}"
+        super().__init__(error.code, f"{where}: {error.message}")
+        self.error = error
+        self.index = index
+
+    def shifted(self, offset: int) -> RefusedItem:
+        """The same refusal, the item ``offset`` places further on (a work item's ``item_index``)."""
+        return RefusedItem(self.error, None if self.index is None else self.index + offset)

@@ -124,7 +124,8 @@ class Infer:
             tokenization_ms = checked_ms + (time.perf_counter() - preparing) * 1000
             queued = [item for item in prepared if item.error is None]
             if len(queued) < len(prepared) and Capability.EXTRACT not in group.forward.outputs:
-                raise RefusedItem(next(item.error for item in prepared if item.error is not None))
+                index, error = next((i, p.error) for i, p in enumerate(prepared) if p.error is not None)
+                raise RefusedItem(error, index)
             futures = held.worker.submit(queued, group) if queued else []
             try:
                 ran: list[ItemResult] = await asyncio.gather(*futures)

@@ -63,6 +63,7 @@ from sie.queue.contract import (
 )
 from sie.queue.payloads import item_key, score_key
 from sie.wire import codec
+from sie.wire.errors import ErrorCode
 from sie.wire.requests import EncodeRequest, ExtractRequest, Item, ScoreRequest
 from sie.wire.responses import EncodeResponse, ExtractResponse, ScoreResponse
 
@@ -242,6 +243,9 @@ async def _dispatch(
         ).inc()
         raise NoAnswer(model, timeout_s)
     gathered = Gathered.of([r for r in results if r is not None])
+    refused = _refused(gathered)
+    if refused is not None:
+        raise refused
     if not gathered.answers:
         raise _all_failed(gathered)
     total_ms = (time.perf_counter() - started) * 1000
@@ -255,6 +259,21 @@ async def _dispatch(
     if workers:
         headers["X-SIE-Worker"] = ",".join(workers)
     return Response(content, media_type=codec.media_type(as_json=as_json), headers=headers)
+
+
+# The codes of an item its family refused (``Prepared.refused``), which fail a whole encode or score
+# on the server: a text past the window under ``overflow_policy: error``. The gateway answers them as
+# the server does (one 400 naming the item) rather than as a partial answer; an extraction's refused
+# item is an answer (its ``items[i].error``), never a failure here.
+WHOLE_REQUEST_CODES: Final = frozenset({ErrorCode.INPUT_TOO_LONG.value})
+
+
+def _refused(gathered: Gathered) -> Relayed | None:
+    """The first item refused with a whole-request code (the worker named it by its request index)."""
+    for failure in sorted(gathered.failures, key=lambda f: f.item_index):
+        if failure.error_code in WHOLE_REQUEST_CODES:
+            return Relayed(failure.error_code, failure.error or "Input too long")
+    return None
 
 
 def _all_failed(gathered: Gathered) -> Relayed:

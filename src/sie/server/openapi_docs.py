@@ -23,17 +23,13 @@ from sie.engine import errors as engine_errors
 from sie.errors import ErrorRule
 from sie.http.openapi import add_example, add_routes, codes_raised_in, operations, ref_of, rules_for
 from sie.http.routes import PostRoute
-from sie.wire.errors import ErrorCode
 
 _VALIDATION_COMPONENTS: Final = ("HTTPValidationError", "ValidationError")
-# The codes a family refuses one item with: a text past the window (``overflow_policy: error``).
-ITEM_CODES: Final = (ErrorCode.INPUT_TOO_LONG,)
 
 
 def server_rules() -> list[ErrorRule]:
-    """Every code the server's inference routes may answer: the error classes' and the codes a family
-    refuses one item with (``Prepared.refused``), which fail an encode or a score with that code."""
-    return rules_for([*codes_raised_in(catalog_errors, engine_errors), *ITEM_CODES])
+    """Every code the server's inference routes may answer."""
+    return rules_for(codes_raised_in(catalog_errors, engine_errors))
 
 
 def _drop_unsent_422(schema: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ from typing import Final
 
 from msgspec.structs import replace
 
+from sie.engine.errors import RefusedItem
 from sie.engine.ops.parts import Answer, item_id
 from sie.errors import QueueAction, retry_after, told
 from sie.queue.contract import WorkItem, WorkResult
@@ -109,7 +110,10 @@ def answered(
 
 def failed(work: WorkItem, error: Exception, worker_id: str) -> Outcome:
     """The error table decides: a retry is a NAK (its result is only sent once it cannot wait any
-    longer); anything else is answered."""
+    longer); anything else is answered. An item its family refused is named by its place in the
+    client's request (the work item's), not in the one-item request this worker ran."""
+    if isinstance(error, RefusedItem):
+        error = error.shifted(work.item_index)
     rule, message = told(error)
     wait = retry_after(error, rule) if rule.queue is QueueAction.RETRY else None
     result = WorkResult(

@@ -19,11 +19,12 @@ from sie.core.options import OverflowPolicy
 from sie.wire.errors import ErrorCode
 
 
-def past_window_error(index: int, tokens: int, window: int) -> ItemError:
-    """The refusal of item ``index``: its whole length against the window, and the two remedies."""
+def past_window_error(tokens: int, window: int) -> ItemError:
+    """The refusal of one input: its whole length against the window, and the two remedies. The item's
+    place is the front end's to add (``sie.engine.errors.RefusedItem``): a queue worker sees one item."""
     return ItemError(
         ErrorCode.INPUT_TOO_LONG.value,
-        f"Item {index} takes {tokens} tokens, past the model's {window}-token window, and "
+        f"The input takes {tokens} tokens, past the model's {window}-token window, and "
         "options.overflow_policy is 'error'. Shorten it, or send overflow_policy 'truncate_text'.",
     )
 
@@ -37,8 +38,7 @@ def refusals(
         return {}
     window = tokenizer.max_length
     return {
-        index: past_window_error(index, tokens, window)
-        for index, tokens in tokenizer.past_window(inputs).items()
+        index: past_window_error(tokens, window) for index, tokens in tokenizer.past_window(inputs).items()
     }
 
 

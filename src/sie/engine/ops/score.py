@@ -18,6 +18,7 @@ from sie.catalog.encode_plan import plan_encode
 from sie.catalog.score_plan import ScorePlan
 from sie.core.options import Capability, Modality, OverflowPolicy
 from sie.core.task import Task
+from sie.engine.errors import RefusedItem
 from sie.engine.infer import Inference
 from sie.engine.inputs import encode_input, encode_task, pair_side
 from sie.engine.ops.parts import Answer, Parts, check_outputs, item_id
@@ -118,10 +119,13 @@ async def _similarity(
             Postprocess(outputs),
         )
 
-    asked, answered = await asyncio.gather(
-        parts.infer(held, [query], group(True)),
-        parts.infer(held, documents, group(False)),
-    )
+    async def ask() -> Inference:
+        try:
+            return await parts.infer(held, [query], group(True))
+        except RefusedItem as exc:  # the query, not the request's first item
+            raise RefusedItem(exc.error, None) from None
+
+    asked, answered = await asyncio.gather(ask(), parts.infer(held, documents, group(False)))
     q = asked.results[0].outputs
     docs = [r.outputs for r in answered.results]
     total = np.zeros(len(documents), dtype=np.float32)
