@@ -87,6 +87,22 @@ def serve(
             "(env SIE_REMOTE_SERVING: unset is on, anything unrecognised off).",
         ),
     ] = None,
+    tracing: Annotated[
+        bool | None,
+        typer.Option(
+            "--tracing",
+            help="OpenTelemetry spans over OTLP, to OTEL_EXPORTER_OTLP_ENDPOINT or localhost:4317 "
+            "(env SIE_TRACING_ENABLED).",
+        ),
+    ] = None,
+    instrumentation: Annotated[
+        bool | None,
+        typer.Option(
+            "--instrumentation",
+            "-i",
+            help="One log line of statistics per batch and a summary per model (env SIE_INSTRUMENTATION).",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Start the HTTP server."""
@@ -113,6 +129,8 @@ def serve(
         hf_fallback=hf_fallback,
         log_json=json_logs,
         access_log=access_log,
+        tracing_enabled=tracing,
+        instrumentation=instrumentation,
         log_level="DEBUG" if verbose else None,
     )
     configure_logging(settings.log_level, json_lines=settings.log_json)
