@@ -15,8 +15,9 @@ import pytest
 from tests.control.parity import ADMIN, READ, Step, compare, config_pair, dump, model
 from tests.e2e.cluster import ConfigService
 
-MINILM = "sentence-transformers/all-MiniLM-L6-v2"  # its packaged file has a profile no bundle lists
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 BAKED = "acme/baked"
+PARTIAL = "acme/partial"  # its models-dir file has a profile of a family no bundle lists
 M = "/v1/configs/models"
 KEY = {"Idempotency-Key": "put-1"}
 DANGLING = {"default": {"extends": "missing", "max_batch_tokens": 8}}
@@ -119,15 +120,21 @@ STEPS: list[Step] = [
     ("post a family no bundle lists", "POST", M, ADMIN, dump(foreign("acme/new", UNLISTED)), {}),
     ("resolve a family we do not run", "POST", "/v1/configs/resolve", READ, '{"model": "acme/llm"}', {}),
     ("export with the foreign families", "GET", "/v1/configs/export", ADMIN, None, {}),
-    ("put over the packaged MiniLM", "PUT", f"{M}/{MINILM}", ADMIN, dump(model(MINILM)), {}),
-    # The public service re-checks the models dir's file before it deletes, finds its candle profile
-    # in no bundle and answers 500 filesystem_fallback_invalid, deleting nothing: that override can
-    # never go. Ours deletes it and serves the file as it did at start (a profile no bundle lists is
-    # simply in no bundle, as at start).
-    ("delete the packaged MiniLM's override", "DELETE", f"{M}/{MINILM}", ADMIN, None, {}),
-    ("read the packaged MiniLM again", "GET", f"{M}/{MINILM}", READ, None, {}),
+    (
+        "put over a model with a profile no bundle lists",
+        "PUT",
+        f"{M}/{PARTIAL}",
+        ADMIN,
+        dump(model(PARTIAL)),
+        {},
+    ),
+    # The public service re-checks the models dir's file before it deletes, finds a profile in no
+    # bundle and answers 500 filesystem_fallback_invalid, deleting nothing: that override can never
+    # go. Ours deletes it and serves the file as it did at start (that profile in no bundle, as then).
+    ("delete that override", "DELETE", f"{M}/{PARTIAL}", ADMIN, None, {}),
+    ("read that model again", "GET", f"{M}/{PARTIAL}", READ, None, {}),
 ]
-OURS_ONLY = frozenset({"delete the packaged MiniLM's override", "read the packaged MiniLM again"})
+OURS_ONLY = frozenset({"delete that override", "read that model again"})
 
 WITHOUT_STORE: list[Step] = [
     ("put without a store", "PUT", f"{M}/acme/a", ADMIN, dump(model("acme/a")), {}),
@@ -141,7 +148,9 @@ WITHOUT_STORE: list[Step] = [
 def services(
     tmp_path_factory: pytest.TempPathFactory, public_config_command: list[str]
 ) -> Iterator[tuple[ConfigService, ConfigService]]:
-    baked = {"acme__baked.yaml": dump(model(BAKED))}
+    hologram = {"extends": "default", "adapter_path": UNLISTED}
+    partial = model(PARTIAL, profiles={**model(PARTIAL)["profiles"], "hologram": hologram})
+    baked = {"acme__baked.yaml": dump(model(BAKED)), "acme__partial.yaml": dump(partial)}
     with config_pair(tmp_path_factory.mktemp("replace"), public_config_command, baked=baked) as pair:
         yield pair
 
@@ -177,7 +186,7 @@ def test_put_and_delete_answer_as_the_public_service_does(
     assert baked["max_sequence_length"] != 128  # the models dir's own config is back
     assert ours["delete a baked model"][1]["deleted"] is False
     exported = {m["model_id"] for m in ours["export after the deletes"][1]["models"]}
-    assert exported == {MINILM, BAKED, "acme/a", "acme/d"}
+    assert exported == {MINILM, BAKED, PARTIAL, "acme/a", "acme/d"}
     # Accepted into the bundle that lists the family, as the public service does.
     assert ours["post a family we do not run (public default)"][1]["routable_bundles_by_profile"] == {
         "default": ["default"]
@@ -187,9 +196,8 @@ def test_put_and_delete_answer_as_the_public_service_does(
     }
     assert ours["put a family we do not run"][1]["affected_bundles"] == ["transformers5"]
     assert ours["post a family no bundle lists"][0] == 422
-    assert ours["delete the packaged MiniLM's override"][1]["fallback"] == "filesystem"
-    minilm = ours["read the packaged MiniLM again"][1][1]
-    assert set(minilm["profiles"]) == {"default", "candle"}
+    assert ours["delete that override"][1]["fallback"] == "filesystem"
+    assert set(ours["read that model again"][1][1]["profiles"]) == {"default", "hologram"}
 
 
 def test_without_a_store_delete_is_refused_and_put_keeps_the_epoch(
