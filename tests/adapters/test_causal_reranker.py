@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,7 @@ from transformers import (
 
 from sie.adapters.causal_reranker import QWEN3_INSTRUCTION, CausalLmReranker
 from sie.adapters.contract import Forward, LoadSpec
-from sie.core.options import Capability, ComputePrecision
+from sie.core.options import Capability, ComputePrecision, OverflowPolicy
 from sie.core.task import Task
 from tests import builders
 
@@ -200,3 +201,57 @@ def test_qwen3_reads_the_requests_instruction_in_its_instruct_slot(qwen3_folder:
     np.testing.assert_allclose(
         got, qwen3_reference(qwen3_folder, docs, 256, "Find cardiology papers"), atol=1e-5
     )
+
+
+QWEN3 = {"input_format": "qwen3", "yes_token": "yes", "no_token": "no", "score_mode": "log_softmax"}
+
+
+def whole_prompt(folder: Path, layout: str, document: str) -> int:
+    """The tokens of the pair's prompt laid out whole, counted with transformers' tokenizer."""
+    tokenizer = hf_tokenizer(folder)
+
+    def count(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    if layout == "qwen3":
+        system = (
+            "Judge whether the Document meets the requirements based on the Query and the Instruct "
+            'provided. Note that the answer can only be "yes" or "no".'
+        )
+        body = f"<Instruct>: {QWEN3_INSTRUCTION}\n<Query>: {QUERY}\n<Document>: {document}"
+        suffix = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+        return (
+            count(f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n") + count(body) + count(suffix)
+        )
+    prefix = f"<|im_start|>system\n{MXBAI_SYSTEM}<|im_end|>\n<|im_start|>user\n"
+    fixed = count(prefix) + 2 * count("\n") + count(MXBAI_TASK) + count("<|im_end|>\n<|im_start|>assistant\n")
+    return fixed + count(f"query: {QUERY}") + count(f"document: {document}")
+
+
+@pytest.mark.parametrize("layout", ["mxbai", "qwen3"])
+def test_overflow_policy_error_refuses_a_pair_its_prompt_would_cut(
+    layout: str, qwen2_folder: Path, qwen3_folder: Path
+) -> None:
+    folder, loadtime, length = (qwen3_folder, QWEN3, 256) if layout == "qwen3" else (qwen2_folder, {}, 512)
+    reranker = CausalLmReranker.load(
+        LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, length, loadtime=loadtime)
+    )
+    long = " ".join(["salt"] * 700)
+    pairs = [(QUERY, "salt and stress"), (QUERY, long)]
+    error, truncate = (
+        replace(SCORE, overflow=p) for p in (OverflowPolicy.ERROR, OverflowPolicy.TRUNCATE_TEXT)
+    )
+    refused = reranker.prepare(pairs, error)
+    assert refused[0].error is None
+    assert refused[1].error is not None and refused[1].error.code == "INPUT_TOO_LONG"
+    tokens = whole_prompt(folder, layout, long)
+    assert tokens > length
+    assert refused[1].error.message.startswith(
+        f"The input takes {tokens} tokens, past the model's {length}-token window"
+    )
+    by_default = reranker.run(reranker.prepare(pairs, SCORE), SCORE).scores
+    assert by_default is not None
+    np.testing.assert_array_equal(
+        reranker.run(reranker.prepare(pairs, truncate), truncate).scores, by_default
+    )
+    np.testing.assert_array_equal(reranker.run(refused[:1], error).scores, by_default[:1])  # it fits whole

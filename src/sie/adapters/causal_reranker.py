@@ -10,6 +10,9 @@ Two prompt layouts, as the models were trained (``loadtime.input_format``):
 - ``mxbai`` (the ``mxbai-rerank`` library): ``query: {query}``, a newline, ``document: {document}``
   (the document cut to fit), a newline and the relevance task prompt, inside the chat turns.
 
+Under ``options.overflow_policy: error`` a pair whose prompt would be cut is refused instead
+(``INPUT_TOO_LONG``, its whole prompt's tokens against the window).
+
 ``score_mode`` ``logit_diff`` answers yes minus no (mxbai's raw score); ``log_softmax`` the
 probability of yes against no (Qwen3's). Only the two vocabulary rows of the output head are
 multiplied, in float32, with each pair's last hidden state.
@@ -28,6 +31,7 @@ from transformers import AutoModelForCausalLM
 from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
 from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.runtime.transformer import TransformerAdapter
+from sie.adapters.runtime.window import refusal
 from sie.core.options import Capability
 from sie.core.task import UnsupportedInput
 
@@ -111,15 +115,20 @@ class CausalLmReranker(TransformerAdapter):
         counted = _Counted(self._ids)
         if self._qwen3:
             asked = forward.task.instruction if forward.task else None
-            return [self._qwen3_pair(q, d, asked, counted) for q, d in pairs]
+            return [self._qwen3_pair(q, d, asked, counted, forward) for q, d in pairs]
         # mxbai's layout has no instruction slot (the public server ignores one there too).
-        return [self._mxbai_pair(q, d, counted) for q, d in pairs]
+        return [self._mxbai_pair(q, d, counted, forward) for q, d in pairs]
 
-    def _qwen3_pair(self, query: str, document: str, asked: str | None, counted: _Counted) -> Prepared:
+    def _qwen3_pair(
+        self, query: str, document: str, asked: str | None, counted: _Counted, forward: Forward
+    ) -> Prepared:
         """The pair in Qwen3's prompt, cut from the document's end to fit; its content is the query,
         the request's instruction (the default one is template) and what is left of the document."""
         instruction = asked or self._instruction
         body = self._ids(f"<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}")
+        whole = len(self._prefix) + len(body) + len(self._suffix)
+        if refused := refusal(forward, whole, self._max_length):
+            return Prepared.refused(refused)
         room = max(self._max_length - len(self._prefix) - len(self._suffix), 0)
         ids = self._prefix + body[:room] + self._suffix
         caller = counted(query) + (counted(asked) if asked else 0)
@@ -127,11 +136,15 @@ class CausalLmReranker(TransformerAdapter):
         kept = max(min(whole_document, room - (len(body) - whole_document)), 0)
         return Prepared(np.asarray(ids, dtype=np.int64), content=min(len(ids), caller + kept))
 
-    def _mxbai_pair(self, query: str, document: str, counted: _Counted) -> Prepared:
+    def _mxbai_pair(self, query: str, document: str, counted: _Counted, forward: Forward) -> Prepared:
         fixed = len(self._prefix) + len(self._sep) + len(self._task) + len(self._suffix)
         room = self._max_length - fixed  # what query, separator and document may use together
-        query_ids = self._ids(f"query: {query}")[:room]
-        document_ids = self._ids(f"document: {document}")[: max(room - len(query_ids) - len(self._sep), 0)]
+        query_ids, document_ids = self._ids(f"query: {query}"), self._ids(f"document: {document}")
+        whole = fixed + len(query_ids) + len(self._sep) + len(document_ids)
+        if refused := refusal(forward, whole, self._max_length):
+            return Prepared.refused(refused)
+        query_ids = query_ids[:room]
+        document_ids = document_ids[: max(room - len(query_ids) - len(self._sep), 0)]
         body = (query_ids + self._sep + document_ids)[:room]
         ids = self._prefix + body + self._sep + self._task + self._suffix
         content = min(counted(query), len(query_ids)) + min(counted(document), len(document_ids))

@@ -19,14 +19,27 @@ from sie.core.options import OverflowPolicy
 from sie.wire.errors import ErrorCode
 
 
-def past_window_error(tokens: int, window: int) -> ItemError:
+def past_window_error(tokens: int, window: int, *, at_least: bool = False) -> ItemError:
     """The refusal of one input: its whole length against the window, and the two remedies. The item's
-    place is the front end's to add (``sie.engine.errors.RefusedItem``): a queue worker sees one item."""
+    place is the front end's to add (``sie.engine.errors.RefusedItem``): a queue worker sees one item.
+    ``at_least``: ``tokens`` counts only a bounded prefix of the input (a family that never tokenizes
+    all of a huge text), so the length is a lower bound."""
+    length = f"at least {tokens}" if at_least else str(tokens)
     return ItemError(
         ErrorCode.INPUT_TOO_LONG.value,
-        f"The input takes {tokens} tokens, past the model's {window}-token window, and "
+        f"The input takes {length} tokens, past the model's {window}-token window, and "
         "options.overflow_policy is 'error'. Shorten it, or send overflow_policy 'truncate_text'.",
     )
+
+
+def refusal(forward: Forward, tokens: int, window: int | None, *, at_least: bool = False) -> ItemError | None:
+    """For a family that lays an input out itself (a prompt, a template, rows around the text) and
+    cuts it to fit: the refusal of an input that takes ``tokens`` laid out whole, past ``window``,
+    when ``forward``'s policy is ``error``; None when it fits, the window is unbounded, or the
+    policy lets the family cut it."""
+    if forward.overflow is not OverflowPolicy.ERROR or window is None or tokens <= window:
+        return None
+    return past_window_error(tokens, window, at_least=at_least)
 
 
 def refusals(
