@@ -4,6 +4,7 @@ on the same tiny weights (tests/builders.py): texts, PNG and JPEG images, alone 
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from transformers import CLIPModel, CLIPProcessor, SiglipModel, SiglipProcessor
 from sie.adapters.batch import ImageData
 from sie.adapters.clip import ClipEncoder, DualEncoder, SiglipEncoder
 from sie.adapters.contract import Forward, LoadSpec
-from sie.core.options import Capability, ComputePrecision
+from sie.core.options import Capability, ComputePrecision, OverflowPolicy
 from sie.core.task import UnsupportedInput
 from sie.engine.runner import BatchGroup, ModelRunner
 from sie.postprocess.outputs import Postprocess
@@ -195,3 +196,28 @@ def test_token_ids_decode_for_openai_inputs(pair: tuple[DualEncoder, Reference])
     ids = adapter.prepare(["a photo of a cat"], DENSE)[0].ids
     assert adapter.tokenizer.decode(ids.tolist()) == "a photo of a cat"
     assert adapter.tokenizer.vocab_size > int(ids.max())
+
+
+def test_overflow_policy_error_refuses_a_text_past_the_window(pair: tuple[DualEncoder, Reference]) -> None:
+    """``error`` refuses the long text alone (its whole length, by the model's tokenizer); a text and an
+    image beside it are prepared as by default; ``truncate_text`` embeds what ``default`` embeds."""
+    adapter, reference = pair
+    window = 77 if isinstance(adapter, ClipEncoder) else 64
+    long = TEXTS[2]
+    tokens = len(reference.processor.tokenizer(long)["input_ids"])
+    assert tokens > window
+    inputs: list[str | ImageData] = ["a photo of a cat", long, ImageData(IMAGES["png"])]
+    error, truncate = (
+        replace(DENSE, overflow=p) for p in (OverflowPolicy.ERROR, OverflowPolicy.TRUNCATE_TEXT)
+    )
+    refused = adapter.prepare(inputs, error)
+    assert [item.error is None for item in refused] == [True, False, True]
+    assert refused[1].error is not None and refused[1].error.code == "INPUT_TOO_LONG"
+    assert refused[1].error.message.startswith(
+        f"The input takes {tokens} tokens, past the model's {window}-token window"
+    )
+    by_default = embed(adapter, inputs)
+    truncated = adapter.run(adapter.prepare(inputs, truncate), truncate).dense
+    np.testing.assert_array_equal(truncated, by_default)
+    kept = [refused[0], refused[2]]
+    np.testing.assert_allclose(adapter.run(kept, error).dense, by_default[[0, 2]], atol=1e-6, rtol=0)

@@ -12,6 +12,9 @@ with one ``get_image_features`` call, and puts the rows back in batch order. The
 text padding only: CLIP pads to the batch's longest text (its causal mask and end-of-text pooling
 make the padding invisible), SigLIP pads every text to ``max_length`` (64) as its processor and its
 training do, because its text tower pools the last position, padding included.
+
+A text past ``max_length`` is cut to it, as both processors cut; under ``options.overflow_policy:
+error`` it is refused instead (``INPUT_TOO_LONG``), counted whole by the same tokenizer.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from sie.adapters.batch import BatchOutputs, ImageData, ModelInput, Prepared
 from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.runtime.images import decode_image
 from sie.adapters.runtime.transformer import DeviceModel, linear_weights_to
-from sie.core.options import Capability, Modality
+from sie.adapters.runtime.window import refusal
+from sie.core.options import Capability, Modality, OverflowPolicy
 from sie.core.task import UnsupportedInput
 
 _BOTH: frozenset[Modality] = frozenset({Modality.TEXT, Modality.IMAGE})
@@ -123,22 +127,26 @@ class DualEncoder(DeviceModel):
         texts = [one for one in inputs if isinstance(one, str)]
         if len(texts) + sum(isinstance(one, ImageData) for one in inputs) != len(inputs):
             raise UnsupportedInput(f"{self.family} models embed single texts or images, not pairs")
-        token_ids = iter(self._token_ids(texts) if texts else [])
-        text_cost = self._max_length if self.pads_to_max_length else None
+        whole = forward.overflow is OverflowPolicy.ERROR  # counted uncut, and refused past the window
+        token_ids = iter(self._token_ids(texts, cut=not whole) if texts else [])
         return [
-            self._text(next(token_ids), text_cost) if isinstance(one, str) else self._pixels(one)
+            self._text(next(token_ids), forward) if isinstance(one, str) else self._pixels(one)
             for one in inputs
             if isinstance(one, str | ImageData)
         ]
 
-    @staticmethod
-    def _text(ids: np.ndarray, cost: int | None) -> Prepared:
+    def _text(self, ids: np.ndarray, forward: Forward) -> Prepared:
         """A text batches at its padded length but bills the tokens it has."""
-        return Prepared(ids, weight=cost, tokens=len(ids))
+        if refused := refusal(forward, len(ids), self._max_length):
+            return Prepared.refused(refused)
+        return Prepared(ids, weight=self._max_length if self.pads_to_max_length else None, tokens=len(ids))
 
-    def _token_ids(self, texts: list[str]) -> list[np.ndarray]:
+    def _token_ids(self, texts: list[str], cut: bool) -> list[np.ndarray]:
+        """Each text's ids, cut to ``max_length`` (else whole, to be counted)."""
         with self._tokenizer_lock:
-            encoded = self._tokenizer(texts, truncation=True, max_length=self._max_length, padding=False)
+            encoded = self._tokenizer(
+                texts, truncation=cut, max_length=self._max_length if cut else None, padding=False
+            )
         return [np.asarray(ids, dtype=np.int64) for ids in encoded["input_ids"]]
 
     def _pixels(self, image: ImageData) -> Prepared:
