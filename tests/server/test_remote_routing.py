@@ -40,6 +40,7 @@ QUERY = "what causes high blood pressure"
 DOCUMENTS = ["Hypertension is often caused by stress and salt.", "The film ran for three hours."]
 REMOTE = "sie_server.adapters.remote.openai:OpenAIUpstreamAdapter"
 LOCAL = "sie.adapters.dense_torch:TorchDenseEncoder"
+UPSTREAM_BODY_LIMIT = 16 << 10
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -126,6 +127,7 @@ async def upstream(folders: tuple[Path, Path]) -> AsyncIterator[httpx.AsyncClien
         default_compute_precision="float32",
         auth_mode="token",
         auth_tokens=TOKEN,
+        max_request_body_bytes=UPSTREAM_BODY_LIMIT,  # a longer input is its own 413 INPUT_TOO_LONG
     )
     async with _listening(create_app(settings)) as port:
         headers = {"Authorization": f"Bearer {TOKEN}"}
@@ -316,3 +318,23 @@ async def test_a_profile_on_an_undefined_upstream_answers_502_model_load_failed(
     detail = answer.json()["detail"]
     assert detail["code"] == "MODEL_LOAD_FAILED"
     assert "upstream is not defined in this server's upstreams file" in detail["message"]
+
+
+async def test_the_upstreams_input_too_long_is_answered_400_input_too_long(front: httpx.AsyncClient):
+    """The upstream refuses a body past its limit 413 ``INPUT_TOO_LONG``; this server admits the text
+    (its own limits are larger) and answers as the public server maps that refusal: 400
+    ``INPUT_TOO_LONG``, which the SDKs raise as ``InputTooLongError``, in each route's envelope."""
+    text = "word " * (UPSTREAM_BODY_LIMIT // 4)
+    native = await front.post(
+        "/v1/encode/org/embedder", json={"items": [{"text": text}]}, headers={"accept": "application/json"}
+    )
+    assert native.status_code == 400, native.text
+    assert native.json()["detail"] == {
+        "code": "INPUT_TOO_LONG",
+        "message": "The upstream serving model 'org/embedder' refused the input as too long",
+    }
+    assert (native.headers["x-sie-served-by"], native.headers["x-sie-upstream"]) == ("remote", "loop")
+    openai_route = await front.post("/v1/embeddings", json={"model": "org/embedder", "input": [text]})
+    assert openai_route.status_code == 400, openai_route.text
+    error = openai_route.json()["error"]
+    assert (error["code"], error["type"]) == ("INPUT_TOO_LONG", "invalid_request_error")

@@ -22,7 +22,13 @@ from starlette.routing import Route
 from sie.upstream import openai
 from sie.upstream.client import UpstreamClient
 from sie.upstream.config import Upstream
-from sie.upstream.errors import UpstreamBusy, UpstreamFailed, UpstreamNotReady, UpstreamRefusedInput
+from sie.upstream.errors import (
+    UpstreamBusy,
+    UpstreamFailed,
+    UpstreamInputTooLong,
+    UpstreamNotReady,
+    UpstreamRefusedInput,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -105,6 +111,22 @@ async def test_embeddings_send_the_key_and_come_back_by_index(canned, monkeypatc
             UpstreamRefusedInput,
             "as invalid",
         ),
+        (
+            413,
+            b'{"error": {"code": "INPUT_TOO_LONG", "message": "secret-ish"}}',
+            {},
+            UpstreamInputTooLong,
+            "as too long",
+        ),
+        (400, b"{}", {"x-sie-error-code": "INPUT_TOO_LONG"}, UpstreamInputTooLong, "as too long"),
+        (
+            400,
+            b'{"detail": {"code": "INVALID_INPUT"}}',
+            {"x-sie-error-code": "NOPE"},
+            UpstreamRefusedInput,
+            "as invalid",
+        ),
+        (422, b'{"error": {"code": "context_length_exceeded"}}', {}, UpstreamFailed, "it answered 422"),
         (302, b"", {"location": "http://evil.example/steal"}, UpstreamFailed, "redirect, which is refused"),
         (
             200,
@@ -123,7 +145,22 @@ async def test_embeddings_send_the_key_and_come_back_by_index(canned, monkeypatc
         ),
         (200, b"[1, 2]", {}, UpstreamFailed, "not a JSON object"),
     ],
-    ids=["429", "loading", "500", "501", "invalid", "redirect", "index", "width", "values", "shape"],
+    ids=[
+        "429",
+        "loading",
+        "500",
+        "501",
+        "invalid",
+        "too-long",
+        "too-long-header",
+        "unknown-header",
+        "openai-context",
+        "redirect",
+        "index",
+        "width",
+        "values",
+        "shape",
+    ],
 )
 async def test_each_failure_is_answered_with_fixed_text(canned, status, body, headers, error, message):
     answer, port = canned
@@ -132,6 +169,7 @@ async def test_each_failure_is_answered_with_fixed_text(canned, status, body, he
         with pytest.raises(error) as raised:
             await openai.embed(up, "org/m", ["a"], "org/model", 2)
     assert message in str(raised.value) and "secret-ish" not in str(raised.value)
+    assert type(raised.value) is error
     assert raised.value.extra_headers == {"X-SIE-Served-By": "remote", "X-SIE-Upstream": "up"}
     if status == 429:
         assert raised.value.retry_after_s == 7

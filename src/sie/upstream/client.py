@@ -26,11 +26,13 @@ from sie.upstream.errors import (
     FailureKind,
     UpstreamBusy,
     UpstreamFailed,
+    UpstreamInputTooLong,
     UpstreamNotReady,
     UpstreamRefusedInput,
     clamp_wait,
 )
 from sie.upstream.limits import Limiter
+from sie.wire.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,9 @@ _ERROR_BODY_MAX_BYTES: Final = 64 << 10
 _NOT_READY: Final = frozenset({"MODEL_LOADING", "PROVISIONING", "LORA_LOADING"})
 _BUSY: Final = frozenset({"QUEUE_FULL", "RESOURCE_EXHAUSTED", "BILLING_CAPACITY_UNAVAILABLE"})
 _FINAL: Final = frozenset({"MODEL_LOAD_FAILED", "ACCOUNT_STATE_UNAVAILABLE", "COLD_START_RATE_LIMITED"})
+# An SIE upstream names its error code in this header too; read first, as the public server reads it.
+_ERROR_CODE_HEADER: Final = "X-SIE-Error-Code"
+_KNOWN_CODES: Final = frozenset(code.value for code in ErrorCode)
 
 
 class UpstreamClient:
@@ -123,7 +128,7 @@ class UpstreamClient:
                 raise UpstreamFailed(model, self.name, "it answered with a redirect, which is refused")
             if response.status_code >= 400:
                 detail = await _read(response, _ERROR_BODY_MAX_BYTES, cut=True)
-                raise self._failure(response, _error_code(detail), model)
+                raise self._failure(response, _error_code(response.headers, detail), model)
             if response.headers.get("content-encoding", "identity").lower() not in ("identity", ""):
                 raise UpstreamFailed(model, self.name, "it sent a compressed answer, which is refused")
             raw = await _read(response, max_bytes)
@@ -149,8 +154,10 @@ class UpstreamClient:
                 return UpstreamNotReady(model, self.name, wait or DEFAULT_RETRY_AFTER_S)
             kind: FailureKind = "busy" if code in _BUSY else "unavailable"
             return UpstreamBusy(model, self.name, kind, wait or DEFAULT_RETRY_AFTER_S)
-        if code == "INPUT_TOO_LONG" or (code == "INVALID_INPUT" and status in (400, 422)):
-            return UpstreamRefusedInput(model, self.name, too_long=code == "INPUT_TOO_LONG")
+        if code == ErrorCode.INPUT_TOO_LONG:
+            return UpstreamInputTooLong(model, self.name)
+        if code == ErrorCode.INVALID_INPUT and status in (400, 422):
+            return UpstreamRefusedInput(model, self.name)
         return UpstreamFailed(model, self.name, f"it answered {status}")
 
 
@@ -166,8 +173,12 @@ async def _read(response: httpx.Response, limit: int, cut: bool = False) -> byte
     return b"".join(chunks)
 
 
-def _error_code(raw: bytes | None) -> str | None:
-    """The code of an error body: ``{code}``, ``{detail: {code}}`` or OpenAI's ``{error: {code}}``."""
+def _error_code(headers: httpx.Headers, raw: bytes | None) -> str | None:
+    """The code of an error answer: a known one in ``X-SIE-Error-Code``, else the body's ``{code}``,
+    ``{detail: {code}}`` or OpenAI's ``{error: {code}}``."""
+    named = headers.get(_ERROR_CODE_HEADER)
+    if isinstance(named, str) and named in _KNOWN_CODES:
+        return named
     try:
         body = json.loads(raw or b"")
     except ValueError:

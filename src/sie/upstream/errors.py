@@ -7,7 +7,8 @@ is fixed text with the model and upstream names, and its status, a known error c
 - ``UpstreamNotReady``: the model is loading there: 503 ``MODEL_LOADING``;
 - ``UpstreamBusy``: it is busy or unreachable, or this server's own limits refused the call: 503
   ``QUEUE_FULL`` (the SDKs retry both, after the upstream's ``Retry-After`` clamped to 1-60 s);
-- ``UpstreamRefusedInput``: it refused the input (400 ``INVALID_INPUT`` / ``INPUT_TOO_LONG``);
+- ``UpstreamRefusedInput``: it refused the input: 400 ``INVALID_INPUT``, or 400 ``INPUT_TOO_LONG``
+  (``UpstreamInputTooLong``) when its code says the input was too long, as the public server maps it;
 - ``UpstreamFailed``: anything else (a redirect, a 501, a malformed answer): 500 ``INFERENCE_ERROR``.
 
 Each carries ``X-SIE-Served-By: remote`` and ``X-SIE-Upstream``, as the public answers do.
@@ -76,8 +77,18 @@ class UpstreamFailed(_Upstream):
 class UpstreamRefusedInput(InvalidInput):
     """The upstream refused the input; its reason is not repeated (it is the upstream's text)."""
 
-    def __init__(self, model: str, upstream: str, too_long: bool) -> None:
-        why = "as too long" if too_long else "as invalid"
+    def __init__(self, model: str, upstream: str, why: str = "as invalid") -> None:
         super().__init__(f"The upstream serving model '{model}' refused the input {why}")
         self.upstream = upstream
         self.extra_headers = remote_headers(upstream)
+
+
+class UpstreamInputTooLong(UpstreamRefusedInput):
+    """The upstream refused the input with ``INPUT_TOO_LONG`` (at any status below 500 but 429):
+    answered 400 ``INPUT_TOO_LONG``, which the SDKs raise as ``InputTooLongError``, as the public
+    server's local window overflow is."""
+
+    code = ErrorCode.INPUT_TOO_LONG
+
+    def __init__(self, model: str, upstream: str) -> None:
+        super().__init__(model, upstream, "as too long")
