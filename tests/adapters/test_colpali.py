@@ -6,6 +6,7 @@ MaxSim over them ranks as the processor's ``score_retrieval``."""
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from transformers import AutoTokenizer, ColPaliForRetrieval, ColPaliProcessor, S
 from sie.adapters.batch import ImageData
 from sie.adapters.colpali import ColPaliEncoder
 from sie.adapters.contract import Forward, LoadSpec
-from sie.core.options import Capability, ComputePrecision
+from sie.core.options import Capability, ComputePrecision, OverflowPolicy
 from sie.postprocess.similarity import maxsim
 from tests import builders
 from tests.conftest import random_png
@@ -84,3 +85,29 @@ def test_maxsim_ranks_pages_as_the_processors_score_retrieval(
     np.testing.assert_allclose(
         ours * len(query[0]), theirs.numpy(), rtol=1e-5
     )  # ours averages over query tokens
+
+
+def test_overflow_policy_error_refuses_a_query_past_the_length(
+    encoder: ColPaliEncoder, reference: tuple[ColPaliForRetrieval, ColPaliProcessor]
+) -> None:
+    """``error`` refuses the long query alone, counted whole with its prompt as the processor lays it
+    out; ``truncate_text`` encodes what ``default`` encodes (the query cut to fit)."""
+    _, processor = reference
+    long = "the quarterly revenue " * 300
+    tokens = len(processor(text=[long], return_tensors="pt")["input_ids"][0])
+    assert tokens > 512
+    inputs: list[str | ImageData] = [QUERIES[0], long, ImageData(PAGES[0], "png")]
+    error, truncate = (
+        replace(MULTI, overflow=p) for p in (OverflowPolicy.ERROR, OverflowPolicy.TRUNCATE_TEXT)
+    )
+    refused = encoder.prepare(inputs, error)
+    assert [item.error is None for item in refused] == [True, False, True]
+    assert refused[1].error is not None and refused[1].error.code == "INPUT_TOO_LONG"
+    assert refused[1].error.message.startswith(
+        f"The input takes {tokens} tokens, past the model's 512-token window"
+    )
+    by_default = encoder.run(encoder.prepare(inputs, MULTI), MULTI).multivector or []
+    truncated = encoder.run(encoder.prepare(inputs, truncate), truncate).multivector or []
+    assert len(by_default) == len(truncated) == 3 and len(by_default[1]) <= 512
+    for ours, theirs in zip(truncated, by_default, strict=True):
+        np.testing.assert_array_equal(ours, theirs)

@@ -34,7 +34,7 @@ from sie.adapters.colqwen2 import (
     pages_processor,
 )
 from sie.adapters.contract import Forward, LoadSpec
-from sie.core.options import Capability, ComputePrecision
+from sie.core.options import Capability, ComputePrecision, OverflowPolicy
 from sie.core.task import UnsupportedInput
 from tests import builders
 from tests.conftest import random_png
@@ -155,10 +155,14 @@ def test_a_lora_that_does_not_fit_its_base_fails_the_load(folders: tuple[Path, P
         ColQwen2Encoder.load(spec(folders, broken))
 
 
+@pytest.fixture(scope="module")
+def short(folders: tuple[Path, Path]) -> ColQwen2Encoder:
+    return ColQwen2Encoder.load(dataclasses.replace(spec(folders), max_seq_length=48))
+
+
 def test_a_text_over_the_length_is_cut_to_fit_with_its_suffix(
-    folders: tuple[Path, Path], reference: tuple[Any, Any]
+    short: ColQwen2Encoder, reference: tuple[Any, Any]
 ) -> None:
-    short = ColQwen2Encoder.load(dataclasses.replace(spec(folders), max_seq_length=48))
     long_text = " ".join(f"word{i}" for i in range(3000))
     (prepared,) = short.prepare([long_text], MULTI)
     (vectors,) = short.run([prepared], MULTI).multivector or []
@@ -166,6 +170,32 @@ def test_a_text_over_the_length_is_cut_to_fit_with_its_suffix(
     cut = str(prepared.payload).removesuffix(QUERY_SUFFIX)
     assert long_text.startswith(cut) and len(cut) < len(long_text)
     np.testing.assert_allclose(vectors, alone(reference, cut), atol=2e-5)
+
+
+def test_overflow_policy_error_refuses_a_query_past_the_length(
+    short: ColQwen2Encoder, reference: tuple[Any, Any]
+) -> None:
+    """``error`` refuses the long query alone, counted whole with its suffix as the processor lays it
+    out; ``truncate_text`` encodes what ``default`` encodes (the query cut to fit with its suffix)."""
+    _, processor = reference
+    long = " ".join(f"word{i}" for i in range(60))
+    tokens = len(processor(text=[long + QUERY_SUFFIX], return_tensors="pt")["input_ids"][0])
+    assert tokens > 48
+    inputs = [QUERIES[2], long]
+    error, truncate = (
+        dataclasses.replace(MULTI, overflow=p) for p in (OverflowPolicy.ERROR, OverflowPolicy.TRUNCATE_TEXT)
+    )
+    refused = short.prepare(inputs, error)
+    assert refused[0].error is None
+    assert refused[1].error is not None and refused[1].error.code == "INPUT_TOO_LONG"
+    assert refused[1].error.message.startswith(
+        f"The input takes {tokens} tokens, past the model's 48-token window"
+    )
+    by_default = short.run(short.prepare(inputs, MULTI), MULTI).multivector or []
+    truncated = short.run(short.prepare(inputs, truncate), truncate).multivector or []
+    assert len(by_default) == len(truncated) == 2 and len(by_default[1]) == 48
+    for ours, theirs in zip(truncated, by_default, strict=True):
+        np.testing.assert_array_equal(ours, theirs)
 
 
 def test_a_page_too_narrow_for_the_processor_is_refused_before_the_batch(encoder: ColQwen2Encoder) -> None:

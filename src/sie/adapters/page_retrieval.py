@@ -6,7 +6,9 @@ are dropped, so an item's vectors do not depend on what it was batched with.
 
 A text longer than the model's ``max_sequence_length`` is cut at a token boundary so that it and the
 family's prompt fit, as the text families truncate; an unbounded query would otherwise run a
-multi-billion-parameter decoder at quadratic cost until the device ran out of memory. The processor's
+multi-billion-parameter decoder at quadratic cost until the device ran out of memory. Under
+``options.overflow_policy: error`` such a text is refused instead (``INPUT_TOO_LONG``, its tokens and
+the prompt's against the length). The processor's
 fast tokenizer reconfigures itself (padding, truncation) on every call, and ``prepare`` runs on the
 tokenizing threads while ``run`` runs on the worker's: one lock serialises the two.
 """
@@ -27,6 +29,8 @@ from sie.adapters.batch import BatchOutputs, ImageData, ModelInput, Prepared
 from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.runtime.images import decode_image
 from sie.adapters.runtime.transformer import DeviceModel
+from sie.adapters.runtime.window import refusal
+from sie.core.extraction import ItemError
 from sie.core.options import Capability, Modality
 from sie.core.task import UnsupportedInput
 
@@ -81,15 +85,20 @@ class PageRetriever(DeviceModel, ABC):
                 prepared.append(Prepared(payload=page, weight=weight, tokens=0))  # bills as an image
             elif isinstance(one, str):
                 with self._processing:
-                    text = self._text(self._cut(one))
+                    cut = self._cut(one, forward)
+                    if isinstance(cut, ItemError):
+                        prepared.append(Prepared.refused(cut))
+                        continue
+                    text = self._text(cut)
                     ids = self._processor.tokenizer(text)["input_ids"]
                 prepared.append(Prepared(np.asarray(ids, dtype=np.int64), payload=text))
             else:
                 raise UnsupportedInput(f"{self.family} encodes a text query or a page image")
         return prepared
 
-    def _cut(self, text: str) -> str:
-        """``text`` up to the last whole token that, with the family's prompt, fits the length."""
+    def _cut(self, text: str, forward: Forward) -> str | ItemError:
+        """``text`` up to the last whole token that, with the family's prompt, fits the length; its
+        refusal instead when ``forward`` asks for it (``overflow_policy: error``)."""
         if self._max_length is None:
             return text
         if self._prompt_tokens is None:
@@ -98,6 +107,8 @@ class PageRetriever(DeviceModel, ABC):
         tokens = self._processor.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         if len(tokens["input_ids"]) <= budget:
             return text
+        if refused := refusal(forward, self._prompt_tokens + len(tokens["input_ids"]), self._max_length):
+            return refused
         return text[: tokens["offset_mapping"][budget - 1][1]]
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
