@@ -33,6 +33,18 @@ class EncodePlan:
     max_length: int | None = None  # ``query_max_length`` for queries, ``max_seq_length`` else
     overflow: OverflowPolicy = OverflowPolicy.DEFAULT  # ``overflow_policy``: a text past the window
 
+    def shaped(self, text: str, instruction_placed: bool = False) -> str:
+        """The text as the model reads it: the query or document template first, else
+        ``"{instruction} {text}"`` (the bare text where the family places the instruction itself). One
+        rule for the local engine and for an upstream, so both are sent the same words."""
+        template = self.query_template if self.is_query else self.doc_template
+        if template:
+            try:
+                return template.format(text=text, instruction=self.instruction or "")
+            except (KeyError, IndexError, ValueError) as exc:
+                raise InvalidInput(f"Invalid template {template!r}: {exc}") from exc
+        return f"{self.instruction} {text}" if self.instruction and not instruction_placed else text
+
 
 def _typed(options: dict[str, Any], key: str, kind: type, default: Any) -> Any:
     value = options.get(key, default)

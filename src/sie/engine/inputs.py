@@ -77,16 +77,7 @@ def encode_input(plan: EncodePlan, item: Item, model: str, adapter: Adapter) -> 
 def encode_text(plan: EncodePlan, item: Item, adapter: Adapter) -> str:
     """The text the tokenizer sees: templates first, else ``"{instruction} {text}"`` (the bare text
     for a family that places the instruction itself, ``encode_task``)."""
-    text = text_of(item, adapter)
-    template = plan.query_template if plan.is_query else plan.doc_template
-    if template:
-        try:
-            return template.format(text=text, instruction=plan.instruction or "")
-        except (KeyError, IndexError, ValueError) as exc:
-            raise InvalidInput(f"Invalid template {template!r}: {exc}") from exc
-    if plan.instruction and Trait.PLACES_INSTRUCTION not in adapter.traits:
-        return f"{plan.instruction} {text}"
-    return text
+    return plan.shaped(text_of(item, adapter), Trait.PLACES_INSTRUCTION in adapter.traits)
 
 
 def encode_task(plan: EncodePlan, adapter: Adapter) -> Task | None:

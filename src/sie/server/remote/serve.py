@@ -19,7 +19,7 @@ import numpy as np
 
 from sie.catalog.admission import Admission
 from sie.catalog.catalog import CatalogEntry
-from sie.catalog.encode_plan import EncodePlan, plan_encode
+from sie.catalog.encode_plan import plan_encode
 from sie.catalog.errors import InvalidInput
 from sie.catalog.options import overlay
 from sie.core.options import Capability
@@ -60,17 +60,6 @@ def _text(item: Item, label: str) -> str:
     return item.text
 
 
-def _shaped(plan: EncodePlan, text: str) -> str:
-    """The text as the model sees it: its template first, else ``"{instruction} {text}"``."""
-    template = plan.query_template if plan.is_query else plan.doc_template
-    if template:
-        try:
-            return template.format(text=text, instruction=plan.instruction or "")
-        except (KeyError, IndexError, ValueError) as exc:
-            raise InvalidInput(f"Invalid template {template!r}: {exc}") from exc
-    return f"{plan.instruction} {text}" if plan.instruction else text
-
-
 def _timing(started: float) -> Timing:
     elapsed = (time.perf_counter() - started) * 1000
     return Timing(total_ms=elapsed, queue_ms=0.0, tokenization_ms=0.0, inference_ms=elapsed)
@@ -101,7 +90,7 @@ async def encode(
         )
     if plan.lora is not None or plan.muvera:
         raise InvalidInput("a remote profile runs no LoRA and no MUVERA: the upstream serves its own model")
-    texts = [_shaped(plan, _text(item, f"Item {i}")) for i, item in enumerate(request.items)]
+    texts = [plan.shaped(_text(item, f"Item {i}")) for i, item in enumerate(request.items)]
     client = _client(pool, entry)
     dense = entry.config.tasks.encode.dense if entry.config.tasks.encode else None
     width = dense.dim if dense is not None else None
