@@ -26,7 +26,7 @@ from sie.adapters.batch import ImageData, MediaPair
 from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.qwen3_vl_embedding import Qwen3VlEmbedder
 from sie.adapters.qwen3_vl_reranker import SYSTEM_PROMPT, Qwen3VlReranker
-from sie.core.options import Capability, ComputePrecision, Pooling
+from sie.core.options import Capability, ComputePrecision, OverflowPolicy, Pooling
 from sie.core.task import Task, UnsupportedInput
 from tests import builders
 from tests.conftest import random_png
@@ -350,3 +350,35 @@ def test_reranker_needs_its_base_processor_model_when_its_folder_has_no_processo
     weights, _ = reranker_folders
     with pytest.raises(ValueError, match="names no base_processor_model"):
         Qwen3VlReranker.load(LoadSpec(weights, "cpu", ComputePrecision.FLOAT32, 512))
+
+
+def test_overflow_policy_error_refuses_a_prompt_it_would_cut(
+    embedder: Qwen3VlEmbedder, reranker: Qwen3VlReranker
+) -> None:
+    """Embedder and reranker: ``error`` refuses the item whose prompt would be cut (its whole prompt's
+    tokens against the length, here the request's), the others prepared as by default;
+    ``truncate_text`` answers what ``default`` answers."""
+    words = " ".join(f"word{i}" for i in range(300))
+    for family, inputs, capability, length in (
+        (embedder, [TEXTS[0], words], Capability.DENSE, 60),
+        (reranker, [MediaPair(TEXTS[0], TEXTS[1]), MediaPair(TEXTS[0], words)], Capability.SCORE, 80),
+    ):
+        unbounded = Forward(frozenset({capability}))
+        whole = len(family.prepare(inputs[1:], unbounded)[0].ids)
+        assert whole > length
+        default, truncate, error = (
+            Forward(frozenset({capability}), max_length=length, overflow=policy) for policy in OverflowPolicy
+        )
+        refused = family.prepare(inputs, error)
+        assert refused[0].error is None
+        assert refused[1].error is not None and refused[1].error.code == "INPUT_TOO_LONG"
+        assert refused[1].error.message.startswith(
+            f"The input takes {whole} tokens, past the model's {length}-token window"
+        )
+        by_default = family.run(family.prepare(inputs, default), default)
+        truncated = family.run(family.prepare(inputs, truncate), truncate)
+        out = "dense" if capability is Capability.DENSE else "scores"
+        np.testing.assert_array_equal(getattr(truncated, out), getattr(by_default, out))
+        np.testing.assert_allclose(
+            getattr(family.run(refused[:1], error), out), getattr(by_default, out)[:1], atol=1e-5, rtol=1e-5
+        )

@@ -15,6 +15,8 @@ is a placeholder; no video reaches it. Each image is resized alone, as the proce
 
 A text that would take the prompt past the model's length is cut at a token boundary (the text alone:
 the template and the images are never cut); a prompt whose fixed parts alone do not fit is refused.
+Under ``options.overflow_policy: error`` a prompt that would be cut is refused instead
+(``INPUT_TOO_LONG``, that item's alone), its whole length against the model's.
 Only the tokenizer's calls take a lock (a fast tokenizer is one object shared by the pool's threads);
 images are resized outside it. ``prepare`` always runs on the pool: a chat template and a tokenizer
 call cost milliseconds, too much for the event loop.
@@ -41,6 +43,8 @@ from sie.adapters.contract import Forward, LoadSpec, Trait
 from sie.adapters.runtime.images import decode_image
 from sie.adapters.runtime.peft_checkpoints import load_with_lora
 from sie.adapters.runtime.transformer import DeviceModel
+from sie.adapters.runtime.window import refusal
+from sie.core.extraction import ItemError
 from sie.core.options import Modality
 from sie.core.task import UnsupportedInput
 
@@ -154,13 +158,17 @@ class ChatVlm:
         cut: str,
         pictures: Sequence[Picture],
         limit: int,
-    ) -> ItemTensors:
+        forward: Forward,
+    ) -> ItemTensors | ItemError:
         """``conversation(text)`` read by the processor with the ``pictures`` of its images (in the
         order its image parts come), where ``cut`` is the text cut at a token boundary, as little as
-        needed, for the prompt to fit ``limit`` tokens."""
+        needed, for the prompt to fit ``limit`` tokens; the item's refusal instead of a cut when
+        ``forward`` asks for one (``overflow_policy: error``)."""
         replacements = [picture.replacement for picture in pictures]
         ids = self._ids(conversation(cut), replacements)
         over = len(ids) - limit
+        if refused := refusal(forward, len(ids), limit):
+            return refused
         if over > 0:
             with self._lock:
                 offsets = self.tokenizer(cut, add_special_tokens=False, return_offsets_mapping=True)

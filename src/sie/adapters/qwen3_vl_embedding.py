@@ -22,6 +22,7 @@ from PIL import Image
 from sie.adapters.batch import BatchOutputs, ImageData, ModelInput, Prepared
 from sie.adapters.contract import Forward, LoadSpec, Trait
 from sie.adapters.qwen3_vl import Conversation, Qwen3VlFamily, image_part, page, text_part
+from sie.core.extraction import ItemError
 from sie.core.options import Capability, Pooling
 from sie.core.task import UnsupportedInput
 
@@ -68,7 +69,12 @@ class Qwen3VlEmbedder(Qwen3VlFamily):
             else:
                 raise UnsupportedInput(f"{self.family} embeds a text, an image or an image with its text")
             pictures = [self._vlm.picture(image) for image in images]
-            tensors = self._vlm.read(partial(_conversation, instruction, images), text, pictures, limit)
+            tensors = self._vlm.read(
+                partial(_conversation, instruction, images), text, pictures, limit, forward
+            )
+            if isinstance(tensors, ItemError):
+                prepared.append(Prepared.refused(tensors))
+                continue
             prepared.append(Prepared(tensors.input_ids.numpy(), payload=tensors))
         return prepared
 

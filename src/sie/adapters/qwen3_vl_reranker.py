@@ -29,6 +29,7 @@ from PIL import Image
 from sie.adapters.batch import BatchOutputs, ImageData, MediaPair, ModelInput, Prepared
 from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.qwen3_vl import Conversation, Picture, Qwen3VlFamily, image_part, page, text_part
+from sie.core.extraction import ItemError
 from sie.core.options import Capability
 from sie.core.task import UnsupportedInput
 
@@ -111,7 +112,10 @@ class Qwen3VlReranker(Qwen3VlFamily):
             query, document = queries[id(asked)], self._side(answer)
             read = partial(_conversation, instruction, query, document.images)
             pictures = [*query.pictures, *document.pictures]
-            tensors = self._vlm.read(read, document.text, pictures, limit)
+            tensors = self._vlm.read(read, document.text, pictures, limit, forward)
+            if isinstance(tensors, ItemError):
+                prepared.append(Prepared.refused(tensors))
+                continue
             prepared.append(Prepared(tensors.input_ids.numpy(), payload=tensors))
         return prepared
 
