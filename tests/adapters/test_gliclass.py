@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 
 from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.gliclass import NO_LABELS, GliclassClassifier
-from sie.core.options import Capability, ComputePrecision
+from sie.core.options import Capability, ComputePrecision, OverflowPolicy
 from sie.core.task import Task, UnsupportedInput
 from tests import builders
 
@@ -130,3 +130,45 @@ def test_a_text_that_would_push_the_labels_out_is_refused_alone(classifier: Glic
     assert long.error.message.endswith("tokens; GLiClass reads at most 256: shorten the text")
     (alone,) = classifier.prepare([TEXTS[0]], forward)
     assert short.error is None and (short.cost, short.payload) == (alone.cost, alone.payload)
+
+
+def test_overflow_policy_truncate_text_cuts_the_text_and_error_refuses_it(
+    classifier: GliclassClassifier, folder: Path
+) -> None:
+    """As the public adapter: ``truncate_text`` cuts the text to the room the labels leave (answering
+    what the text cut by hand answers), ``error`` refuses it alone with its whole layout's tokens."""
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    pipe = ZeroShotClassificationPipeline(
+        GLiClassModel.from_pretrained(str(folder)),
+        tokenizer,
+        max_length=LENGTH,
+        device="cpu",
+        progress_bar=False,
+    ).pipe
+
+    def tokens(text: str) -> int:
+        return len(tokenizer(pipe.prepare_input(text, LABELS, None, None))["input_ids"])
+
+    long = " ".join(["storm"] * 400)
+    fits = max(k for k in range(400) if tokens(" ".join(["storm"] * k)) <= LENGTH)
+    by_hand = " ".join(["storm"] * fits)
+    assert 0 < fits < 400
+    error, truncate = (
+        Forward(frozenset({Capability.EXTRACT}), task=Task.of(LABELS, {}), overflow=policy)
+        for policy in (OverflowPolicy.ERROR, OverflowPolicy.TRUNCATE_TEXT)
+    )
+    refused, short = classifier.prepare([long, TEXTS[0]], error)
+    assert refused.error is not None and refused.error.code == "INPUT_TOO_LONG" and short.error is None
+    assert refused.error.message.startswith(
+        f"The input takes {tokens(long)} tokens, past the model's {LENGTH}-token window"
+    )
+    cut, _ = classifier.prepare([long, TEXTS[0]], truncate)
+    assert cut.payload == by_hand
+    answered = classifier.run(classifier.prepare([long, TEXTS[0]], truncate), truncate).extractions
+    assert answered == classifier.run(classifier.prepare([by_hand, TEXTS[0]], truncate), truncate).extractions
+    by_default = Forward(frozenset({Capability.EXTRACT}), task=Task.of(LABELS, {}))
+    assert (
+        answered
+        == classifier.run(classifier.prepare([by_hand, TEXTS[0]], by_default), by_default).extractions
+    )
+    assert classifier.prepare([long], by_default)[0].error is not None  # by default it is refused

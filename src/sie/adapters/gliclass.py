@@ -13,11 +13,14 @@ label comes back, best first (ties in request order); ``threshold`` above 0 keep
 A text too long to keep the labels in the model's window is refused, not silently cut: the labels
 come after the text in most checkpoints, and truncation would drop them. The refusal is that item's
 (``items[i].error``, ``INPUT_TOO_LONG``), as the public server's; the request's other items are answered.
+``options.overflow_policy`` as the public adapter reads it: ``truncate_text`` cuts such a text at a token
+boundary to the room the labels leave (the labels are never cut), ``error`` refuses it with the window
+refusal every family answers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Self
 
 import numpy as np
@@ -31,9 +34,10 @@ from sie.adapters.contract import NO_TRAITS, TEXT_ONLY, Forward, LoadSpec, texts
 from sie.adapters.options import unit_option
 from sie.adapters.runtime.tokenizer import TextTokenizer
 from sie.adapters.runtime.transformer import place_for_thresholds, release_unloaded
+from sie.adapters.runtime.window import refusal
 from sie.catalog.families import GLICLASS_OPTIONS
 from sie.core.extraction import Classification, Extraction, ItemError
-from sie.core.options import Capability
+from sie.core.options import Capability, OverflowPolicy
 from sie.core.task import Task, UnsupportedInput
 from sie.wire.errors import ErrorCode
 
@@ -79,6 +83,13 @@ def scored(labels: Sequence[str], scores: np.ndarray, keep_at_least: float) -> l
     ]
 
 
+def _past_window(tokens: int, limit: int) -> ItemError:
+    return ItemError(
+        ErrorCode.INPUT_TOO_LONG.value,
+        f"The text and labels take {tokens} tokens; GLiClass reads at most {limit}: shorten the text",
+    )
+
+
 class GliclassClassifier:
     family = "GLiClass"
     traits = NO_TRAITS
@@ -122,7 +133,7 @@ class GliclassClassifier:
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
         """The text's own tokens (what ``usage`` bills) and, as the batching weight, the whole input
-        the model reads; a text whose input would not fit is refused."""
+        the model reads; a text whose input would not fit is refused, or cut under ``truncate_text``."""
         texts = texts_only(inputs, self.family)
         task = forward.task
         labels = labels_of(task)
@@ -132,21 +143,47 @@ class GliclassClassifier:
         # Uni- and bi-encoder pipelines lay one text out as one input; an encoder-decoder reads the
         # text and the labels apart, and only the text's own length is checked then.
         compose = getattr(self._pipe, "prepare_input", None)
-        composed = [compose(text, labels, None, instruction or None) for text in texts] if compose else texts
-        windows = self._window.encode(composed)
-        limit = self.tokenizer.max_length or 0
+
+        def laid_out(text: str) -> str:
+            return str(compose(text, labels, None, instruction or None)) if compose else text
+
+        def window(text: str) -> int:
+            return len(self._window.encode([laid_out(text)])[0])
+
+        limit = self.tokenizer.max_length
+        fitted: list[tuple[str, int] | ItemError] = []
+        for text, whole in zip(texts, self._window.encode([laid_out(t) for t in texts]), strict=True):
+            length = len(whole)
+            if limit is None or length <= limit:
+                fitted.append((text, length))
+            elif refused := refusal(forward, length, limit):
+                fitted.append(refused)
+            elif forward.overflow is OverflowPolicy.TRUNCATE_TEXT:
+                fitted.append(self._cut(text, length - limit, window, limit) or _past_window(length, limit))
+            else:
+                fitted.append(_past_window(length, limit))
+        kept = iter(self.tokenizer.encode([one[0] for one in fitted if not isinstance(one, ItemError)]))
         return [
-            Prepared(ids, payload=text, weight=len(window))
-            if not limit or len(window) <= limit
-            else Prepared.refused(  # this item alone: the others in the request are answered
-                ItemError(
-                    ErrorCode.INPUT_TOO_LONG.value,
-                    f"The text and labels take {len(window)} tokens; GLiClass reads at most {limit}: "
-                    "shorten the text",
-                )
-            )
-            for ids, text, window in zip(self.tokenizer.encode(texts), texts, windows, strict=True)
+            Prepared.refused(one)  # this item alone: the others in the request are answered
+            if isinstance(one, ItemError)
+            else Prepared(next(kept), payload=one[0], weight=one[1])
+            for one in fitted
         ]
+
+    def _cut(self, text: str, over: int, window: Callable[[str], int], limit: int) -> tuple[str, int] | None:
+        """``text`` cut at a token boundary to the room its layout leaves it in ``limit`` (``window``
+        counts a text laid out), with that length; None when the labels leave it no room. A cut text
+        may tokenize a token apart inside the layout: it is shortened again until it fits."""
+        spans = self._window.encode_spans([text])[0]
+        ends = [int(end) for end in spans.offsets[~spans.special, 1]]
+        keep = len(ends) - over
+        while keep > 0:
+            cut = text[: ends[keep - 1]]
+            length = window(cut)
+            if length <= limit:
+                return cut, length
+            keep -= length - limit
+        return None
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         task = forward.task
