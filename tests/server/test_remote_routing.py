@@ -111,6 +111,11 @@ def folders(tmp_path_factory: pytest.TempPathFactory, splade_dir: Path) -> tuple
         "reranker": _hosted("org/reranker", "loop", RERANKER, "{score: {}}"),
         "dead": _hosted("org/dead", "down", MINILM, "{encode: {dense: {dim: 384}}}"),
         "nowhere": _hosted("org/nowhere", "undefined", MINILM, "{encode: {dense: {dim: 384}}}"),
+        "listed": _hosted("org/listed", "loop", MINILM, "{encode: {dense: {dim: 384}}}"),
+        "local": (
+            f"sie_id: org/local\nhf_id: {MINILM}\ntasks: {{encode: {{dense: {{dim: 384}}}}}}\n"
+            f"profiles: {{default: {{adapter_path: {LOCAL}, max_batch_tokens: 4096}}}}\n"
+        ),
     }
     for name, text in models.items():
         (front / f"{name}.yaml").write_text(text)
@@ -135,10 +140,8 @@ async def upstream(folders: tuple[Path, Path]) -> AsyncIterator[httpx.AsyncClien
             yield c
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def front(
-    folders: tuple[Path, Path], upstream: httpx.AsyncClient, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[httpx.AsyncClient]:
+@pytest.fixture(scope="module")
+def upstreams_file(upstream: httpx.AsyncClient, tmp_path_factory: pytest.TempPathFactory) -> Path:
     file = tmp_path_factory.mktemp("upstreams") / "upstreams.yaml"
     file.write_text(
         "upstreams:\n"
@@ -154,16 +157,30 @@ async def front(
         "    rate_cap: {requests_per_minute: 600, max_concurrency: 2}\n"
         "    endpoints: [embeddings]\n"
     )
+    return file
+
+
+@contextlib.asynccontextmanager
+async def _front(
+    models: Path, upstreams: Path, remote_serving: str | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
     with pytest.MonkeyPatch.context() as env:
         env.setenv(KEY_VAR, TOKEN)
         settings = Settings(
-            models_dir=str(folders[1]),
-            upstreams_file=file,
+            models_dir=str(models),
+            upstreams_file=upstreams,
+            remote_serving=remote_serving,
             hot_reload=False,
             default_compute_precision="float32",
         )
         async with served(create_app(settings), timeout=60) as client:
             yield client
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def front(folders: tuple[Path, Path], upstreams_file: Path) -> AsyncIterator[httpx.AsyncClient]:
+    async with _front(folders[1], upstreams_file) as client:
+        yield client
 
 
 async def _upstream_vectors(upstream: httpx.AsyncClient, texts: list[str]) -> np.ndarray:
@@ -338,3 +355,73 @@ async def test_the_upstreams_input_too_long_is_answered_400_input_too_long(front
     assert openai_route.status_code == 400, openai_route.text
     error = openai_route.json()["error"]
     assert (error["code"], error["type"]) == ("INPUT_TOO_LONG", "invalid_request_error")
+
+
+async def _listed(front: httpx.AsyncClient, model: str) -> dict:
+    one = await front.get(f"/v1/models/{model}")
+    assert one.status_code == 200, one.text
+    [in_list] = [m for m in (await front.get("/v1/models")).json()["models"] if m["name"] == model]
+    assert in_list == one.json()
+    return in_list
+
+
+async def test_models_show_remote_profiles_served_with_their_routing(front: httpx.AsyncClient):
+    """As the public server lists them: a remote-only model is ``available`` until a request reaches
+    it, then ``loaded`` (nothing loads: its upstream was found); ``routing`` names the policy of the
+    bare id and the kind of the upstream its remote profile calls; a local model has neither."""
+    listed = await _listed(front, "org/listed")
+    assert (listed["state"], listed["loaded"], listed["last_error"]) == ("available", False, None)
+    assert listed["routing"] == {"policy": "remote_only", "upstream_kind": "openai"}
+    assert listed["profiles"]["default"]["runtime_instance_id"] is None  # it runs in no process here
+    assert listed["outputs"] == ["dense"] and listed["dims"] == {"dense": 384}
+    assert (await _encode(front, "org/listed")).status_code == 200
+    listed = await _listed(front, "org/listed")
+    assert (listed["state"], listed["loaded"], listed["last_error"]) == ("loaded", True, None)
+    hybrid = await _listed(front, "org/stranded")  # its local slot's state (a bridge starts its load)
+    assert hybrid["routing"] == {"policy": "fallback", "upstream_kind": "openai"}
+    assert hybrid["state"] in ("available", "loading", "loaded") and hybrid["last_error"] is None
+    assert hybrid["profiles"]["default"]["runtime_instance_id"] is not None
+    assert hybrid["profiles"]["hosted"]["runtime_instance_id"] is None
+    variant = await _listed(front, "org/stranded:hosted")  # a variant has no routing of its own
+    assert variant["routing"] == {"policy": "remote_only", "upstream_kind": "openai"}
+    local = await _listed(front, "org/local")
+    assert local["routing"] == {"policy": None, "upstream_kind": None}
+    assert (local["state"], local["last_error"]) == ("available", None)
+
+
+async def test_models_show_a_remote_profile_on_an_undefined_upstream_failed_once_tried(
+    front: httpx.AsyncClient,
+):
+    before = await _listed(front, "org/nowhere")
+    assert before["routing"] == {"policy": "remote_only", "upstream_kind": None}
+    assert before["state"] in ("available", "failed")  # another test may have tried it first
+    assert (await _encode(front, "org/nowhere")).status_code == 502
+    after = await _listed(front, "org/nowhere")
+    assert (after["state"], after["loaded"]) == ("failed", False)
+    assert after["last_error"] == {
+        "code": "MODEL_LOAD_FAILED",
+        "message": "its remote profile's upstream is not defined in this server's upstreams file",
+        "attempts": 1,
+        "permanent": True,
+    }
+
+
+async def test_with_remote_serving_off_a_remote_profile_fails_when_tried(
+    folders: tuple[Path, Path], upstreams_file: Path
+):
+    """The upstreams still load (``upstream_kind`` says theirs), and every remote profile is refused:
+    502 ``MODEL_LOAD_FAILED``, then listed as failed; a fallback model's bare id stays local."""
+    async with _front(folders[1], upstreams_file, remote_serving="off") as off:
+        listed = await _listed(off, "org/embedder")
+        assert (listed["state"], listed["routing"]) == (
+            "available",
+            {"policy": "remote_only", "upstream_kind": "openai"},
+        )
+        refused = await _encode(off, "org/embedder")
+        assert refused.status_code == 502, refused.text
+        assert refused.json()["detail"]["code"] == "MODEL_LOAD_FAILED"
+        listed = await _listed(off, "org/embedder")
+        assert listed["state"] == "failed" and listed["last_error"]["code"] == "MODEL_LOAD_FAILED"
+        assert listed["last_error"]["message"] == "remote serving is switched off (SIE_REMOTE_SERVING)"
+        hybrid = await _listed(off, "org/hybrid")
+        assert hybrid["routing"] == {"policy": "fallback", "upstream_kind": "openai"}

@@ -18,23 +18,32 @@ from prometheus_client import CollectorRegistry
 
 from sie.catalog.bundles import CatalogHash
 from sie.engine.engine import Engine
-from sie.engine.loader import ModelSlot, ModelState
+from sie.engine.errors import ModelLoadFailed
+from sie.engine.loader import LoadFailure, ModelSlot, ModelState
 from sie.http.model_info import entry_info
 from sie.observability.gpus import gpu_metrics
 from sie.server.lifecycle import Lifecycle
+from sie.upstream.pool import UpstreamPool
 from sie.wire.errors import ErrorCode
 from sie.wire.responses import ModelError, ModelInfo
 from sie.wire.status import GpuStatus, ModelConfigStatus, ModelStatus, ServerInfo, WorkerStatus
 
 
-def model_info(slot: ModelSlot) -> ModelInfo:
-    failure = slot.failure
+def model_info(slot: ModelSlot, pool: UpstreamPool | None = None) -> ModelInfo:
+    """A slot as ``/v1/models`` shows it. With the server's ``pool``, a remote profile is shown as the
+    public server shows it, served: its state is the pool's (``UpstreamPool.state``), never the
+    slot's (nothing loads here), and ``routing.upstream_kind`` names its upstream's kind."""
+    failure: LoadFailure | ModelLoadFailed | None = slot.failure
+    state, loaded = slot.state.value, slot.model is not None
+    if pool is not None and slot.entry.profile.is_remote:
+        remote, failure = pool.state(slot.entry)
+        state, loaded = remote, remote == "loaded"
     error = (
         ModelError(ErrorCode.MODEL_LOAD_FAILED, failure.reason, failure.attempts, failure.permanent)
         if failure
         else None
     )
-    return entry_info(slot.entry, slot.state.value, slot.model is not None, error)
+    return entry_info(slot.entry, state, loaded, error, None if pool is None else pool.kinds)
 
 
 @dataclass(frozen=True)
