@@ -5,6 +5,7 @@ alone equal to it inside a batch, and what is refused."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.gliner2 import NO_LABELS, Gliner2Extractor
 from sie.adapters.runtime.transformer import absolute_positions
 from sie.catalog import families
-from sie.core.options import Capability, ComputePrecision
+from sie.core.options import Capability, ComputePrecision, OverflowPolicy
 from sie.core.task import Task, UnsupportedInput
 from tests import builders
 
@@ -169,12 +170,41 @@ def test_a_classification_profile_answers_the_librarys_classes(folder: Path, mul
 
 def test_a_text_longer_than_one_pass_is_refused_not_failed(extractor: Gliner2Extractor) -> None:
     """The library reads text and labels in one encoder pass and never cuts the text: past the
-    backbone's positions it would fail on the device, so the item is the client's error first."""
+    backbone's positions it would fail on the device, so that item is the client's error first (the
+    others are answered)."""
     forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of(LABELS, {}))
-    with pytest.raises(UnsupportedInput, match="one pass of at most 512 tokens"):
-        extractor.prepare(["Alice met Bob in Paris. " * 150], forward)
     near = "Alice met Bob in Paris. " * 60  # well inside: read as usual
-    assert extractor.run(extractor.prepare([near], forward), forward).extractions is not None
+    long, kept = extractor.prepare(["Alice met Bob in Paris. " * 150, near], forward)
+    assert long.error is not None and long.error.code == "INPUT_TOO_LONG" and long.cost == 0
+    assert "one pass of at most 512 tokens" in long.error.message
+    assert kept.error is None
+    assert extractor.run([kept], forward).extractions is not None
+
+
+def test_overflow_policy_truncate_text_cuts_the_text_and_error_refuses_it(
+    extractor: Gliner2Extractor,
+) -> None:
+    """``truncate_text`` reads the text cut to the room the labels leave (answering what that text cut
+    by hand answers by default); ``error`` refuses it alone with the window refusal."""
+    long = "Alice met Bob in Paris. " * 150
+    error, truncate, default = (
+        Forward(frozenset({Capability.EXTRACT}), task=Task.of(LABELS, {}), overflow=policy)
+        for policy in (OverflowPolicy.ERROR, OverflowPolicy.TRUNCATE_TEXT, OverflowPolicy.DEFAULT)
+    )
+    refused, short = extractor.prepare([long, TEXTS[0]], error)
+    assert refused.error is not None and refused.error.code == "INPUT_TOO_LONG" and short.error is None
+    found = re.match(
+        r"The input takes (\d+) tokens, past the model's 512-token window", refused.error.message
+    )
+    assert found and int(found[1]) > 512
+    cut = extractor.prepare([long], truncate)[0].payload
+    assert isinstance(cut, str) and long.startswith(cut) and 0 < len(cut) < len(long)
+    assert cut.endswith(("Alice", "met", "Bob", "in", "Paris", "."))  # at a token boundary
+    by_hand = extractor.prepare([cut, TEXTS[0]], default)
+    assert all(item.error is None for item in by_hand)
+    answered = extractor.run(extractor.prepare([long, TEXTS[0]], truncate), truncate).extractions
+    assert answered == extractor.run(by_hand, default).extractions
+    assert answered and any(answered[0].entities), "no entity found: the comparison would be vacuous"
 
 
 def test_only_a_table_of_absolute_positions_limits_what_one_pass_reads() -> None:

@@ -15,9 +15,12 @@ every class at or above ``threshold`` comes back in ``classifications``, best fi
 
 The library reads the labels' prompt and the whole text in one encoder pass and does not cut a text
 to the encoder's positions, so on a backbone with a table of absolute positions (BERT-like) an item
-whose text and labels need more tokens than that table holds would fail on the device: it is the
-client's error (split it), refused before it is queued. Relative (DeBERTa) and rotary (ModernBERT)
-backbones read any length.
+whose text and labels need more tokens than that table holds would fail on the device: that item is
+refused before it is queued (``items[i].error``, ``INPUT_TOO_LONG``; the others are answered).
+``options.overflow_policy: truncate_text`` cuts such a text at a token boundary to the room the labels
+leave instead, and ``error`` refuses it with the window refusal every family answers. Relative
+(DeBERTa) and rotary (ModernBERT) backbones read any length: nothing is ever cut or refused there, by
+construction, whatever the policy.
 
 Schema extraction (``output_schema``), relations and the Decide models are other public adapters over
 the same library; this release serves entities and classification.
@@ -37,10 +40,12 @@ from sie.adapters.contract import NO_TRAITS, TEXT_ONLY, Forward, LoadSpec, texts
 from sie.adapters.options import unit_option
 from sie.adapters.runtime.tokenizer import TextTokenizer
 from sie.adapters.runtime.transformer import absolute_positions, release_unloaded
+from sie.adapters.runtime.window import refusal
 from sie.catalog.families import GLINER2_OPTIONS
-from sie.core.extraction import Classification, Entity, Extraction
-from sie.core.options import Capability
+from sie.core.extraction import Classification, Entity, Extraction, ItemError
+from sie.core.options import Capability, OverflowPolicy
 from sie.core.task import Task, UnsupportedInput
+from sie.wire.errors import ErrorCode
 
 NO_LABELS: Final = "GLiNER2 requires labels parameter for extraction"
 DEFAULT_THRESHOLD: Final = 0.5
@@ -120,17 +125,48 @@ class Gliner2Extractor:
         labels = labels_of(forward.task, self._default_labels)
         threshold(forward.task)
         texts = texts_only(inputs, self.family)
-        if self._limit is not None:
-            prompt = sum(len(ids) + PROMPT_TOKENS_PER_LABEL for ids in self._counter.encode(labels))
-            for whole in self._counter.encode(texts):
-                if len(whole) + prompt + PROMPT_TOKENS > self._limit:
-                    raise UnsupportedInput(
-                        f"GLiNER2 reads a text and its labels in one pass of at most {self._limit} tokens; "
-                        f"this item needs {len(whole) + prompt + PROMPT_TOKENS}: split the text"
-                    )
+        fitted: list[str | ItemError] = (
+            list(texts) if self._limit is None else self._fitted(texts, labels, self._limit, forward)
+        )
+        kept = iter(self.tokenizer.encode([text for text in fitted if isinstance(text, str)]))
         return [
-            Prepared(ids, payload=text) for ids, text in zip(self.tokenizer.encode(texts), texts, strict=True)
+            Prepared.refused(text) if isinstance(text, ItemError) else Prepared(next(kept), payload=text)
+            for text in fitted
         ]
+
+    def _fitted(
+        self, texts: list[str], labels: list[str], limit: int, forward: Forward
+    ) -> list[str | ItemError]:
+        """Each text as one pass of at most ``limit`` positions reads it with the labels' prompt: whole
+        when it fits, else cut (``truncate_text``) or that item's refusal."""
+        prompt = (
+            sum(len(ids) + PROMPT_TOKENS_PER_LABEL for ids in self._counter.encode(labels)) + PROMPT_TOKENS
+        )
+        fitted: list[str | ItemError] = []
+        for text, whole in zip(texts, self._counter.encode(texts), strict=True):
+            needs = len(whole) + prompt
+            if needs <= limit:
+                fitted.append(text)
+            elif refused := refusal(forward, needs, limit):
+                fitted.append(refused)
+            elif forward.overflow is OverflowPolicy.TRUNCATE_TEXT and (cut := self._cut(text, needs - limit)):
+                fitted.append(cut)
+            else:
+                fitted.append(
+                    ItemError(
+                        ErrorCode.INPUT_TOO_LONG.value,
+                        f"GLiNER2 reads a text and its labels in one pass of at most {limit} tokens; "
+                        f"this item needs {needs}: split the text",
+                    )
+                )
+        return fitted
+
+    def _cut(self, text: str, over: int) -> str:
+        """``text`` without its last ``over`` tokens, cut at a token boundary ("" when none is left)."""
+        spans = self._counter.encode_spans([text])[0]
+        ends = spans.offsets[~spans.special, 1]
+        keep = len(ends) - over
+        return text[: int(ends[keep - 1])] if keep > 0 else ""
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         texts = [item.payload for item in batch]
