@@ -13,13 +13,14 @@ from typing import Any
 import laya
 import numpy as np
 import pytest
+from laya.common import build_sequence
 
 from sie.adapters.batch import AnnotatedText, ModelInput
 from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.laya import LABELS_INSTRUCTION, LayaDecider
 from sie.catalog import families
 from sie.core.extraction import Extraction
-from sie.core.options import Capability, ComputePrecision
+from sie.core.options import Capability, ComputePrecision, OverflowPolicy
 from sie.core.task import Task, UnsupportedInput
 from tests import builders
 from tests.conftest import extracted
@@ -284,3 +285,31 @@ def test_a_huge_state_is_cut_before_it_is_read_and_a_deep_one_refused(
         deep = [deep]
     (refused,) = decide(decider, [AnnotatedText("", {"state": deep})], ["a", "b"])
     assert refused.error is not None and "JSON-serializable" in refused.error.message
+
+
+def test_overflow_policy_error_refuses_a_state_its_rows_would_cut(decider: LayaDecider, library: Any) -> None:
+    """``error`` refuses the state a row would cut (its longest row laid out whole, by the library,
+    against ``max_len``), the other answered as alone; ``truncate_text`` answers what ``default`` does."""
+    long = " ".join(f"word{i}" for i in range(200))
+    options = {"max_len": 64}
+    default, truncate, error = (
+        Forward(frozenset({Capability.EXTRACT}), task=Task.of([], options, None, QUESTIONS), overflow=policy)
+        for policy in OverflowPolicy
+    )
+    internal = {qid: library._to_internal(q) for qid, q in QUESTIONS.items()}
+    head = int(library.cfg["head_max_len"])
+    whole = max(
+        len(build_sequence(library.tok, long, internal[qid], max_len=10**6, head_max_len=head)[0])
+        for qid in QUESTIONS
+    )
+    assert whole > 64
+    answered = extracted(decider, [STATES[0], long], error)
+    assert answered[1].error is not None and answered[1].error.code == "INPUT_TOO_LONG"
+    assert answered[1].error.message.startswith(
+        f"The input takes {whole} tokens, past the model's 64-token window"
+    )
+    assert answered[0] == extracted(decider, [STATES[0]], default)[0] and answered[0].error is None
+    assert extracted(decider, [STATES[0], long], truncate) == extracted(decider, [STATES[0], long], default)
+    huge = AnnotatedText("", {"state": {"log": " ".join(f"word{i}" for i in range(60_000))}})
+    (bounded,) = extracted(decider, [huge], error)  # tokenized only up to its byte bound
+    assert bounded.error is not None and bounded.error.message.startswith("The input takes at least ")

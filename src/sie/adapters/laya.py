@@ -23,6 +23,11 @@ above ``options.threshold``. An item is a text, or a state in ``metadata.state``
 object read as its JSON, or a list of turns of which the newest are kept). ``options.max_len`` (up
 to the model's) and ``head_max_len`` set a row's budgets; an item's rows may hold at most 32,768
 tokens (questions x ``max_len``), 64 questions and 1,024 options a request.
+
+A state too long for a row is cut to it, as the library cuts it (a conversation keeps its newest
+turns); under ``options.overflow_policy: error`` that item is refused instead (``INPUT_TOO_LONG``, its
+longest row's whole length against ``max_len``: "at least" when the state was too large to tokenize
+whole, see ``_state``).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from sie.adapters.decide.typed_questions import (
 from sie.adapters.options import eager_cuda_graphs, integer_option, unit_option
 from sie.adapters.runtime.tokenizer import TextTokenizer
 from sie.adapters.runtime.transformer import release_unloaded
+from sie.adapters.runtime.window import refusal
 from sie.catalog.families import LAYA_OPTIONS
 from sie.core.extraction import Classification, Extraction
 from sie.core.options import Capability, ComputePrecision
@@ -142,9 +148,14 @@ class LayaDecider:
                 continue
             try:
                 with self._lock:
-                    items = self._rows(request, text, newest)
+                    items, whole = self._rows(request, text, newest)
             except (TypeError, ValueError) as exc:  # criteria the library cannot render
                 raise UnsupportedInput(f"{FAMILY}: {exc}") from exc
+            # A state rendered up to its byte bound may have been cut there: its count is a lower bound.
+            bounded = len(text.encode("utf-8", "surrogatepass")) >= self._max_len * STATE_BYTES_PER_TOKEN - 3
+            if refused := refusal(forward, whole, request.max_len, at_least=bounded):
+                prepared.append(Prepared.refused(refused))
+                continue
             weight = sum(len(item["ids"]) for item in items)  # every row is encoded, and metered
             prepared.append(Prepared(payload=Rows(request, items), weight=weight))
         return prepared
@@ -189,14 +200,15 @@ class LayaDecider:
                 ErrorCode.INVALID_INPUT.value, f"{FAMILY} metadata.state must be JSON-serializable"
             ) from exc
 
-    def _rows(self, request: Request, text: str, newest: bool) -> list[dict[str, Any]]:
+    def _rows(self, request: Request, text: str, newest: bool) -> tuple[list[dict[str, Any]], int]:
         """One state's rows as the library's ``Agent`` builds them: the state tokenized once, then
-        per question its head, its options' markers and the state cut to what is left."""
+        per question its head, its options' markers and the state cut to what is left; and the
+        longest row's length had its state not been cut."""
         tok = self._agent.tok
         state_ids = encode_text(tok, text.replace(tok.mask_token, " "), add_special_tokens=False)["input_ids"]
-        rows = []
+        rows, whole = [], 0
         for question in request.questions:
-            ids, markers, stats, *layout = build_sequence(
+            ids, markers, stats, clamp, *layout = build_sequence(
                 tok,
                 text,
                 request.definitions[question.qid],
@@ -205,8 +217,10 @@ class LayaDecider:
                 truncate_left=newest,
                 state_ids=state_ids,
                 return_stats=True,
+                return_truncation_stats=True,
                 return_layout=self._agent.parallel_options,
             )
+            whole = max(whole, len(ids) + int(clamp["state_tokens_dropped"]))
             if len(markers) != stats["options"]:
                 raise UnsupportedInput(
                     f"{FAMILY} question {question.qid!r}: only {len(markers)} of its {stats['options']} options "
@@ -217,7 +231,7 @@ class LayaDecider:
             if layout:
                 row["layout"] = layout[0]
             rows.append(row)
-        return rows
+        return rows, whole
 
     def _logits(self, batch: dict[str, torch.Tensor]) -> np.ndarray:
         """Every row's option logits: the library's model under its autocast, on the device. (The
