@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from sie.gateway.inference import ROUTES as GATEWAY_ROUTES
 from sie.http.errors import http_of, http_variants
 from sie.http.routes import PostRoute
 from sie.server.api import encode, openai_compat, score_extract
@@ -82,5 +83,38 @@ def test_fastapi_routes_document_what_they_send(document) -> None:
 
 def test_model_path_parameters_carry_a_served_id(document) -> None:
     for path in ("/v1/encode/{model}", "/v1/models/{model}"):
-        (param,) = next(iter(document["paths"][path].values()))["parameters"]
+        params = next(iter(document["paths"][path].values()))["parameters"]
+        (param,) = [p for p in params if p["in"] == "path"]
         assert "/" in param["example"]
+
+
+# Every route that reads X-SIE-Remote, as the public document declares it (the generative and audio
+# routes it also lists are not served here).
+READS_REMOTE = {
+    "/v1/encode/{model}",
+    "/v1/score/{model}",
+    "/v1/extract/{model}",
+    "/v1/embeddings",
+    "/v1/rerank",
+}
+
+
+def test_the_remote_request_header_is_declared_where_it_is_read(document) -> None:
+    for path, item in document["paths"].items():
+        for op in item.values():
+            headers = [p for p in op.get("parameters", []) if p["in"] == "header"]
+            if path not in READS_REMOTE:
+                assert headers == [], path
+                continue
+            (header,) = headers
+            assert (header["name"], header["required"], header["schema"]) == (
+                "X-SIE-Remote",
+                False,
+                {"type": "string", "enum": ["forbid"]},  # any other value is refused 400
+            )
+            assert "`forbid`" in header["description"] and "X-SIE-Served-By" in header["description"]
+
+
+def test_the_gateway_declares_no_remote_header() -> None:
+    """The gateway reads no X-SIE-Remote (no queue worker serves a remote profile)."""
+    assert all(route.headers == () for route in GATEWAY_ROUTES)

@@ -239,6 +239,12 @@ async def test_forbid_keeps_a_fallback_model_local_and_refuses_a_remote_only_one
     other = await _encode(front, "org/embedder", **{"X-SIE-Remote": "prefer"})
     assert other.status_code == 400
     assert other.json()["detail"]["message"] == "X-SIE-Remote accepts only 'forbid'"
+    # Extract reads the header too (no upstream extracts): a bad value is the same 400, forbid a no-op.
+    extract = await front.post(
+        "/v1/extract/org/local", json={"items": [{"text": "x"}]}, headers={"X-SIE-Remote": "prefer"}
+    )
+    assert extract.status_code == 400
+    assert extract.json()["detail"]["message"] == "X-SIE-Remote accepts only 'forbid'"
 
 
 async def test_a_remote_only_model_encodes_through_its_upstream(

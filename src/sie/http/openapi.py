@@ -148,8 +148,20 @@ def operation(route: PostRoute, rules: Sequence[ErrorRule]) -> dict[str, Any]:
         "description": doc,
         "operationId": f"{route.endpoint.__name__}_post",
         "parameters": [
-            {"name": name, "in": "path", "required": True, "schema": {"type": "string", "title": name}}
-            for name in _PATH_PARAM.findall(route.path)
+            *(
+                {"name": name, "in": "path", "required": True, "schema": {"type": "string", "title": name}}
+                for name in _PATH_PARAM.findall(route.path)
+            ),
+            *(
+                {
+                    "name": header.name,
+                    "in": "header",
+                    "required": False,
+                    "description": header.description,
+                    "schema": {"type": "string", **({"enum": list(header.values)} if header.values else {})},
+                }
+                for header in route.headers
+            ),
         ],
         "requestBody": {
             "required": True,

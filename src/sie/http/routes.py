@@ -12,6 +12,16 @@ from starlette.routing import Route
 
 
 @dataclass(frozen=True)
+class HeaderParam:
+    """A request header a route reads, as ``/openapi.json`` declares it: optional, a string, one of
+    ``values`` when given (so a fuzzer sends another only as data the route must refuse)."""
+
+    name: str
+    description: str
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class PostRoute:
     """A POST route that Starlette serves directly, documented in ``/openapi.json`` from this record.
 
@@ -31,6 +41,7 @@ class PostRoute:
     # Errors in OpenAI's ``{"error": {...}}`` envelope (with the table's OpenAI status and code) instead
     # of the native ``{"detail": {...}}``; ``/openapi.json`` and the body-size limit follow it.
     openai_errors: bool = False
+    headers: tuple[HeaderParam, ...] = ()  # the request headers it reads, documented as parameters
 
     def route(self) -> Route:
         return Route(self.path, self.endpoint, methods=["POST"])

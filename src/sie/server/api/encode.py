@@ -7,7 +7,7 @@ from fastapi import Request, Response
 from sie.http.parts import model_path, timing_headers, usage_headers
 from sie.http.routes import PostRoute
 from sie.server.api.native import model_of, negotiated, read_body
-from sie.server.remote import remote_header, router_of
+from sie.server.remote import REMOTE_PARAM, remote_header, router_of
 from sie.wire.requests import EncodeRequest
 from sie.wire.responses import EncodeResponse
 
@@ -25,4 +25,8 @@ async def encode(request: Request) -> Response:
     return await negotiated(request, answer.response, headers, values)
 
 
-ROUTES = (PostRoute(model_path("/v1/encode"), encode, ("encode",), EncodeRequest, EncodeResponse),)
+ROUTES = (
+    PostRoute(
+        model_path("/v1/encode"), encode, ("encode",), EncodeRequest, EncodeResponse, headers=(REMOTE_PARAM,)
+    ),
+)

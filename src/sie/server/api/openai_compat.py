@@ -28,7 +28,7 @@ from sie.http.routes import PostRoute
 from sie.postprocess.quantize import l2_normalize
 from sie.server.api.data_uri import BadImageInput, image_from_data_uri
 from sie.server.api.native import engine_of, render_off_loop_if_big
-from sie.server.remote import remote_header, router_of
+from sie.server.remote import REMOTE_PARAM, remote_header, router_of
 from sie.wire import codec
 from sie.wire.requests import EmbeddingModality, EncodeRequest, EncodingFormat, Item, OpenAIEmbeddingsRequest
 from sie.wire.responses import OpenAIEmbedding, OpenAIEmbeddingsResponse, OpenAIUsage
@@ -132,6 +132,7 @@ ROUTES = (
         OpenAIEmbeddingsResponse,
         json_only=True,
         openai_errors=True,
+        headers=(REMOTE_PARAM,),
     ),
 )
 

@@ -14,7 +14,7 @@ from sie.catalog.errors import InvalidInput, require_items
 from sie.http.errors import openai_error_response
 from sie.http.routes import PostRoute
 from sie.server.api.native import engine_of
-from sie.server.remote import remote_header, router_of
+from sie.server.remote import REMOTE_PARAM, remote_header, router_of
 from sie.wire import codec
 from sie.wire.requests import Item, RerankRequest, ScoreRequest
 from sie.wire.responses import RerankDocument, RerankResponse, RerankResult, Usage
@@ -56,6 +56,13 @@ async def rerank(request: Request) -> Response:
 
 ROUTES = (
     PostRoute(
-        "/v1/rerank", rerank, ("rerank",), RerankRequest, RerankResponse, json_only=True, openai_errors=True
+        "/v1/rerank",
+        rerank,
+        ("rerank",),
+        RerankRequest,
+        RerankResponse,
+        json_only=True,
+        openai_errors=True,
+        headers=(REMOTE_PARAM,),
     ),
 )

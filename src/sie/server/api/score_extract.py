@@ -12,7 +12,7 @@ from fastapi import Request, Response
 from sie.http.parts import model_path, timing_headers, usage_headers
 from sie.http.routes import PostRoute
 from sie.server.api.native import engine_of, model_of, negotiated, read_body
-from sie.server.remote import remote_header, router_of
+from sie.server.remote import REMOTE_PARAM, check_remote_header, remote_header, router_of
 from sie.wire.requests import ExtractRequest, ScoreRequest
 from sie.wire.responses import ExtractResponse, ScoreResponse
 
@@ -31,12 +31,22 @@ async def extract(request: Request) -> Response:
     """Entities, relations, classes or structured data from each item."""
     model, engine = model_of(request), engine_of(request)
     engine.require(model)
+    check_remote_header(request)
     answer = await engine.extract(model, await read_body(request, ExtractRequest))
     headers = timing_headers(answer.timing) | usage_headers(answer.response.usage)
     return await negotiated(request, answer.response, headers, 0)
 
 
 ROUTES = (
-    PostRoute(model_path("/v1/score"), score, ("score",), ScoreRequest, ScoreResponse),
-    PostRoute(model_path("/v1/extract"), extract, ("extract",), ExtractRequest, ExtractResponse),
+    PostRoute(
+        model_path("/v1/score"), score, ("score",), ScoreRequest, ScoreResponse, headers=(REMOTE_PARAM,)
+    ),
+    PostRoute(
+        model_path("/v1/extract"),
+        extract,
+        ("extract",),
+        ExtractRequest,
+        ExtractResponse,
+        headers=(REMOTE_PARAM,),
+    ),
 )

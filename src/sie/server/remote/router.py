@@ -45,7 +45,7 @@ REMOTE_HEADER: Final = "X-SIE-Remote"
 FALLBACK_REASON: Final = "X-SIE-Fallback-Reason"
 FALLBACK_ERROR: Final = "X-SIE-Fallback-Error"
 LOCAL: Final = {SERVED_BY: "local"}
-_FORBID: Final = "forbid"
+FORBID: Final = "forbid"
 _TRIGGER_OF: Final[dict[object, Trigger]] = {
     ErrorCode.MODEL_LOADING: "model_loading",
     ErrorCode.MODEL_NOT_LOADED: "model_loading",
@@ -68,9 +68,9 @@ def forbids_remote(values: Sequence[str]) -> bool:
     """``X-SIE-Remote``: absent, or exactly ``forbid``; any other value is the caller's error."""
     if not values:
         return False
-    if list(values) == [_FORBID]:
+    if list(values) == [FORBID]:
         return True
-    raise InvalidInput(f"{REMOTE_HEADER} accepts only '{_FORBID}'")
+    raise InvalidInput(f"{REMOTE_HEADER} accepts only '{FORBID}'")
 
 
 def _bridgeable(options: Mapping[str, Any] | None, instruction: str | None) -> bool:
@@ -128,7 +128,7 @@ class Router:
         if entry.profile.is_remote:
             if forbid:
                 raise InvalidInput(
-                    f"Model '{entry.name}' is served only by an upstream, which {REMOTE_HEADER}: {_FORBID} refuses"
+                    f"Model '{entry.name}' is served only by an upstream, which {REMOTE_HEADER}: {FORBID} refuses"
                 )
             return Routed(await upstream(entry), remote_headers(entry.profile.upstream or ""))
         routing = entry.config.routing
