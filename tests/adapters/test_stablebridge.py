@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,12 @@ from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.loading import adapter_class
 from sie.adapters.stablebridge import NO_QUERY, StablebridgePruner
 from sie.core.extraction import Entity
-from sie.core.options import Capability, ComputePrecision
+from sie.core.options import Capability, ComputePrecision, OverflowPolicy
 from sie.core.task import Task, UnsupportedInput
 from sie.engine.load_errors import LoadErrorClass, LoadFailureClass, classify
 from sie.weights.sources import WeightsNotFound, WeightSources
 from tests import builders
+from tests.conftest import extracted
 
 SCORE = Forward(frozenset({Capability.SCORE}))
 HIDDEN = 64
@@ -297,11 +299,24 @@ def test_a_passage_with_no_tokens_is_refused(pruner: StablebridgePruner, text: s
 def test_a_pair_longer_than_the_model_reads_is_refused_not_cut(
     reranker: Path, head: tuple[Path, dict[str, torch.Tensor]]
 ) -> None:
-    """Cut, the passage's tail would get no span and the summary would count only the rest."""
+    """Cut, the passage's tail would get no span and the summary would count only the rest: that item
+    fails alone, under every overflow policy (``error`` words it as every family's window refusal)."""
     pruner = load(reranker, head[0])
     long = " ".join(["salt"] * 700)  # with the query and 4 separators, past the 599 positions
-    with pytest.raises(UnsupportedInput, match=r"reads at most 599 tokens .* item 0 has 709: split its text"):
-        pruner.prepare([long], extract(QUERY))
+    short = " ".join(["salt"] * 30)
+    for policy in OverflowPolicy:
+        refused, kept = pruner.prepare([long, short], replace(extract(QUERY), overflow=policy))
+        assert refused.error is not None and refused.error.code == "INPUT_TOO_LONG" and kept.error is None
+        assert refused.error.message == (
+            "The input takes 709 tokens, past the model's 599-token window, and options.overflow_policy is "
+            "'error'. Shorten it, or send overflow_policy 'truncate_text'."
+            if policy is OverflowPolicy.ERROR
+            else "Stablebridge pruner reads at most 599 tokens of query and passage together; this pair has 709: "
+            "split its text"
+        )
+    answered = extracted(pruner, [long, short], extract(QUERY))
+    assert answered[0].error is not None and answered[1] == extracted(pruner, [short], extract(QUERY))[0]
+    assert answered[1].entities, "the short passage is answered as alone"
     scores = pruner.run(pruner.prepare([(QUERY, " ".join(["salt"] * 300))], SCORE), SCORE).scores
     assert scores is not None and scores.shape == (1,)
 

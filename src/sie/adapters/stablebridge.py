@@ -12,9 +12,11 @@ one character after its end; a span's score is its tokens' mean probability. The
 summary: ``rerank={score:.4f} compression={c:.2%} kept={k}/{n}`` over the n spans, k of them not
 pruned, scored by the rerank score.
 
-What the public adapter leaves undefined is refused (400) instead: an extract without a query, a
-passage with no tokens, and a pair longer than the model reads (the public one truncates it, and
-the passage's tail then gets no span at all). The tokenizer's separators, padding and start tokens
+What the public adapter leaves undefined is refused (400) instead: an extract without a query and a
+passage with no tokens. A pair longer than the model reads is never cut (the public adapter cuts it,
+and the passage's tail then gets no span at all): that item alone fails with ``INPUT_TOO_LONG``, the
+others are answered; ``options.overflow_policy`` cannot make it cut, and ``error`` words the refusal as
+every family's window refusal. The tokenizer's separators, padding and start tokens
 typed into a passage get no span, as publicly, nor does a token covering no character of it (the
 public adapter drops only those at its start).
 
@@ -42,10 +44,12 @@ from sie.adapters.contract import Forward, LoadSpec, texts_only
 from sie.adapters.cross_encoder import CrossEncoderScorer
 from sie.adapters.options import finite_number, loadtime_integer, unit_option
 from sie.adapters.runtime.transformer import absolute_positions
+from sie.adapters.runtime.window import refusal
 from sie.catalog.families import STABLEBRIDGE_OPTIONS
-from sie.core.extraction import Entity, Extraction
+from sie.core.extraction import Entity, Extraction, ItemError
 from sie.core.options import Capability
 from sie.core.task import Task, UnsupportedInput
+from sie.wire.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -242,10 +246,17 @@ class StablebridgePruner(CrossEncoderScorer):
             zip(texts, self._pairs.encode_pair_spans([(query, text) for text in texts]), strict=True)
         ):
             if self._limit is not None and len(pair.ids) > self._limit:
-                raise UnsupportedInput(
-                    f"{FAMILY} reads at most {self._limit} tokens of query and passage together; item "
-                    f"{index} has {len(pair.ids)}: split its text"
+                prepared.append(
+                    Prepared.refused(
+                        refusal(forward, len(pair.ids), self._limit)
+                        or ItemError(
+                            ErrorCode.INPUT_TOO_LONG.value,
+                            f"{FAMILY} reads at most {self._limit} tokens of query and passage together; "
+                            f"this pair has {len(pair.ids)}: split its text",
+                        )
+                    )
                 )
+                continue
             starts, ends = pair.offsets[:, 0], pair.offsets[:, 1]
             spanned = pair.second & (ends > starts) & ~np.isin(pair.ids, list(self._unspanned))
             positions = np.flatnonzero(spanned)
