@@ -124,12 +124,6 @@ def test_extract_answers_the_summary_and_spans_as_the_adapter(
             "Stablebridge pruner highlight_threshold must be a finite number between 0 and 1",
         ),
         ({"instruction": QUERY}, "   ", "Stablebridge pruner needs a passage to prune: item 0 has no tokens"),
-        (
-            {"instruction": QUERY},
-            " ".join(["salt"] * 700),
-            "Stablebridge pruner reads at most 599 tokens of query and passage together; item 0 has 709: "
-            "split its text",
-        ),
     ],
 )
 def test_what_the_pruner_cannot_take_is_the_clients_400(
@@ -150,6 +144,25 @@ def test_what_the_pruner_cannot_take_is_the_clients_400(
     good = {"items": [{"text": "salt"}], "params": {"instruction": QUERY}}
     (item,) = answered_alike(families, "extract", STABLEBRIDGE, good)["items"]
     assert [e["text"] for e in item["entities"][1:]] == ["salt"]
+
+
+@pytest.mark.parametrize("policy", [None, "error"])
+def test_a_pair_longer_than_the_model_reads_fails_alone(families: Server, policy: str | None) -> None:
+    """That item's error in the public shape (never cut, whatever the policy), the other answered."""
+    params: dict[str, Any] = {"instruction": QUERY}
+    if policy:
+        params["options"] = {"overflow_policy": policy}
+    body = {"items": [{"text": " ".join(["salt"] * 700)}, {"text": "salt"}], "params": params}
+    failed, answered = answered_alike(families, "extract", STABLEBRIDGE, body)["items"]
+    assert failed["error"]["code"] == "INPUT_TOO_LONG" and failed["entities"] == []
+    assert failed["error"]["message"] == (
+        "The input takes 709 tokens, past the model's 599-token window, and options.overflow_policy is "
+        "'error'. Shorten it, or send overflow_policy 'truncate_text'."
+        if policy
+        else "Stablebridge pruner reads at most 599 tokens of query and passage together; this pair has 709: "
+        "split its text"
+    )
+    assert "error" not in answered and [e["text"] for e in answered["entities"][1:]] == ["salt"]
 
 
 def test_an_unknown_option_is_refused_naming_the_pruners(families: Server) -> None:
