@@ -114,3 +114,18 @@ def test_text_items_and_bad_options_are_refused(extractor: DonutExtractor) -> No
         extractor.prepare([ImageData(IMAGES[0], "png")], bad)
     with pytest.raises(UnsupportedInput, match="task tag"):
         extractor.prepare([ImageData(IMAGES[0], "png")], forward("receipt"))
+
+
+def test_an_item_bills_its_decoder_prompt_not_its_patches(folder: Path, extractor: DonutExtractor) -> None:
+    """``usage``: each page bills the prompt the decoder starts from (the task tag, a DocVQA question
+    in its tags) as the processor's tokenizer gives it; the page bills on ``images``."""
+    tokenizer = DonutProcessor.from_pretrained(str(folder)).tokenizer
+    asked = forward(DOCVQA, "what is the total amount due")
+    for ask in (forward(CORD), asked):
+        prepared = extractor.prepare([ImageData(i, "png") for i in IMAGES[:2]], ask)
+        prompt = tokenizer.decode(prepared[0].ids)
+        assert [item.input_tokens for item in prepared] == [len(prepared[0].ids)] * 2
+        assert len(tokenizer(prompt, add_special_tokens=False).input_ids) == len(prepared[0].ids)
+    questioned = extractor.prepare([ImageData(IMAGES[0], "png")], asked)[0]
+    question = len(tokenizer("what is the total amount due", add_special_tokens=False).input_ids)
+    assert questioned.input_tokens > question and questioned.cost != questioned.input_tokens

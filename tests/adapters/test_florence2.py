@@ -195,3 +195,19 @@ def test_a_checkpoint_that_does_not_fit_is_refused() -> None:
     )
     assert list(renamed) == ["model.multi_modal_projector.image_projection.weight"]
     assert renamed["model.multi_modal_projector.image_projection.weight"].shape == (3, 2)
+
+
+def test_an_item_bills_its_prompt_not_the_image_placeholders(
+    hub: Florence2Extractor, reference: tuple[Any, Any]
+) -> None:
+    """``usage``: a row is the image's placeholders then the prompt between its start and end tokens;
+    the item bills the prompt's tokens as the tokenizer gives them alone, the image on ``images``."""
+    _, processor = reference
+    for task in ("<OCR>", "<CAPTION>"):
+        prepared = hub.prepare([ImageData(i, "png") for i in IMAGES[:2]], forward(task))
+        tokenizer = processor.tokenizer
+        prompt = tokenizer(processor.task_prompts_without_inputs[task], add_special_tokens=False)["input_ids"]
+        text = [tokenizer.bos_token_id, *prompt, tokenizer.eos_token_id]
+        assert [item.input_tokens for item in prepared] == [len(text)] * 2
+        for item in prepared:
+            assert item.ids.tolist() == [processor.image_token_id] * processor.num_image_tokens + text

@@ -178,3 +178,20 @@ def test_bad_requests_are_refused(
     forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of(labels, options))
     with pytest.raises(UnsupportedInput, match=message):
         detector.prepare(inputs, forward)  # type: ignore[arg-type]
+
+
+def test_an_image_bills_the_prompt_as_the_processor_tokenizes_it(
+    detector: GroundingDinoDetector, folder: Path
+) -> None:
+    """``usage``: each image item bills the labels' prompt ("cat. red remote control.") with its
+    special tokens, as transformers' processor gives the text encoder; not the 20 queries it weighs."""
+    forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of(LABELS, {}))
+    prepared = detector.prepare([ImageData(i, "png") for i in IMAGES], forward)
+    processor = GroundingDinoProcessor(
+        image_processor=GroundingDinoImageProcessorPil.from_pretrained(str(folder)),
+        tokenizer=AutoTokenizer.from_pretrained(str(folder)),
+    )
+    page = Image.open(io.BytesIO(IMAGES[0])).convert("RGB")
+    ids = processor(images=[page], text=["cat. red remote control."])["input_ids"][0]
+    assert [item.input_tokens for item in prepared] == [len(ids)] * 3
+    assert len(ids) > 2 and all(item.cost == 20 for item in prepared)

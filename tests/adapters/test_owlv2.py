@@ -122,3 +122,24 @@ def test_bad_requests_are_refused(
     forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of(labels, options))
     with pytest.raises(UnsupportedInput, match=message):
         detector.prepare(inputs, forward)  # type: ignore[arg-type]
+
+
+def test_an_image_bills_its_label_queries_as_the_text_tower_reads_them(
+    detector: Owlv2Detector, folder: Path
+) -> None:
+    """``usage``: each image item bills the queries' real tokens (special ones in, padding out, a query
+    past OWL's 16 positions cut there) as the forward's own tokenizer call gives them; never its
+    patches (the batching weight)."""
+    labels = ["Cat", "a remote control lying next to a very long sofa in a bright living room today"]
+    forward = Forward(frozenset({Capability.EXTRACT}), task=Task.of(labels, {}))
+    prepared = detector.prepare([ImageData(i, "png") for i in IMAGES[:2]], forward)
+    queries = AutoTokenizer.from_pretrained(str(folder))(
+        [f"a photo of {label.lower()}" for label in labels],
+        padding="max_length",
+        truncation=True,
+        max_length=16,
+    )
+    read = [int(sum(mask)) for mask in queries["attention_mask"]]
+    assert read[1] == 16 and read[0] < 16  # the long query is cut, the short one is not padded in
+    assert [item.input_tokens for item in prepared] == [sum(read)] * 2
+    assert all(item.cost == 16 for item in prepared)  # 32-pixel square, 8-pixel patches

@@ -32,6 +32,7 @@ from tests.e2e.conftest import (
     DOCS,
     M3,
     MINILM,
+    OWLV2,
     QUERY,
     RERANKER,
     YAMLS,
@@ -40,12 +41,13 @@ from tests.e2e.conftest import (
     tiny_bert_dir,
 )
 
-PRELOAD = [MINILM, RERANKER, CAUSAL_RERANKER, CLIP, M3]
+PRELOAD = [MINILM, RERANKER, CAUSAL_RERANKER, CLIP, M3, OWLV2]
 BUILT = {
     "reranker.yaml": "reranker",
     "qwen3-reranker.yaml": "qwen3_reranker",
     "clip.yaml": "clip",
     "m3.yaml": "m3",
+    "owlv2.yaml": "owlv2",
 }
 TEXTS = ["first document", "a second, somewhat longer document about blood pressure", "x"]
 INSTRUCTION = "Find the medical cause"
@@ -54,8 +56,8 @@ LONG_DOCUMENT = " ".join(["pressure"] * 400)  # past the reranker's 256 tokens: 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The shipped YAMLs (MiniLM) and four models built from configs: a BERT reranker, a
-    Qwen3-Reranker-shaped causal LM, a CLIP and a BGE-M3 (which scores by similarity)."""
+    """The shipped YAMLs (MiniLM) and five models built from configs: a BERT reranker, a
+    Qwen3-Reranker-shaped causal LM, a CLIP, a BGE-M3 (which scores by similarity) and an OWLv2."""
     root = tmp_path_factory.mktemp("usage-weights")
     splade = tiny_bert_dir()
     folders = {
@@ -63,6 +65,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "qwen3_reranker": builders.qwen3_reranker(splade, root / "qwen3-reranker"),
         "clip": builders.clip(splade, root / "clip"),
         "m3": builders.bge_m3(splade, root / "m3"),
+        "owlv2": builders.owlv2(splade, root / "owlv2"),
     }
     target = shipped_models(tmp_path_factory.mktemp("usage-models"), {})
     for name, key in BUILT.items():
@@ -157,6 +160,26 @@ def test_encode_counts_images_on_a_model_that_takes_them(url: str, bert: Tokeniz
     assert units(response) == {"input-tokens": text_tokens, "images": 1}
     only_text = post(url, "encode", CLIP, {"items": [caption]}, as_json=True)
     assert answer(only_text)["usage"] == {"input_tokens": text_tokens, "images": 0}  # counted: none
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_extract_counts_the_images_and_the_label_queries_each_is_read_with(
+    url: str, bert: Tokenizer, as_json: bool
+) -> None:
+    """An OWLv2 image item bills the label queries its text tower reads with it (each query's ids
+    with [CLS] and [SEP], cut at OWL's 16 positions), never its patches; ``images`` counts the images."""
+    import base64
+
+    labels = ["cat", "a remote control lying next to a very long sofa in a bright living room"]
+    pictures = [random_png(48, 40, 0), random_png(30, 64, 1), random_png(32, 32, 2)]
+    images = [{"data": base64.b64encode(p).decode(), "format": "png"} for p in pictures]
+    body = {"items": [{"images": [image]} for image in images], "params": {"labels": labels}}
+    response = post(url, "extract", OWLV2, body, as_json)
+    queries = [len(bert.encode(f"a photo of {label}").ids) for label in labels]
+    assert queries[1] > 16  # the long one is read cut
+    tokens = len(pictures) * (queries[0] + 16)
+    assert answer(response)["usage"] == {"input_tokens": tokens, "images": len(pictures)}
+    assert units(response) == {"input-tokens": tokens, "images": len(pictures)}
 
 
 @pytest.mark.parametrize("as_json", [True, False])

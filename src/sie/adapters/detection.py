@@ -2,7 +2,10 @@
 a transformers detector loaded with its tokenizer and image processor, its forward under the
 precision's autocast, and boxes answered as ``[x, y, width, height]`` in whole pixels (truncated, as
 the public server answers them). Each family sets its model class and writes its own prompt, batch
-and post-processing."""
+and post-processing.
+
+``usage`` bills an item the text its image is read with (the labels' prompt, with its special tokens,
+not the padding), its image on ``images``: the detector's patches are not text tokens."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from typing import Any, ClassVar, Final, Self
 
 import torch
 from PIL import Image
+from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 from transformers.models.auto.image_processing_auto import AutoImageProcessor
 
@@ -18,6 +22,7 @@ from sie.adapters.batch import ModelInput
 from sie.adapters.clip import TokenizerVocabulary
 from sie.adapters.contract import LoadSpec
 from sie.adapters.runtime.images import rgb_images
+from sie.adapters.runtime.tokenizer import TextTokenizer
 from sie.adapters.runtime.transformer import DeviceModel
 from sie.core.options import Capability, Modality
 
@@ -41,6 +46,9 @@ class ImageDetector(DeviceModel):
         folder = str(spec.weights)
         self._tokenizer = AutoTokenizer.from_pretrained(folder)
         self.tokenizer = TokenizerVocabulary(self._tokenizer)
+        # A copy of the tokenizer for counting in ``prepare`` (the CPU pool) while ``run`` tokenizes
+        # on the device thread: a fast tokenizer's settings are not to be changed from two threads.
+        self._counter = TextTokenizer(Tokenizer.from_str(self._tokenizer.backend_tokenizer.to_str()), None)
         self._images = AutoImageProcessor.from_pretrained(folder, backend="pil")  # type: ignore[no-untyped-call]
         model: Any = self.model_class.from_pretrained(folder, dtype=self._place(spec))
         self.model = model.eval().to(self.device)
@@ -48,6 +56,12 @@ class ImageDetector(DeviceModel):
     @classmethod
     def load(cls, spec: LoadSpec) -> Self:
         return cls(spec)
+
+    def _text_tokens(self, texts: Sequence[str], max_length: int | None = None) -> int:
+        """The tokens of ``texts`` as the family's forward reads them (special tokens included, each
+        cut at ``max_length``), padding left out: what an image item read with them bills."""
+        counts = (len(ids) for ids in self._counter.encode(list(texts)))
+        return sum(min(count, max_length) if max_length else count for count in counts)
 
     def _decoded(self, inputs: Sequence[ModelInput]) -> list[Image.Image]:
         return rgb_images(inputs, f"{self.family} {NEEDS_IMAGE}")

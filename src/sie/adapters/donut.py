@@ -6,7 +6,8 @@ checkpoint's own ``DonutProcessor``, generation is greedy (or ``num_beams``) up 
 with the unknown token banned, and ``DonutProcessor.token2json`` turns the tag sequence into JSON, all
 as the model card runs it. ``data`` holds that JSON; ``entities`` repeat it in the public server's
 form: a receipt's leaves with their key path as label, a DocVQA ``answer``, an RVL-CDIP
-``document_class``, each scored 1.0 (generation gives no calibrated score).
+``document_class``, each scored 1.0 (generation gives no calibrated score). ``usage`` bills an item
+its decoder prompt's tokens (the task tag and a question); the page bills on ``images``.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ class DonutExtractor(DeviceModel):
         for image in rgb_images(inputs, NEEDS_IMAGE):
             pixels = self._processor(image, return_tensors="np").pixel_values[0]
             payload = np.ascontiguousarray(pixels, np.float32)
-            prepared.append(Prepared(ids=ids, payload=payload, weight=self._image_cost))
+            prepared.append(Prepared(ids=ids, payload=payload, weight=self._image_cost, tokens=len(ids)))
         return prepared
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:

@@ -78,10 +78,12 @@ class GroundingDinoDetector(ImageDetector):
         self._queries = int(self.model.config.num_queries)
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
-        prompt(forward.task)
+        tokens = self._text_tokens([prompt(forward.task)])
         for name in ("box_threshold", "text_threshold"):
             threshold(forward.task, name, DEFAULT_THRESHOLD)
-        return [Prepared(payload=image, weight=self._queries) for image in self._decoded(inputs)]
+        return [
+            Prepared(payload=image, weight=self._queries, tokens=tokens) for image in self._decoded(inputs)
+        ]
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         task = forward.task

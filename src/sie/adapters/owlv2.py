@@ -71,14 +71,15 @@ class Owlv2Detector(ImageDetector):
         )
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
-        labels_of(forward.task)
+        labels = labels_of(forward.task)
         score_threshold(forward.task, self._threshold)
+        tokens = self._text_tokens([query(label) for label in labels], self._text_length)
         prepared = []
         for image in self._decoded(inputs):
             pixels = self._images(images=[image], return_tensors="np")["pixel_values"][0]
             side = max(image.width, image.height)  # the processor pads to this square
             payload = (np.ascontiguousarray(pixels, np.float32), side)
-            prepared.append(Prepared(payload=payload, weight=self._image_cost))
+            prepared.append(Prepared(payload=payload, weight=self._image_cost, tokens=tokens))
         return prepared
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:

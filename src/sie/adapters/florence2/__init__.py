@@ -12,7 +12,9 @@ checkpoint's own generation defaults, and the processor's ``post_process_generat
 ``data`` holds that parse (``{task: answer}``); ``entities`` and ``objects`` repeat it in the public
 server's form: text readings as entities (``text``, ``caption``, ``answer``), boxes as objects, each
 scored 1.0 (generation gives no calibrated score). Boxes are pixel ``[x, y, width, height]``, an OCR
-region's the rectangle around its quadrilateral.
+region's the rectangle around its quadrilateral. ``usage`` bills a row's text (the prompt with its
+start and end tokens), not the image placeholders the processor puts before it: the image bills on
+``images``.
 """
 
 from __future__ import annotations
@@ -127,6 +129,7 @@ class Florence2Extractor(DeviceModel):
         self._positions = int(model.config.text_config.max_position_embeddings)
         self._tasks = frozenset(self._processor.tasks_answer_post_processing_type) | {DOCVQA}
         self._task = str(spec.loadtime.get("default_task", OCR_WITH_REGION))
+        self._placeholder = int(self._processor.image_token_id)  # the image's positions in a row
 
     @classmethod
     def load(cls, spec: LoadSpec) -> Self:
@@ -163,7 +166,8 @@ class Florence2Extractor(DeviceModel):
                     f"Florence-2 reads {self._positions} positions; the image and this prompt take {len(ids)}"
                 )
             pixels = np.ascontiguousarray(encoded["pixel_values"][0], np.float32)
-            prepared.append(Prepared(ids=ids, payload=(pixels, image.size, task)))
+            text = int(np.count_nonzero(ids != self._placeholder))  # usage: the image bills on ``images``
+            prepared.append(Prepared(ids=ids, payload=(pixels, image.size, task), tokens=text))
         return prepared
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
