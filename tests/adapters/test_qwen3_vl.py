@@ -382,3 +382,58 @@ def test_overflow_policy_error_refuses_a_prompt_it_would_cut(
         np.testing.assert_allclose(
             getattr(family.run(refused[:1], error), out), getattr(by_default, out)[:1], atol=1e-5, rtol=1e-5
         )
+
+
+def test_an_item_bills_its_text_alone_as_the_public_server_counts_it(
+    embedder: Qwen3VlEmbedder, folder: Path
+) -> None:
+    """``usage``: a text bills its own tokens as the tokenizer gives them (here a BERT tokenizer's,
+    with [CLS] and [SEP]), not the instruction and template around it; an image bills no text (its
+    placeholders are on ``images``), a captioned image its caption; cut at the model's length."""
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    inputs: list[Any] = [TEXTS[1], ImageData(PAGES[1], "png"), ImageData(PAGES[1], "png", text=TEXTS[0])]
+    prepared = embedder.prepare(inputs, DENSE)
+    own = [len(tokenizer(TEXTS[1]).input_ids), 0, len(tokenizer(TEXTS[0]).input_ids)]
+    assert [item.input_tokens for item in prepared] == own
+    assert all(len(item.ids) > billed for item, billed in zip(prepared, own, strict=True))
+    assert len(prepared[1].ids) > 64  # the image's placeholders are in the prompt, not in the bill
+    capped = Qwen3VlEmbedder.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, 60))
+    words = " ".join(f"word{i}" for i in range(100))
+    (long,) = capped.prepare([words], DENSE)
+    assert len(tokenizer(words).input_ids) > 60 and long.input_tokens == 60 >= len(long.ids)
+
+
+def test_reranker_bills_the_prompt_and_tells_the_callers_text_in_it(
+    reranker: Qwen3VlReranker, reranker_folders: tuple[Path, Path]
+) -> None:
+    """``usage``: a pair bills its whole prompt, image placeholders included (the public server's
+    count); its ``content`` is the query's text, the request's instruction (the default one is
+    template) and the document's text as kept, each tokenized alone."""
+    tokenizer = AutoTokenizer.from_pretrained(str(reranker_folders[0]))
+
+    def alone(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False).input_ids)
+
+    pairs = [
+        MediaPair(TEXTS[0], TEXTS[1]),
+        MediaPair(TEXTS[0], ImageData(PAGES[1], "png", text=TEXTS[2])),
+        MediaPair(ImageData(PAGES[1], "png"), TEXTS[1]),
+    ]
+    prepared = reranker.prepare(pairs, SCORE)
+    assert [item.content for item in prepared] == [
+        alone(TEXTS[0]) + alone(TEXTS[1]),
+        alone(TEXTS[0]) + alone(TEXTS[2]),
+        alone(TEXTS[1]),
+    ]
+    assert all(item.input_tokens == len(item.ids) for item in prepared)
+    assert len(prepared[1].ids) > len(prepared[0].ids) + 64  # the document's image is billed in the prompt
+    instruction = "Find pictures of bikes."
+    asked = Forward(frozenset({Capability.SCORE}), task=Task(instruction=instruction))
+    (instructed,) = reranker.prepare(pairs[:1], asked)
+    assert instructed.content == prepared[0].content + alone(instruction)
+    words = " ".join(f"word{i}" for i in range(300))
+    short = Forward(frozenset({Capability.SCORE}), max_length=80)
+    (cut,) = reranker.prepare([MediaPair(TEXTS[0], words)], short)
+    (bare,) = reranker.prepare([MediaPair(TEXTS[0], "word0")], short)  # the template around one token
+    kept = len(cut.ids) - (len(bare.ids) - alone("word0"))
+    assert 0 < kept < alone(words) and cut.content == alone(TEXTS[0]) + kept

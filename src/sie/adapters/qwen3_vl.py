@@ -117,12 +117,13 @@ def load_processor(
 @dataclass(frozen=True)
 class ItemTensors:
     """One item as the processor gave it: its token ids (image placeholders expanded), its modality
-    map, and its images' pixels and grids (None for a text)."""
+    map, its images' pixels and grids (None for a text), and the text it read (cut to fit)."""
 
     input_ids: torch.Tensor  # [tokens]
     mm_token_type_ids: torch.Tensor  # [tokens]
     pixel_values: torch.Tensor | None
     image_grid_thw: torch.Tensor | None
+    text: str
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,7 @@ class ChatVlm:
             while keep > 0:  # a cut text may tokenize differently inside the template: shorten until it fits
                 ids = self._ids(conversation(cut[: ends[keep - 1]]), replacements)
                 if len(ids) <= limit:
+                    cut = cut[: ends[keep - 1]]
                     break
                 keep -= 1
             else:
@@ -190,7 +192,17 @@ class ChatVlm:
             torch.tensor(types, dtype=torch.long),
             torch.cat([picture.pixel_values for picture in pictures]) if pictures else None,
             torch.cat([picture.grid for picture in pictures]) if pictures else None,
+            cut,
         )
+
+    def count(self, text: str, special_tokens: bool = True) -> int:
+        """``text``'s tokens alone (no template, no image), with the special tokens the tokenizer adds
+        to a text unless ``special_tokens`` is False (a part inside a prompt has none): what ``usage``
+        bills of the caller's text. Qwen's own tokenizer adds none either way."""
+        if not text:
+            return 0
+        with self._lock:
+            return len(self.tokenizer(text, add_special_tokens=special_tokens)["input_ids"])
 
     def picture(self, image: Image.Image) -> Picture:
         """One image resized and cut into patches (each image alone, as the processor treats a list),

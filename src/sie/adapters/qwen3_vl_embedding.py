@@ -7,7 +7,9 @@ norm's state at the last token (``pooling: last``, the public default) or their 
 tokens (``pooling: mean``), normalised by the engine. The instruction is the request's, else the
 profile's ``default_instruction``, else the model card's ``Represent the user's input.``; it is placed
 in the system turn, never before the text (``places_instruction``). ``qwen3_vl`` says how items are
-read and batched.
+read and batched. ``usage`` bills an item its text alone (a caption's, none for a bare image), cut at
+the model's length, as the public server counts it: the instruction and template are not the
+caller's input, and an image's placeholders bill on ``images``.
 """
 
 from __future__ import annotations
@@ -75,7 +77,8 @@ class Qwen3VlEmbedder(Qwen3VlFamily):
             if isinstance(tensors, ItemError):
                 prepared.append(Prepared.refused(tensors))
                 continue
-            prepared.append(Prepared(tensors.input_ids.numpy(), payload=tensors))
+            tokens = min(self._vlm.count(text), self._max_length)
+            prepared.append(Prepared(tensors.input_ids.numpy(), payload=tensors, tokens=tokens))
         return prepared
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:

@@ -7,7 +7,9 @@ the document's, then the assistant turn opened. The score is ``sigmoid(yes - no)
 logits at the last token; only the output head's two rows are multiplied, in float32, with each pair's
 last state. The instruction is the request's, else the profile's ``default_instruction``, else the
 model card's. A document too long for the model is cut (its text only); the query and the images are
-never cut.
+never cut. ``usage`` bills the whole prompt (image placeholders included), as the public server does;
+its ``content`` is the caller's text in it, each part tokenized alone: the query's text, the
+request's instruction (a default one is template) and what is left of the document's text.
 
 The reranker's repository ships its tokenizer but not its image processor and chat template: those
 come from ``loadtime.base_processor_model`` at ``base_processor_revision`` (Qwen3-VL-2B-Instruct), fetched
@@ -94,12 +96,14 @@ class Qwen3VlReranker(Qwen3VlFamily):
         return int(found)
 
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
-        instruction = (forward.task.instruction if forward.task else None) or self._instruction
+        asked_for = forward.task.instruction if forward.task else None
+        instruction = asked_for or self._instruction
+        instructed = self._vlm.count(asked_for, special_tokens=False) if asked_for else 0
         limit = self._limit(forward)
         prepared = []
         # A query is one object shared by all its documents' pairs (alive in ``inputs`` throughout,
         # so its identity is its key): decoded and resized once.
-        queries: dict[int, Side] = {}
+        queries: dict[int, tuple[Side, int]] = {}  # and the query's text tokens
         for one in inputs:
             if isinstance(one, MediaPair):
                 asked, answer = one.query, one.document
@@ -108,15 +112,18 @@ class Qwen3VlReranker(Qwen3VlFamily):
             else:
                 raise UnsupportedInput(f"{self.family} scores (query, document) pairs, not single items")
             if id(asked) not in queries:
-                queries[id(asked)] = self._side(asked)
-            query, document = queries[id(asked)], self._side(answer)
+                side = self._side(asked)
+                queries[id(asked)] = side, self._vlm.count(side.text, special_tokens=False)
+            (query, query_tokens), document = queries[id(asked)], self._side(answer)
             read = partial(_conversation, instruction, query, document.images)
             pictures = [*query.pictures, *document.pictures]
             tensors = self._vlm.read(read, document.text, pictures, limit, forward)
             if isinstance(tensors, ItemError):
                 prepared.append(Prepared.refused(tensors))
                 continue
-            prepared.append(Prepared(tensors.input_ids.numpy(), payload=tensors))
+            ids = tensors.input_ids.numpy()
+            content = query_tokens + instructed + self._vlm.count(tensors.text, special_tokens=False)
+            prepared.append(Prepared(ids, payload=tensors, content=min(content, len(ids))))
         return prepared
 
     def _side(self, one: str | ImageData) -> Side:
