@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from safetensors.torch import load_file, save_file
 from sentence_transformers import CrossEncoder
+from transformers import AutoTokenizer
 
 from sie.adapters.contract import Forward, LoadSpec
 from sie.adapters.jina_reranker import JinaRerankerScorer
@@ -92,3 +93,21 @@ def test_a_rotary_jina_checkpoint_is_refused(folders: tuple[Path, Path], tmp_pat
         (rotary / name).write_bytes((jina / name).read_bytes())
     with pytest.raises(ValueError, match="rotary"):
         _scorer(rotary)
+
+
+def test_a_pair_tells_the_callers_text_in_it(folders: tuple[Path, Path]) -> None:
+    """``usage``: a pair's ``content`` is the query and the document each tokenized alone by the
+    reranker's tokenizer; a document cut to fit 256 tokens counts what is left of it (every token of
+    the pair but the separators)."""
+    tokenizer = AutoTokenizer.from_pretrained(str(folders[1]))
+
+    def alone(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False).input_ids)
+
+    long = " ".join(["pressure"] * 400)
+    prepared = _scorer(folders[1]).prepare([*PAIRS, (PAIRS[0][0], long)], SCORE)
+    assert [item.content for item in prepared[:-1]] == [alone(q) + alone(d) for q, d in PAIRS]
+    cut = prepared[-1]
+    separators = sum(int(i) in tokenizer.all_special_ids for i in cut.ids)
+    assert len(cut.ids) == 256 and separators >= 3 and cut.content == 256 - separators
+    assert all(item.input_tokens == len(item.ids) for item in prepared)

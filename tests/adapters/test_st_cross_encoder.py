@@ -74,3 +74,19 @@ def test_single_texts_and_rows_past_the_context_are_refused(folder: Path) -> Non
     assert past.error.code == "INPUT_TOO_LONG"
     assert past.error.message.startswith("The (query, document) pair takes ")
     assert "past this reranker's 64-token context" in past.error.message
+
+
+def test_a_row_tells_the_callers_text_in_it(folder: Path, scorer: SentenceTransformersCrossEncoder) -> None:
+    """``usage``: a row bills all its tokens, and its ``content`` is the instruction, the query and the
+    document each tokenized alone by the model's tokenizer (the rest is the chat template)."""
+    tokenizer = CrossEncoder(str(folder), device="cpu").tokenizer
+
+    def alone(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False).input_ids)
+
+    prepared = scorer.prepare(PAIRS, SCORE)
+    assert [item.content for item in prepared] == [alone(q) + alone(d) for q, d in PAIRS]
+    assert all(item.input_tokens == len(item.ids) > (item.content or 0) for item in prepared)
+    instruction = "Find the medical cause"
+    asked = scorer.prepare(PAIRS, Forward(frozenset({Capability.SCORE}), task=Task(instruction=instruction)))
+    assert [item.content for item in asked] == [alone(instruction) + alone(q) + alone(d) for q, d in PAIRS]

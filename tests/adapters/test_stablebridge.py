@@ -458,3 +458,21 @@ def test_the_summary_counts_spans_not_tokens() -> None:
     assert summary(0.123456, spans) == Entity(
         "rerank=0.1235 compression=33.33% kept=2/3", "summary", 0.123456
     )
+
+
+def test_a_scored_pair_tells_the_callers_text_in_it(pruner: StablebridgePruner, reranker: Path) -> None:
+    """``usage`` on score: each pair's ``content`` is the query (with the request's instruction) and
+    the passage each tokenized alone by the reranker's tokenizer; the separators are the template."""
+    tokenizer = AutoTokenizer.from_pretrained(str(reranker))
+
+    def alone(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False).input_ids)
+
+    pairs = [(QUERY, passage) for passage in PASSAGES]
+    prepared = pruner.prepare(pairs, SCORE)
+    assert [item.content for item in prepared] == [alone(QUERY) + alone(p) for p in PASSAGES]
+    assert all(item.input_tokens == len(item.ids) > (item.content or 0) for item in prepared)
+    instructed = Forward(frozenset({Capability.SCORE}), task=Task(instruction="Find the medical cause"))
+    asked = pruner.prepare(pairs, instructed)
+    extra = alone("Find the medical cause")
+    assert [item.content for item in asked] == [alone(QUERY) + extra + alone(p) for p in PASSAGES]

@@ -7,6 +7,9 @@ left-pads the rows and ``predict`` applies the saved modules, so nothing of the 
 scoring is written again here. A row is never truncated: cutting it would drop the template's end
 (the generation prompt the score is read after), so a pair longer than the model's context is the
 client's error: 400 ``INPUT_TOO_LONG``, as the public server answers it, whatever ``overflow_policy``.
+
+``usage`` bills the whole row and tells its ``content``: the request's instruction, the query and the
+document, each tokenized alone (the rest of the row is the publisher's template).
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from typing import Any, Self
 
 import numpy as np
 from sentence_transformers import CrossEncoder
+from tokenizers import Tokenizer
 
 from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
 from sie.adapters.clip import TokenizerVocabulary
 from sie.adapters.contract import TEXT_ONLY, Forward, LoadSpec
 from sie.adapters.cross_encoder import instructed_pairs
+from sie.adapters.runtime.tokenizer import TextTokenizer
 from sie.adapters.runtime.transformer import DeviceModel
 from sie.core.extraction import ItemError
 from sie.core.options import Capability
@@ -59,6 +64,10 @@ class SentenceTransformersCrossEncoder(DeviceModel):
         processing["text"] = {**processing.get("text", {}), "truncation": False}
         transformer.processing_kwargs = processing
         self.tokenizer = TokenizerVocabulary(self.model.tokenizer)
+        # Counts the caller's parts alone, apart from the tokenizer ``preprocess`` sets padding on.
+        self._counter = TextTokenizer(
+            Tokenizer.from_str(self.model.tokenizer.backend_tokenizer.to_str()), None
+        )
 
     @classmethod
     def load(cls, spec: LoadSpec) -> Self:
@@ -67,14 +76,25 @@ class SentenceTransformersCrossEncoder(DeviceModel):
     def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
         pairs = instructed_pairs(inputs, forward)
         features = self.model.preprocess(pairs)  # every row rendered and tokenized in one call
+        contents = self._contents(inputs, forward)
         prepared = []
-        for pair, row, mask in zip(pairs, features["input_ids"], features["attention_mask"], strict=True):
+        for pair, row, mask, content in zip(
+            pairs, features["input_ids"], features["attention_mask"], contents, strict=True
+        ):
             ids = row[mask.bool()].numpy().astype(np.int64)
             if self._context is not None and len(ids) > self._context:  # the public 400 INPUT_TOO_LONG
                 prepared.append(Prepared.refused(_past_context(len(ids), self._context)))
             else:
-                prepared.append(Prepared(ids=ids, payload=pair))
+                prepared.append(Prepared(ids=ids, payload=pair, content=min(content, len(ids))))
         return prepared
+
+    def _contents(self, inputs: Sequence[ModelInput], forward: Forward) -> list[int]:
+        """Each pair's caller text in tokens: instruction, query and document tokenized alone."""
+        instruction = forward.task.instruction if forward.task else None
+        asked = len(self._counter.encode([instruction], special_tokens=False)[0]) if instruction else 0
+        texts = [text for pair in inputs if isinstance(pair, tuple) for text in pair]
+        counts = [len(ids) for ids in self._counter.encode(texts, special_tokens=False)]
+        return [asked + query + document for query, document in zip(counts[::2], counts[1::2], strict=True)]
 
     def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
         with self._running():
