@@ -169,7 +169,7 @@ def test_openai_embeddings_take_image_data_uris(
     answer = response.json()
     got = np.array([row["embedding"] for row in answer["data"]], dtype=np.float32)
     np.testing.assert_allclose(got, expected(adapters[model], [ImageData(PNG), ImageData(JPEG)]), atol=1e-5)
-    assert answer["usage"]["prompt_tokens"] == 0  # an image reads no text tokens (native routes: usage.images)
+    assert answer["usage"]["prompt_tokens"] == 0  # images read no text (native: usage.images)
     one = families.client.post("/v1/embeddings", json={**body, "input": data_uri(PNG)}).json()
     np.testing.assert_allclose(one["data"][0]["embedding"], got[0], atol=1e-6)
     text = families.client.post("/v1/embeddings", json={"model": model, "input": TEXT}).json()
