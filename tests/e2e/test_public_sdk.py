@@ -165,7 +165,12 @@ def test_result_keys_match_the_public_sdk(public_results, our_client) -> None:
 def test_public_sdk_reads_our_identity_headers(server, public_results) -> None:
     instance = server.client.get("/healthz").headers["x-sie-runtime-instance"]
     assert re.match(r"^[0-9a-f]{64}$", instance)
-    assert public_results["single"]["request"] == {"runtime_instance_id": instance, "served_by": "local"}
+    # usage from the X-SIE-Units-* headers: "hello world" is [CLS] hello world [SEP] to MiniLM
+    assert public_results["single"]["request"] == {
+        "runtime_instance_id": instance,
+        "served_by": "local",
+        "usage": {"input_tokens": 4},
+    }
 
 
 def test_public_sdk_retries_model_loading(server, public_results, cosine) -> None:
@@ -414,8 +419,16 @@ def test_score_result_carries_request_metadata(
     families, public_family_results, our_family_client, name, operation, model, args, kwargs
 ) -> None:
     instance = families.client.get("/healthz").headers["x-sie-runtime-instance"]
-    assert public_family_results[name]["request"] == {"runtime_instance_id": instance, "served_by": "local"}
     ours = our_family_client.score(model, *args, **kwargs)
+    usage = ours["usage"]  # the body's, whose values tests/e2e/test_usage.py holds to the tokenizer
+    assert public_family_results[name]["request"] == {
+        "runtime_instance_id": instance,
+        "served_by": "local",
+        "usage": {
+            "input_tokens": usage["input_tokens"],
+            "content_input_tokens": usage["input_tokens_details"]["content_tokens"],
+        },
+    }
     assert ours.get("request") == public_family_results[name]["request"]
 
 
