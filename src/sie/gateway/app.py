@@ -121,11 +121,12 @@ async def join_cluster(state: GatewayState) -> Client:
         settings.gateway_publish_concurrency,
         settings.stream_max_age_s,
         settings.gateway_max_stream_pending,
+        settings.stream_replicas,
     )
     await dispatcher.start()
-    pools = Pools(client.jetstream(), state.workers)
+    pools = Pools(client.jetstream(), state.workers, replicas=settings.stream_replicas)
     await pools.start()
-    await DeadLetters(client, state.metrics, state.settings.dead_letter_limits()).start()
+    await DeadLetters(client, state.metrics, settings.dead_letter_limits(), settings.stream_replicas).start()
     state.pools, state.dispatcher = pools, dispatcher
     log.info("joined NATS at %s as router %s", access.described(), dispatcher.router_id)
     return client

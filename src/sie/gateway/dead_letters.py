@@ -54,14 +54,17 @@ FIELD_CHARS: Final = 256  # a field of a dead letter is an id or a name; a longe
 
 
 class DeadLetters:
-    def __init__(self, client: Client, metrics: GatewayMetrics, limits: DeadLetterLimits) -> None:
+    def __init__(
+        self, client: Client, metrics: GatewayMetrics, limits: DeadLetterLimits, replicas: int = 1
+    ) -> None:
         self._client = client
+        self._replicas = replicas
         self._jetstream: JetStreamContext = client.jetstream()
         self._metrics = metrics
         self._limits = limits
 
     async def start(self) -> None:
-        await ensure_dead_letter_stream(self._jetstream, self._limits)
+        await ensure_dead_letter_stream(self._jetstream, self._limits, self._replicas)
         await self._client.subscribe(f"{ADVISORY_PREFIX}.>", queue=QUEUE_GROUP, cb=self._on_advisory)
 
     async def _on_advisory(self, message: Msg) -> None:

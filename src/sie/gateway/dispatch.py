@@ -89,6 +89,7 @@ class Dispatcher:
         publish_concurrency: int,
         stream_max_age_s: float = STREAM_MAX_AGE_S,
         max_stream_pending: int = DEFAULT_MAX_STREAM_PENDING,
+        stream_replicas: int = 1,
     ) -> None:
         if publish_concurrency < 1:
             raise ValueError(f"publish_concurrency must be at least 1, not {publish_concurrency}")
@@ -97,6 +98,7 @@ class Dispatcher:
         self._window = publish_concurrency
         self._stream_max_age_s = stream_max_age_s
         self._max_stream_pending = max_stream_pending
+        self._stream_replicas = stream_replicas
         self.router_id = uuid.uuid4().hex
         self._jetstream: JetStreamContext = client.jetstream()
         self._collectors: dict[str, Collector] = {}
@@ -144,7 +146,7 @@ class Dispatcher:
 
     async def ensure_stream(self, pool: str) -> None:
         if pool not in self._streams:
-            await ensure_work_stream(self._jetstream, pool, self._stream_max_age_s)
+            await ensure_work_stream(self._jetstream, pool, self._stream_max_age_s, self._stream_replicas)
             self._streams.add(pool)
 
     def forget_streams(self) -> None:

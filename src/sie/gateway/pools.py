@@ -18,13 +18,14 @@ from typing import Any, Final
 import msgspec
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
+from nats.js.errors import APIError, BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
 from nats.js.kv import KeyValue
 
 from sie.gateway.workers import WorkerTable
 from sie.http.auth import OPEN, Principal
 from sie.http.errors import Forbidden
 from sie.queue.contract import DEFAULT_LANE_TOKEN
+from sie.queue.streams import ensure_replicas
 
 BUCKET: Final = "sie_pools"
 DEFAULT_POOL: Final = DEFAULT_LANE_TOKEN
@@ -102,17 +103,28 @@ WRONG_LAST_REVISION: Final = (10071, 10164)
 
 class Pools:
     def __init__(
-        self, jetstream: JetStreamContext, workers: WorkerTable, clock: Callable[[], float] = time.time
+        self,
+        jetstream: JetStreamContext,
+        workers: WorkerTable,
+        clock: Callable[[], float] = time.time,
+        replicas: int = 1,
     ) -> None:
         self._jetstream = jetstream
+        self._replicas = replicas
         self._workers = workers
         self._clock = clock
         self._kv: KeyValue | None = None
 
     async def start(self) -> None:
-        self._kv = await self._jetstream.create_key_value(
-            KeyValueConfig(bucket=BUCKET, history=1, storage=StorageType.FILE)
-        )
+        """Create the bucket, or join the one there (a bucket made with other options refuses the create:
+        it is used as it is, with at least this gateway's copies)."""
+        config = KeyValueConfig(bucket=BUCKET, history=1, storage=StorageType.FILE, replicas=self._replicas)
+        try:
+            self._kv = await self._jetstream.create_key_value(config)
+        except BadRequestError:
+            self._kv = await self._jetstream.key_value(BUCKET)
+            info = await self._jetstream.stream_info(f"KV_{BUCKET}")
+            await ensure_replicas(self._jetstream, info.config, self._replicas)
 
     @property
     def kv(self) -> KeyValue:

@@ -57,18 +57,43 @@ ROLES: Final[Mapping[str, Role]] = {
 }
 
 
+@dataclass(frozen=True)
+class Routes:
+    """One node's place in a NATS cluster (JetStream replicates over these routes): its unique name,
+    the address it takes the other nodes' routes on, every node's route address (its own among them
+    is fine), and the credentials a node must show to join, so that a pod that reaches the cluster
+    port cannot join as a node and read every subject."""
+
+    server_name: str
+    listen: str  # host:port
+    peers: tuple[str, ...]  # host:port of each node's cluster port
+    user: str
+    password: str
+    name: str = "sie"
+
+    def block(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "listen": self.listen,
+            "authorization": {"user": self.user, "password": self.password},
+            "routes": [f"nats-route://{self.user}:{self.password}@{peer}" for peer in self.peers],
+        }
+
+
 def server_config(
     host: str,
     port: int,
     store_dir: Path,
     passwords: Mapping[str, str],
     users: Mapping[str, str] | None = None,
+    routes: Routes | None = None,
 ) -> str:
     """A ``nats-server`` configuration: JetStream on ``store_dir``, one account whose users are the
     roles (``users``: role → user name, ``sie-{role}`` by default) with their permissions, and no
-    anonymous access. NATS reads its configuration as a JSON superset, so JSON it is."""
+    anonymous access; with ``routes``, one node of a cluster. NATS reads its configuration as a JSON
+    superset, so JSON it is."""
     names = users or {role: f"sie-{role}" for role in ROLES}
-    config = {
+    config: dict[str, object] = {
         "host": host,
         "port": port,
         "jetstream": {"store_dir": str(store_dir)},
@@ -89,4 +114,7 @@ def server_config(
             }
         },
     }
+    if routes is not None:
+        config["server_name"] = routes.server_name
+        config["cluster"] = routes.block()
     return json.dumps(config, indent=2)

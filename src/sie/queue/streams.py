@@ -4,7 +4,9 @@ Whoever comes first creates a pool's stream, so both sides must ask for the same
 exists with another configuration makes the second create fail). Work streams are work queues (a
 message is gone once acked), on file storage so a restarted ``nats-server`` still holds the queued
 work, bounded in age (nobody waits longer than the gateway's timeout) and in count (``discard new``: a
-full stream refuses the publish, which the gateway answers 503 ``QUEUE_FULL``).
+full stream refuses the publish, which the gateway answers 503 ``QUEUE_FULL``). On a clustered NATS
+every stream and bucket is kept in ``replicas`` copies (``SIE_STREAM_REPLICAS``: 3 on three NATS
+nodes), so losing the node that leads a stream loses no queued work.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class DeadLetterLimits:
     max_msgs: int
 
 
-def dead_letter_stream_config(limits: DeadLetterLimits) -> StreamConfig:
+def dead_letter_stream_config(limits: DeadLetterLimits, replicas: int = 1) -> StreamConfig:
     return StreamConfig(
         name=DEAD_LETTER_STREAM,
         subjects=[f"{DEAD_LETTER_PREFIX}.>"],
@@ -65,13 +67,16 @@ def dead_letter_stream_config(limits: DeadLetterLimits) -> StreamConfig:
         max_msg_size=DEAD_LETTER_MAX_MSG_BYTES,
         discard=DiscardPolicy.OLD,
         duplicate_window=DEAD_LETTER_DEDUP_WINDOW_S,
+        num_replicas=replicas,
     )
 
 
-async def ensure_dead_letter_stream(jetstream: JetStreamContext, limits: DeadLetterLimits) -> None:
+async def ensure_dead_letter_stream(
+    jetstream: JetStreamContext, limits: DeadLetterLimits, replicas: int = 1
+) -> None:
     """Create ``DEAD_LETTERS``, or bring an existing one (an older gateway's, or the public one's in
-    memory) to these bounds: its storage stays, its limits become ours."""
-    wanted = dead_letter_stream_config(limits)
+    memory) to these bounds and at least ``replicas`` copies: its storage stays, its limits become ours."""
+    wanted = dead_letter_stream_config(limits, replicas)
     try:
         info = await jetstream.stream_info(DEAD_LETTER_STREAM)
     except NotFoundError:
@@ -80,10 +85,26 @@ async def ensure_dead_letter_stream(jetstream: JetStreamContext, limits: DeadLet
     current: StreamConfig = info.config
     bounds = ("max_bytes", "max_msgs", "max_msg_size", "discard", "max_age")
     if any(getattr(current, name) != getattr(wanted, name) for name in bounds):
-        await jetstream.update_stream(current.evolve(**{name: getattr(wanted, name) for name in bounds}))
+        current = current.evolve(**{name: getattr(wanted, name) for name in bounds})
+        await jetstream.update_stream(current)
+    await ensure_replicas(jetstream, current, replicas)
 
 
-def work_stream_config(pool: str, max_age_s: float = STREAM_MAX_AGE_S) -> StreamConfig:
+async def ensure_replicas(jetstream: JetStreamContext, current: StreamConfig, replicas: int) -> None:
+    """Raise an existing stream to ``replicas`` copies (JetStream copies it to more nodes in place).
+    Never lowers: a gateway and a worker configured apart must not take copies away from each other."""
+    if (current.num_replicas or 1) >= replicas:
+        return
+    log.info(
+        "stream %s kept %s copies; SIE_STREAM_REPLICAS makes it %d",
+        current.name,
+        current.num_replicas,
+        replicas,
+    )
+    await jetstream.update_stream(current.evolve(num_replicas=replicas))
+
+
+def work_stream_config(pool: str, max_age_s: float = STREAM_MAX_AGE_S, replicas: int = 1) -> StreamConfig:
     return StreamConfig(
         name=pool_stream(pool),
         subjects=pool_stream_subjects(pool),
@@ -92,6 +113,7 @@ def work_stream_config(pool: str, max_age_s: float = STREAM_MAX_AGE_S) -> Stream
         max_age=max_age_s,
         max_msgs=STREAM_MAX_MSGS,
         discard=DiscardPolicy.NEW,
+        num_replicas=replicas,
     )
 
 
@@ -107,15 +129,16 @@ def lane_consumer_config(durable: str, filter_subject: str, max_deliver: int = M
 
 
 async def ensure_work_stream(
-    jetstream: JetStreamContext, pool: str, max_age_s: float = STREAM_MAX_AGE_S
+    jetstream: JetStreamContext, pool: str, max_age_s: float = STREAM_MAX_AGE_S, replicas: int = 1
 ) -> None:
     """Create the pool's stream unless it exists (whatever its configuration: an operator's wins, and
-    a different age is logged, not changed)."""
+    a different age is logged, not changed; only too few copies are raised)."""
     try:
         info = await jetstream.stream_info(pool_stream(pool))
     except NotFoundError:
-        await jetstream.add_stream(work_stream_config(pool, max_age_s))
+        await jetstream.add_stream(work_stream_config(pool, max_age_s, replicas))
         return
+    await ensure_replicas(jetstream, info.config, replicas)
     existing = info.config.max_age
     if existing is not None and abs(existing - max_age_s) > 1e-3:
         log.info(

@@ -118,6 +118,7 @@ def queue_worker(
         redelivery=Redelivery(
             settings.max_deliver,
             settings.stream_max_age_s,
+            settings.stream_replicas,
             NakDelays(settings.nak_delay_s, settings.oom_nak_delay_s),
         ),
     )

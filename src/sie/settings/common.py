@@ -217,6 +217,14 @@ class Cluster(Nats, Follower):
         description="Max age of a pool's work stream when this process creates it (gateways and workers "
         "create it alike; an existing stream keeps its own).",
     )
+    stream_replicas: int = Field(
+        1,
+        ge=1,
+        le=5,
+        description="Copies JetStream keeps of every stream and bucket this process creates (work streams, "
+        "DEAD_LETTERS, sie_pools): 3 on a three-node NATS cluster, so a node's loss loses nothing queued; "
+        "an existing one with fewer is raised, never lowered.",
+    )
 
 
 class Host(BaseSettings):

@@ -75,10 +75,12 @@ CONFIG_WAIT_S: Final = 1  # redelivery delay of an item whose model the config f
 class Redelivery:
     """How this worker has JetStream redeliver: the lane consumer's ``max_deliver``
     (``SIE_MAX_DELIVER``), the pool stream's age when this worker creates it
-    (``SIE_STREAM_MAX_AGE_S``), and the first NAK waits (``SIE_NAK_DELAY_S``, ``SIE_OOM_NAK_DELAY_S``)."""
+    (``SIE_STREAM_MAX_AGE_S``) and copies (``SIE_STREAM_REPLICAS``), and the first NAK waits
+    (``SIE_NAK_DELAY_S``, ``SIE_OOM_NAK_DELAY_S``)."""
 
     max_deliver: int = MAX_DELIVER
     stream_max_age_s: float = STREAM_MAX_AGE_S
+    stream_replicas: int = 1
     nak: NakDelays = field(default_factory=NakDelays)
 
 
@@ -132,7 +134,9 @@ class PullLoop:
         jetstream = self._client.jetstream()
         stream = pool_stream(self._lane.pool)
         redelivery = self._redelivery
-        await ensure_work_stream(jetstream, self._lane.pool, redelivery.stream_max_age_s)
+        await ensure_work_stream(
+            jetstream, self._lane.pool, redelivery.stream_max_age_s, redelivery.stream_replicas
+        )
         durable = lane_consumer(self._lane.pool, self._lane.machine_profile, self._lane.bundle)
         wanted = lane_consumer_config(durable, self._lane.filter_subject, redelivery.max_deliver)
         consumer = await ensure_lane_consumer(jetstream, stream, wanted)
