@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Final
 
 import nats
+from nats.aio.client import Client
 
 from bench.procs import ManagedProcess
 from chaos.hosts import Host
@@ -135,7 +136,7 @@ class NatsCluster:
     def node(self, name: str) -> NatsNode:
         return next(node for node in self.nodes if node.name == name)
 
-    async def connect(self) -> nats.aio.client.Client:
+    async def connect(self) -> Client:
         """The observer's connection, as a gateway (the role that may read stream state)."""
         return await nats.connect(
             servers=[node.url for node in self.nodes if node.process and node.process.exit_code() is None],
