@@ -10,7 +10,8 @@ import importlib.util
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Final
 
@@ -19,6 +20,10 @@ import yaml
 
 from chaos import models
 from chaos.topology import Topology
+
+# A fault: entered, the fault is in place; exited, it is healed (a killed process started again, a
+# link restored). It takes the topology and says nothing back: what it cost is read off the load.
+Fault = Callable[[Topology], AbstractContextManager[None]]
 
 WORK_STREAM: Final = "WORK_POOL_default"
 PARTITION_S: Final = 20.0  # the partition: the hold of that fault whatever the run's
@@ -174,7 +179,7 @@ def _wait_served(client: httpx.Client, gateway: str, model_id: str) -> None:
         time.sleep(0.5)
 
 
-FAULTS: Final = {
+FAULTS: Final[dict[str, Fault]] = {
     "nats stream leader SIGKILL": nats_leader_killed,
     "worker partitioned 20 s": worker_partitioned,
     "gateway SIGKILL": gateway_killed,

@@ -40,6 +40,20 @@ class Row:
     p99_s: float
     failures: list[str] = field(default_factory=list)
 
+    def plus(self, other: Row) -> Row:
+        return Row(
+            self.fault,
+            self.sent + other.sent,
+            self.correct + other.correct,
+            self.retried + other.retried,
+            self.lost + other.lost,
+            self.wrong + other.wrong,
+            self.twice + other.twice,
+            max(self.recovery_s, other.recovery_s),
+            max(self.p99_s, other.p99_s),
+            self.failures + other.failures,
+        )
+
     def markdown(self) -> str:
         return (
             f"| {self.fault} | {self.sent} | {self.correct} | {self.retried} | {self.lost} | {self.wrong} "
@@ -75,7 +89,13 @@ class Report:
         return cls(rows, requests)
 
     def table(self) -> str:
-        return "\n".join([HEADER, *(row.markdown() for row in self.rows)])
+        """One line per fault: the windows of a fault injected several times summed (its recovery
+        and p99 the worst of them)."""
+        merged: dict[str, Row] = {}
+        for row in self.rows:
+            seen = merged.get(row.fault)
+            merged[row.fault] = row if seen is None else seen.plus(row)
+        return "\n".join([HEADER, *(row.markdown() for row in merged.values())])
 
     def problems(self) -> list[str]:
         """Everything that breaks the invariant; empty when the run kept it."""

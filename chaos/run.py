@@ -14,24 +14,20 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from bench.procs import ManagedProcess, free_port, rss_mb, wait_ready
 from chaos import corpus
+from chaos.faults import Fault
 from chaos.report import Report, Window
 from chaos.topology import SERVED, Service, Topology, base_env, script
 
 LOAD_CLIENT: Final = Path(__file__).with_name("load_client.py")
 DRAIN_S: Final = 60.0
 RSS_EVERY_S: Final = 5.0
-
-# A fault: entered, the fault is in place; exited, it is healed (a killed process started again, a
-# link restored). It takes the topology and says nothing back: what it cost is read off the load.
-Fault = Callable[[Topology], AbstractContextManager[None]]
 
 
 @dataclass
@@ -167,15 +163,23 @@ class Harness:
         return found
 
     def run(
-        self, name: str, faults: list[tuple[str, Fault]], hold_s: float, baseline_s: float, settle_s: float
+        self,
+        name: str,
+        faults: list[tuple[str, Fault]],
+        hold_s: float,
+        baseline_s: float,
+        settle_s: float,
+        minutes: float = 0.0,
     ) -> Report:
         """One load across ``faults`` in turn: ``baseline_s`` of calm first, each fault held
-        ``hold_s``, healed, then ``settle_s`` of calm before the next. The report holds the windows."""
+        ``hold_s``, healed, then ``settle_s`` of calm before the next; round again until ``minutes``
+        have passed (one round at least). The report holds one window per fault injected."""
         windows: list[Window] = []
+        until = time.time() + 60 * minutes
         with self.load(name) as records:
             time.sleep(baseline_s)
             calm = Window("baseline", time.time() - baseline_s, 0.0, 0.0)
-            for fault_name, fault in faults:
+            for fault_name, fault in _rounds(faults, until):
                 started = time.time()
                 with fault(self.top):
                     injected = time.time()
@@ -225,6 +229,15 @@ class Harness:
             if time.monotonic() > deadline:
                 return {"error": "NATS did not answer"}
             time.sleep(1)
+
+
+def _rounds(faults: list[tuple[str, Fault]], until: float) -> Iterator[tuple[str, Fault]]:
+    yield from faults
+    while faults and time.time() < until:
+        for fault in faults:
+            if time.time() >= until:
+                return
+            yield fault
 
 
 def _work_left(state: dict[str, Any]) -> bool:

@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 
 from chaos import faults
+from chaos.faults import Fault
 from chaos.report import Report
-from chaos.run import Fault, Harness
+from chaos.run import Harness
 
 HOLD_S = 8.0
 BASELINE_S = 4.0
