@@ -123,6 +123,7 @@ class Load:
         record: dict[str, Any] = {"n": number, "kind": template["kind"], "size": template["size"]}
         record["template"], record["start"], record["tried"] = which, time.time(), []
         errors: list[str] = []
+        record["statuses"] = []  # of the failed attempts: None where no HTTP answer came
         attempt = 0
         while True:
             gateway = (first + attempt) % len(clients)
@@ -131,6 +132,7 @@ class Load:
                 got = answer(clients[gateway], template)
             except Exception as exc:  # what the SDK raised: the next attempt goes to the other gateway
                 errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+                record["statuses"].append(getattr(exc, "status_code", None))
                 attempt += 1
                 if time.time() - record["start"] > RETRY_DEADLINE_S:
                     record.update(ok=False, error=errors[-1])

@@ -13,6 +13,9 @@ from typing import Any
 # A request is "disturbed" by a fault when it needed another attempt or took this many times the
 # calm p99; recovery ends with the last disturbed request of the fault's window.
 SLOW_FACTOR = 3.0
+# What a failed attempt may be answered during a fault: busy or unreachable, try again (503), or
+# no answer in time (504); anything else (a 500, a 4xx) is a defect even when a retry then succeeds.
+RETRYABLE = (None, 503, 504)
 # RSS over a long run: the last third's median may exceed the first third's by this much at most.
 RSS_GROWTH_MB = 64.0
 RSS_GROWTH_RATIO = 0.25
@@ -36,6 +39,7 @@ class Row:
     lost: int
     wrong: int
     twice: int
+    server_errors: int  # requests with an attempt answered neither 2xx nor 503/504
     recovery_s: float
     p99_s: float
     failures: list[str] = field(default_factory=list)
@@ -49,6 +53,7 @@ class Row:
             self.lost + other.lost,
             self.wrong + other.wrong,
             self.twice + other.twice,
+            self.server_errors + other.server_errors,
             max(self.recovery_s, other.recovery_s),
             max(self.p99_s, other.p99_s),
             self.failures + other.failures,
@@ -57,13 +62,13 @@ class Row:
     def markdown(self) -> str:
         return (
             f"| {self.fault} | {self.sent} | {self.correct} | {self.retried} | {self.lost} | {self.wrong} "
-            f"| {self.twice} | {self.recovery_s:.1f} | {self.p99_s:.2f} |"
+            f"| {self.twice} | {self.server_errors} | {self.recovery_s:.1f} | {self.p99_s:.2f} |"
         )
 
 
 HEADER = (
     "| fault | requests sent | answered correctly | retried | lost | wrong | answered twice "
-    "| recovery s | p99 s |\n|---|---|---|---|---|---|---|---|---|"
+    "| 500/4xx | recovery s | p99 s |\n|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -160,6 +165,8 @@ def _row(window: Window, mine: list[dict[str, Any]], calm_p99: float, seen: dict
     ]
     recovery = max((r["end"] - injected for r in disturbed), default=0.0) if window.healed_after else 0.0
     failures = [f"#{r['n']} {r.get('error') or r.get('mismatch')}" for r in mine if not r.get("ok")]
+    server_errors = [r for r in mine if any(s not in RETRYABLE for s in r.get("statuses", []))]
+    failures += [f"#{r['n']} {r['statuses']}: {r['errors']}" for r in server_errors]
     return Row(
         fault=window.name,
         sent=len(mine),
@@ -168,6 +175,7 @@ def _row(window: Window, mine: list[dict[str, Any]], calm_p99: float, seen: dict
         lost=sum(1 for r in mine if not r.get("ok") and r.get("error")),
         wrong=sum(1 for r in mine if r.get("mismatch")),
         twice=sum(1 for r in mine if seen[r["n"]] > 1),
+        server_errors=len(server_errors),
         recovery_s=max(recovery, 0.0),
         p99_s=_p99([r["end"] - r["start"] for r in mine]),
         failures=failures,

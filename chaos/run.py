@@ -119,6 +119,7 @@ class Harness:
         client = ManagedProcess(f"load {name}", argv, base_env(), self.folder / f"{name}.log")
         client.start()
         try:
+            _wait_answering(client, records)
             yield records
         finally:
             stop.touch()
@@ -229,6 +230,16 @@ class Harness:
             if time.monotonic() > deadline:
                 return {"error": "NATS did not answer"}
             time.sleep(1)
+
+
+def _wait_answering(client: ManagedProcess, records: Path, timeout_s: float = 180) -> None:
+    """Until the load client has had its first answer: the calm before a fault is measured from a
+    client that is already sending, not from one still importing its SDK."""
+    deadline = time.monotonic() + timeout_s
+    while not (records.exists() and records.stat().st_size):
+        if client.exit_code() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the load client never answered:\n{client.log_tail(40)}")
+        time.sleep(0.2)
 
 
 def _rounds(faults: list[tuple[str, Fault]], until: float) -> Iterator[tuple[str, Fault]]:

@@ -32,13 +32,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import StreamInfo
 from nats.js.errors import NotFoundError
 
-from sie.gateway.errors import PublishFailed, StreamBacklog
+from sie.gateway.errors import PublishFailed, QueueUnreachable, StreamBacklog
 from sie.gateway.metrics import GatewayMetrics, InboxSkip
 from sie.queue.contract import (
     STREAM_MAX_AGE_S,
@@ -145,9 +146,18 @@ class Dispatcher:
         return collector.put(result)
 
     async def ensure_stream(self, pool: str) -> None:
-        if pool not in self._streams:
+        """The pool's stream, checked once per connection. JetStream may not answer for a few seconds
+        (a NATS node died and its streams elect new leaders): that is a 503 the client retries, not a
+        500."""
+        if pool in self._streams:
+            return
+        try:
             await ensure_work_stream(self._jetstream, pool, self._stream_max_age_s, self._stream_replicas)
-            self._streams.add(pool)
+        except nats.errors.Error as exc:
+            raise QueueUnreachable(
+                f"The queue (NATS JetStream) did not answer for pool '{pool}' ({type(exc).__name__}); retry shortly"
+            ) from exc
+        self._streams.add(pool)
 
     def forget_streams(self) -> None:
         """After a reconnect the server may be a new one: streams are checked again."""

@@ -76,6 +76,15 @@ app.kubernetes.io/component: {{ .component }}
 {{- if and .Values.nats.auth.enabled (or .Values.nats.install .Values.nats.auth.existingSecret) }}true{{ end -}}
 {{- end -}}
 
+{{/* Copies JetStream keeps of what the cluster creates: the value, or 3 on the chart's own NATS cluster. */}}
+{{- define "sie.streamReplicas" -}}
+{{- $set := int .Values.queueRouting.streamReplicas -}}
+{{- if gt $set 0 -}}{{ $set }}
+{{- else if and .Values.nats.install (ge (int .Values.nats.replicas) 3) -}}3
+{{- else -}}1
+{{- end -}}
+{{- end -}}
+
 {{- define "sie.natsSecretName" -}}
 {{- .Values.nats.auth.existingSecret | default (printf "%s-nats-auth" (include "sie.fullname" .)) -}}
 {{- end -}}
