@@ -273,8 +273,8 @@ def test_the_charts_nats_users_have_the_roles_permissions(default: list[dict[str
     nats_pod = one(default, "StatefulSet", "sie-sie-cluster-nats")["spec"]["template"]["spec"]
     assert "--config=/etc/nats/nats.conf" in nats_pod["containers"][0]["args"]
     secret = one(default, "Secret", "sie-sie-cluster-nats-auth")
-    assert sorted(secret["data"]) == ["config", "gateway", "worker"]
-    assert len({base64.b64decode(v) for v in secret["data"].values()}) == 3  # one password each
+    assert sorted(secret["data"]) == ["config", "gateway", "route", "worker"]  # route: between NATS nodes
+    assert len({base64.b64decode(v) for v in secret["data"].values()}) == 4  # one password each
     for kind, name, role in (
         ("Deployment", "sie-sie-cluster-gateway", "gateway"),
         ("StatefulSet", "sie-sie-cluster-worker-cpu", "worker"),
