@@ -4,8 +4,10 @@ The class decides the retry: a missing model, a missing dependency, a bad config
 weights fail the same way every time, so they stay failed until the config or the files change (hot
 reload) or the server restarts; out of memory, the network, a full disk or an unknown error may heal,
 so they are retried after a cooldown that doubles with each failed attempt (capped), and become
-permanent once they have failed ``MAX_TRANSIENT_ATTEMPTS`` times. The names are the public server's,
-plus ``CORRUPT`` for weights that cannot be read (a truncated safetensors file).
+permanent once they have failed ``MAX_TRANSIENT_ATTEMPTS`` times; a full disk never does (an operator
+may free space at any time, and the load is tried again as soon as the room is there:
+``loader.can_retry``). The names are the public server's, plus ``CORRUPT`` for weights that cannot be
+read (a truncated safetensors file) and ``STORAGE`` for a full disk.
 
 A client is told the class and its generic text (``told``), never the exception: a loader's text names
 local folders, cache paths, bucket URLs and Hub errors. The log keeps the exception.
@@ -19,6 +21,7 @@ import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Final
 
 import torch
@@ -26,6 +29,7 @@ from safetensors import SafetensorError
 
 from sie.adapters.loading import UnknownAdapter
 from sie.catalog.model_config import ModelConfigError
+from sie.weights.errors import DiskFull
 from sie.weights.sources import WeightsNotFound
 
 
@@ -79,6 +83,13 @@ def remedy_of(exc: BaseException) -> str | None:
     )
 
 
+def room_of(exc: BaseException) -> tuple[Path, int] | None:
+    """The folder and bytes of the first ``DiskFull`` along ``exc``'s cause chain: where to look for
+    the room a failed load lacked."""
+    full = next((link for link in _chain(exc) if isinstance(link, DiskFull)), None)
+    return (full.root, full.needed_bytes) if full is not None else None
+
+
 _CORRUPT_MESSAGES: Final = (
     "incomplete metadata",
     "header too large",
@@ -105,7 +116,7 @@ def classify(exc: BaseException, attempts: int) -> LoadFailureClass:
     if found is None:  # a ValueError left unexplained is the model's configuration (public rule)
         value_error = any(isinstance(link, ValueError) for link in links)
         found = LoadErrorClass.CONFIG if value_error else LoadErrorClass.UNKNOWN
-    if found in PERMANENT or attempts >= MAX_TRANSIENT_ATTEMPTS:
+    if found in PERMANENT or (attempts >= MAX_TRANSIENT_ATTEMPTS and found is not LoadErrorClass.STORAGE):
         return LoadFailureClass(found, True, 0.0)
     cooldown = min(BASE_COOLDOWN_S[found] * 2 ** (attempts - 1), MAX_COOLDOWN_S)
     return LoadFailureClass(found, False, cooldown)

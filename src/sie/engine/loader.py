@@ -5,7 +5,8 @@ Loads run one at a time on the device executor, the same thread as every forward
 A failed load is remembered (``last_error``) and answered as ``MODEL_LOAD_FAILED`` until its cooldown
 ends, telling its class and a generic text (the exception is logged); ``load_errors`` classifies it
 and decides whether it is permanent (until the config changes or the server restarts) and how long
-the cooldown of a transient one is.
+the cooldown of a transient one is. A load that found the local disk full (``DiskFull``) may be tried
+again before its cooldown ends, as soon as the disk has the room it lacked.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 
 from sie.adapters.batch import AnnotatedText, ModelInput
 from sie.adapters.contract import Adapter, Forward, LoadSpec, Trait, output_dims
@@ -27,9 +29,10 @@ from sie.catalog.catalog import CatalogEntry
 from sie.core import heap
 from sie.core.options import AttentionBackend, Capability, ComputePrecision, Modality
 from sie.core.task import Task
-from sie.engine.load_errors import LoadErrorClass, classify, remedy_of, told
+from sie.engine.load_errors import LoadErrorClass, classify, remedy_of, room_of, told
 from sie.engine.memory import model_bytes
 from sie.postprocess.muvera import MuveraStage
+from sie.weights.errors import has_room
 from sie.weights.lora_sources import LoraSettings
 from sie.weights.sources import WeightSources
 
@@ -51,6 +54,7 @@ class LoadFailure:
     permanent: bool
     retry_at: float
     error_class: LoadErrorClass = LoadErrorClass.UNKNOWN
+    room: tuple[Path, int] | None = None  # a full disk: its folder and the bytes the load needed
 
 
 @dataclass(frozen=True)
@@ -169,8 +173,13 @@ def load_and_warm_up(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel
 
 
 def can_retry(failure: LoadFailure | None) -> bool:
-    """Whether a model whose last load ended in ``failure`` may be loaded again now."""
-    return failure is None or (not failure.permanent and time.monotonic() >= failure.retry_at)
+    """Whether a model whose last load ended in ``failure`` may be loaded again now: its cooldown is
+    over, or the disk it found full has the room now (one ``statvfs`` per ask)."""
+    if failure is None:
+        return True
+    if failure.permanent:
+        return False
+    return time.monotonic() >= failure.retry_at or (failure.room is not None and has_room(*failure.room))
 
 
 def failure_after(name: str, exc: Exception, previous: LoadFailure | None) -> LoadFailure:
@@ -192,6 +201,7 @@ def failure_after(name: str, exc: Exception, previous: LoadFailure | None) -> Lo
         failure.permanent,
         time.monotonic() + failure.cooldown_s,
         failure.error_class,
+        room_of(exc),
     )
 
 

@@ -10,7 +10,8 @@ s3://bucket/hub`` uploads it (symlinks become plain files)::
 A snapshot is chosen as: the YAML's ``hf_revision`` (a commit, or a ref under ``refs/``), else the
 commit ``refs/main`` names, else the last snapshot in name order. It is copied into the local cache
 under the same names, through a temporary folder renamed into place once complete, so a copy that
-breaks off never looks like a snapshot.
+breaks off never looks like a snapshot; the temporary folder is removed when it does. A copy that runs
+out of room on the local disk is ``DiskFull`` (the disk's fault, not the store's).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from pathlib import Path
 
 from fsspec import AbstractFileSystem
 
-from sie.weights.disk_cache import folder_name
+from sie.weights.disk_cache import DiskCache, folder_name
+from sie.weights.errors import out_of_space
 from sie.weights.files import needed_files
 from sie.weights.progress import report_progress
 from sie.weights.remote_fs import filesystem
@@ -108,33 +110,35 @@ class ClusterCache:
             return commit, wanted
         return (None, None) if revision else (names[-1], None)
 
-    def copy(self, snapshot: ClusterSnapshot, local_root: Path, onnx: bool) -> Path:
-        """Copy the files an adapter of this kind needs into ``local_root``'s hub layout; the local
-        snapshot folder. ``ClusterUnreachable`` when the copy breaks off."""
+    def copy(self, snapshot: ClusterSnapshot, local: DiskCache, onnx: bool) -> Path:
+        """Copy the files an adapter of this kind needs into the ``local`` cache's hub layout; the
+        local snapshot folder. ``ClusterUnreachable`` when the copy breaks off, ``DiskFull`` when the
+        local disk ran out of room; either way nothing of it is left behind."""
         fs, _ = self._filesystem()
         files = needed_files(snapshot.sizes, onnx)
-        model_dir = local_root / folder_name(snapshot.hf_id)
+        model_dir = local.root / folder_name(snapshot.hf_id)
         final = model_dir / "snapshots" / snapshot.revision
         partial = model_dir / "snapshots" / f".{snapshot.revision}.partial-{os.getpid()}"
         shutil.rmtree(partial, ignore_errors=True)
-        for name in files:
-            (partial / name).parent.mkdir(parents=True, exist_ok=True)
         total = sum(snapshot.sizes[name] for name in files)
         what = f"copying {snapshot.hf_id}@{snapshot.revision} from the cluster cache {self.location}"
         try:
+            for name in files:
+                (partial / name).parent.mkdir(parents=True, exist_ok=True)
             with report_progress(what, partial, total, len(files)):
                 fs.get([f"{snapshot.path}/{n}" for n in files], [str(partial / n) for n in files])
         except Exception as exc:
             shutil.rmtree(partial, ignore_errors=True)
+            if out_of_space(exc):
+                why = f"the copy of {snapshot.hf_id} ran out of room"
+                raise local.full(why, total, "the partial copy was removed") from exc
             raise ClusterUnreachable(f"copy broke off: {_reason(exc)}") from exc
         if final.exists():  # another process finished the same copy first
             shutil.rmtree(partial, ignore_errors=True)
         else:
             partial.rename(final)
         if snapshot.from_ref:
-            refs = model_dir / "refs"
-            refs.mkdir(exist_ok=True)
-            (refs / snapshot.from_ref).write_text(snapshot.revision)
+            self._write_ref(model_dir, snapshot)
         skipped = len(snapshot.sizes) - len(files)
         log.info(
             "copied %d files of %s (%d skipped: no adapter reads them) to %s",
@@ -144,3 +148,16 @@ class ClusterCache:
             final,
         )
         return final
+
+    @staticmethod
+    def _write_ref(model_dir: Path, snapshot: ClusterSnapshot) -> None:
+        """``refs/<ref>`` names the copied commit; without it (a full disk has no room even for that)
+        the snapshot still serves an unpinned load (the newest snapshot); one pinned to the ref asks
+        the cluster cache again."""
+        assert snapshot.from_ref is not None
+        try:
+            refs = model_dir / "refs"
+            refs.mkdir(exist_ok=True)
+            (refs / snapshot.from_ref).write_text(snapshot.revision)
+        except OSError as exc:
+            log.warning("could not record refs/%s of %s: %s", snapshot.from_ref, snapshot.hf_id, exc)

@@ -10,17 +10,25 @@ a marker (written by another tool) counts by its own modification time.
 Never evicted: the model being fetched, and every model the ``in_use`` hook names (the lead's engine
 passes the hub ids of the models loaded or loading now: their files may still be read, by a LoRA or a
 tokenizer, and a reload after eviction should not have to download again).
+
+When the eviction cannot free what a fetch needs, ``require_room`` refuses it before a byte is written
+(``DiskFull``, naming the disk, the room needed and what is free), rather than let it fill the disk
+and fail half way.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from sie.weights.errors import DiskFull
+from sie.weights.progress import megabytes
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +48,17 @@ def hf_id_of(folder: Path) -> str:
 def used_percent(path: Path) -> float:
     usage = shutil.disk_usage(path)
     return 100.0 * usage.used / usage.total if usage.total else 0.0
+
+
+def mount_point(path: Path) -> Path:
+    """The mount point of the filesystem ``path`` is on (``path`` itself, or its nearest existing
+    parent, when that is a mount): "the disk" a log line names."""
+    current = path.resolve()
+    while not current.exists() and current != current.parent:
+        current = current.parent
+    while not os.path.ismount(current) and current != current.parent:
+        current = current.parent
+    return current
 
 
 def nothing_in_use() -> Collection[str]:
@@ -90,9 +109,12 @@ class DiskCache:
             ]
             if not candidates:
                 log.warning(
-                    "disk cache %s is %.0f %% full and every cached model is in use; fetching %s anyway",
+                    "disk cache %s is %.0f %% full (%s free, %s needed) and no cached model may be "
+                    "evicted (none other, or all in use) before fetching %s",
                     self.root,
                     used_percent(self.root),
+                    megabytes(shutil.disk_usage(self.root).free),
+                    megabytes(needed_bytes),
                     for_hf_id,
                 )
                 break
@@ -109,3 +131,29 @@ class DiskCache:
                 for_hf_id,
             )
         return evicted
+
+    def require_room(self, for_hf_id: str, needed_bytes: int) -> list[str]:
+        """``make_room``, then ``DiskFull`` when the disk still has less than ``needed_bytes`` free: the
+        fetch would only fill the disk and fail. Returns the evicted ids."""
+        evicted = self.make_room(for_hf_id, needed_bytes)
+        folder = self.root if self.root.is_dir() else mount_point(self.root)
+        if shutil.disk_usage(folder).free >= needed_bytes:
+            return evicted
+        if evicted:
+            after = f"after evicting {', '.join(evicted)}"
+        else:
+            after = "no cached model could be evicted" if self.enabled else "eviction is off"
+        raise self.full(f"no room for {for_hf_id}", needed_bytes, after)
+
+    def full(self, what: str, needed_bytes: int, after: str) -> DiskFull:
+        """The ``DiskFull`` of a fetch into this cache: ``what`` went wrong, the room it needed, the
+        disk's mount point and free space now, and ``after`` (what was done about it)."""
+        folder = self.root if self.root.is_dir() else mount_point(self.root)
+        usage = shutil.disk_usage(folder)
+        return DiskFull(
+            f"{what} in the local weight cache {self.root}: it needs {megabytes(needed_bytes)}, the "
+            f"disk mounted at {mount_point(folder)} has {megabytes(usage.free)} free of "
+            f"{megabytes(usage.total)} ({after})",
+            folder,
+            needed_bytes,
+        )

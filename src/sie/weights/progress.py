@@ -35,7 +35,7 @@ def folder_size(folder: Path) -> tuple[int, int]:
     return total, files
 
 
-def _mb(n: int) -> str:
+def megabytes(n: int) -> str:
     return f"{n / 1e6:.1f} MB"
 
 
@@ -56,9 +56,9 @@ def report_progress(
     def line() -> str:
         done_bytes, done_files = folder_size(folder) if folder.exists() else (0, 0)
         done_bytes, done_files = done_bytes - start_bytes, done_files - start_files
-        text = f"{what}: {_mb(done_bytes)}"
+        text = f"{what}: {megabytes(done_bytes)}"
         if total_bytes:
-            text += f" of {_mb(total_bytes)} ({100 * done_bytes // total_bytes} %)"
+            text += f" of {megabytes(total_bytes)} ({100 * done_bytes // total_bytes} %)"
         text += f", {done_files}" + (f" of {total_files}" if total_files is not None else "") + " files"
         return text
 

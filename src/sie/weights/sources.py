@@ -104,7 +104,7 @@ class WeightSources:
                 tried.append("cluster cache (not configured: SIE_CLUSTER_CACHE is unset)")
             if self.hf_fallback:
                 try:
-                    folder = download(hf_id, revision, self.cache_root(), onnx, self._before_fetch(hf_id))
+                    folder = download(hf_id, revision, self.disk_cache(), onnx, self._before_fetch(hf_id))
                 except TooLarge as exc:
                     tried.append(f"hub download of {hf_id!r} (refused: {exc})")
                 except HubMiss as exc:
@@ -130,7 +130,7 @@ class WeightSources:
             cap = self.max_fetch_bytes
             if cap is not None and needed > cap:
                 raise TooLarge(f"{needed} bytes, over the cap of {cap} bytes")
-            return self.disk_cache().make_room(hf_id, needed)
+            return self.disk_cache().require_room(hf_id, needed)
 
         return check
 
@@ -148,7 +148,7 @@ class WeightSources:
                 return None, False
             needed = needed_files(snapshot.sizes, onnx)
             self._before_fetch(hf_id)(sum(snapshot.sizes[name] for name in needed))
-            copied = cluster.copy(snapshot, self.cache_root(), onnx)
+            copied = cluster.copy(snapshot, self.disk_cache(), onnx)
         except TooLarge as exc:
             tried.append(f"{where} (refused: {exc})")
             return None, False
