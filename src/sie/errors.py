@@ -90,6 +90,12 @@ RULES: Final[dict[WireCode, ErrorRule]] = _rules(
 )
 
 
+# A load that failed on one worker for a reason that may heal (a full disk, memory, the network; not
+# a missing model or a bad config, which fail on every worker): a queue worker leaves the item for
+# another worker (``ModelLoadFailed.rule``); the HTTP answer is the code's, without a wait.
+LOAD_FAILED_HERE: Final = ErrorRule(ErrorCode.MODEL_LOAD_FAILED, _RETRY)
+
+
 class SieError(Exception):
     """An error a caller is told about: its class names the wire code, ``RULES`` the rest.
 

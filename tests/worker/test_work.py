@@ -14,7 +14,7 @@ import pytest
 
 from sie.catalog.errors import InvalidInput
 from sie.engine.engine import Engine
-from sie.engine.errors import ModelLoading
+from sie.engine.errors import ModelLoadFailed, ModelLoading
 from sie.errors import QueueAction
 from sie.queue.codec import WorkItemInvalid, request_of
 from sie.queue.contract import (
@@ -28,7 +28,7 @@ from sie.queue.contract import (
     work_subject,
 )
 from sie.wire.requests import EncodeRequest, ExtractRequest, Item, ScoreRequest
-from sie.worker.work import MAX_RETRY_DELAY_S, answered, failed, retry_delay
+from sie.worker.work import MAX_RETRY_DELAY_S, NakDelays, answered, failed, retry_delay
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -95,6 +95,27 @@ def test_retries_wait_longer_each_time_and_never_reach_max_deliver():
     assert retry_delay(1, 3, 20, 100.0, 105.0) == 2.5
     assert retry_delay(1, 3, 20, 103.5, 105.0) is None
     assert retry_delay(5, 1, 20, 100.0, 109.0) is None  # a 5 s wait does not fit in half of 9 s
+
+
+def test_a_load_that_failed_here_and_may_heal_is_left_for_another_worker_and_a_permanent_one_answered():
+    """A full disk (or memory, or the network) is this worker's: the item is NAKed at a steady short
+    wait, so it meets the other workers as often as its deliveries allow, and is answered with the
+    failure on the last one. A missing model fails on every worker: answered at once."""
+    full = ModelLoadFailed(MINILM, "the disk is full. The server's log has the detail.", 3, False, "STORAGE")
+    here = failed(work(), full, "w1")
+    assert here.action is QueueAction.RETRY and here.result is not None
+    assert (here.result.error_code, here.result.retry_after_s) == ("MODEL_LOAD_FAILED", None)
+    assert here.result.error == f"Model '{MINILM}' failed to load (STORAGE): {full.reason}"
+    delays = NakDelays()
+    assert (delays.first_wait(here, 9), delays.growth(here)) == (1.0, 1.0)
+    waits = [retry_delay(1.0, n, 20, 100.0, 130.0, delays.growth(here)) for n in range(1, 20)]
+    assert waits == [1.0] * 18 + [None]  # 18 more offers, then answered
+    loading = failed(work(), ModelLoading(MINILM), "w1")
+    assert delays.growth(loading) == 2.0  # a load under way here: doubling waits, as before
+    missing = ModelLoadFailed(MINILM, "its weights are in none of the places", 1, True, "NOT_FOUND")
+    everywhere = failed(work(), missing, "w1")
+    assert everywhere.action is QueueAction.GIVE_UP and everywhere.result is not None
+    assert everywhere.result.error_code == "MODEL_LOAD_FAILED"
 
 
 async def test_a_work_item_round_trips_over_a_real_jetstream(nats_url: str, engine: Engine):

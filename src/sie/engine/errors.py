@@ -9,7 +9,7 @@ from functools import wraps
 from typing import Any, ParamSpec, TypeVar
 
 from sie.core.extraction import ItemError
-from sie.errors import Relayed, SieError
+from sie.errors import LOAD_FAILED_HERE, ErrorRule, Relayed, SieError
 from sie.wire.errors import ErrorCode
 
 _P = ParamSpec("_P")
@@ -68,6 +68,12 @@ class ModelLoadFailed(SieError):
 
     def details(self) -> dict[str, Any]:
         return {"error_class": self.error_class, "attempts": self.attempts, "permanent": self.permanent}
+
+    def rule(self) -> ErrorRule:
+        """A permanent failure is every worker's (the table's: answered). One that may heal is this
+        worker's: a queue worker NAKs the item so that another worker may serve it, and answers it
+        with this error only once it cannot wait any longer (``worker.work``)."""
+        return super().rule() if self.permanent else LOAD_FAILED_HERE
 
 
 class Overloaded(SieError):

@@ -10,9 +10,11 @@ crash in between redelivers the item rather than losing it.
 
 A message that is not a work item is terminated on its first delivery (redelivering it cannot
 help); an item told to wait (``QueueAction.RETRY``) is NAKed with a growing delay (first
-``SIE_NAK_DELAY_S`` while its model loads, ``SIE_OOM_NAK_DELAY_S`` after out of memory) and answered
-with its error once a retry could not finish before its deadline or its last delivery
-(``work.retry_delay``, ``SIE_MAX_DELIVER``). Each is counted in ``sie_pull_loop_skipped_total``.
+``SIE_NAK_DELAY_S`` while its model loads, ``SIE_OOM_NAK_DELAY_S`` after out of memory), or a steady
+short one when its model failed to load here for a reason that may heal (a full disk: the item is left
+for the other workers), and answered with its error once a retry could not finish before its deadline
+or its last delivery (``work.retry_delay``, ``SIE_MAX_DELIVER``). Each is counted in
+``sie_pull_loop_skipped_total``.
 """
 
 from __future__ import annotations
@@ -254,8 +256,9 @@ class PullLoop:
         outcome = await self._run(work)
         if outcome.action is QueueAction.RETRY:
             deliveries = message.metadata.num_delivered
-            wait = self._redelivery.nak.first_wait(outcome, CONFIG_WAIT_S)
-            delay = retry_delay(wait, deliveries, self._max_deliver, self._clock(), work.deadline)
+            nak = self._redelivery.nak
+            wait, growth = nak.first_wait(outcome, CONFIG_WAIT_S), nak.growth(outcome)
+            delay = retry_delay(wait, deliveries, self._max_deliver, self._clock(), work.deadline, growth)
             if delay is not None:
                 await message.nak(delay=delay)
                 return

@@ -42,28 +42,50 @@ class Outcome:
 class NakDelays:
     """The first redelivery wait of an item told to wait, by why: ``SIE_NAK_DELAY_S`` while its model
     loads (or was unloaded under it), ``SIE_OOM_NAK_DELAY_S`` after the device ran out of memory (no
-    result is sent: another worker, or this one later, may have room). Any other wait is the error
-    table's. ``retry_delay`` grows the wait from there, within the item's deadline."""
+    result is sent: another worker, or this one later, may have room), ``elsewhere_s`` when its model
+    failed to load here for a reason that may heal (a full disk: another worker may have it loaded).
+    Any other wait is the error table's. ``retry_delay`` grows the wait from there (``growth``),
+    within the item's deadline."""
 
     loading_s: float = 5.0
     oom_s: float = 10.0
+    elsewhere_s: float = 1.0
 
     def first_wait(self, outcome: Outcome, fallback_s: float) -> float:
-        code = outcome.result.error_code if outcome.result is not None else None
+        code = self._code(outcome)
         if code in (ErrorCode.MODEL_LOADING, ErrorCode.MODEL_NOT_LOADED):
             return self.loading_s
         if code == ErrorCode.RESOURCE_EXHAUSTED:
             return self.oom_s
+        if code == ErrorCode.MODEL_LOAD_FAILED:
+            return self.elsewhere_s
         return outcome.retry_after_s or fallback_s
+
+    def growth(self, outcome: Outcome) -> float:
+        """How much longer each redelivery waits than the one before. An item left for another worker
+        waits the same short time each time: JetStream offers it to whichever worker pulls next, this
+        one too, so its deadline should buy as many offers as its deliveries allow: with two workers,
+        19 offers (``SIE_MAX_DELIVER`` 20) all landing here is a 2**-19 chance, while doubling waits
+        spend a 30 s deadline in about 7 offers, a 1 in 128 chance."""
+        return 1.0 if self._code(outcome) == ErrorCode.MODEL_LOAD_FAILED else RETRY_GROWTH
+
+    @staticmethod
+    def _code(outcome: Outcome) -> str | None:
+        return outcome.result.error_code if outcome.result is not None else None
 
 
 def retry_delay(
-    wait_s: float, deliveries: int, max_deliver: int, now: float, deadline: float | None
+    wait_s: float,
+    deliveries: int,
+    max_deliver: int,
+    now: float,
+    deadline: float | None,
+    growth: float = RETRY_GROWTH,
 ) -> float | None:
     """How long an item answered RETRY on its ``deliveries``-th delivery waits before the next, or
     None: answer it now with its error.
 
-    The first wait (``NakDelays``) grows ``RETRY_GROWTH``-fold per delivery (up to ``MAX_RETRY_DELAY_S``,
+    The first wait (``NakDelays``) grows ``growth``-fold per delivery (up to ``MAX_RETRY_DELAY_S``,
     or the first wait if that is longer), so planned waits (a model or LoRA loading, overload, a
     config on its way) spread over the item's life instead of spending its ``max_deliver`` deliveries
     in as many seconds and ending as a dead letter. Before a deadline a retry lands at most halfway to
@@ -74,7 +96,7 @@ def retry_delay(
     worker could settle, not for ones that were told to wait."""
     if 0 < max_deliver <= deliveries + 1:
         return None
-    delay = min(wait_s * RETRY_GROWTH ** max(deliveries - 1, 0), max(MAX_RETRY_DELAY_S, wait_s))
+    delay = min(wait_s * growth ** max(deliveries - 1, 0), max(MAX_RETRY_DELAY_S, wait_s))
     if deadline is None:
         return delay
     half_left = (deadline - now) / 2
