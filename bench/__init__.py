@@ -18,4 +18,8 @@ With ``--device cuda`` (``cpu`` for a dry run) the GPU benchmark runs instead:
 - ``random_models``: seeded random-weight BERT shapes and their model YAMLs.
 - ``loadgen`` (over ``http1``): many small requests from several processes.
 - ``flops``: tokens/s as a fraction of the GPU's peak; ``gpu_memory``: what the server holds on the GPU.
+
+The cluster (``scripts/bench-cluster``): ``cluster`` puts the standalone server and a one-worker
+cluster side by side; ``scaleout`` (``--scale-out 1,2,4``) grows the workers behind one gateway on a
+tiny model and names what stops the growth; ``stacks`` sums py-spy's samples of a process.
 """

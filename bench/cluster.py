@@ -18,10 +18,11 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import httpx
 import numpy as np
 
 from bench import corpus, procs, servers
@@ -39,26 +40,24 @@ class Target:
     pid: int  # the process whose CPU the cell reports (the model's)
 
 
-def _start_cluster(
-    model: str, precision: str, log_dir: Path, extra: dict[str, str]
-) -> tuple[Target, list[procs.ManagedProcess]]:
-    nats_port = procs.free_port()
+def start_nats(log_dir: Path) -> tuple[procs.ManagedProcess, str]:
+    """``nats-server`` with JetStream on a file store under ``log_dir``; returns it and its URL."""
+    port = procs.free_port()
     nats_bin = Path(sys.executable).with_name("nats-server")
     nats = procs.ManagedProcess(
         "nats-server",
-        [str(nats_bin), "-a", "127.0.0.1", "-p", str(nats_port), "-js", "-sd", str(log_dir / "jetstream")],
+        [str(nats_bin), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(log_dir / "jetstream")],
         {},
         log_dir / "nats.log",
     )
     nats.start()
-    url = f"nats://127.0.0.1:{nats_port}"
-    worker = servers.start_sie(
-        model,
-        precision,
-        {"SIE_NATS_URL": url, "SIE_WORKER_ID": "bench-worker", "SIE_WORKER_METRICS_PORT": "0", **extra},
-        log_dir,
-        log_name="worker.log",
-    )
+    return nats, f"nats://127.0.0.1:{port}"
+
+
+def start_gateway(
+    nats_url: str, log_dir: Path, ready: Callable[[dict[str, Any]], bool], extra: dict[str, str] | None = None
+) -> tuple[procs.ManagedProcess, str]:
+    """``sie-gateway serve`` on a free port; returns once ``ready`` says yes to its ``/health``."""
     port = procs.free_port()
     gateway = procs.ManagedProcess(
         "sie-gateway",
@@ -72,17 +71,37 @@ def _start_cluster(
             "--port",
             str(port),
         ],
-        {**servers._offline_env({"SIE_NATS_URL": url})},
+        {**servers._offline_env({"SIE_NATS_URL": nats_url, **(extra or {})})},
         log_dir / "gateway.log",
     )
     gateway.start()
     base = f"http://127.0.0.1:{port}"
+    procs.wait_ready(gateway, lambda client: ready(client.get(f"{base}/health").json()), 120)
+    return gateway, base
 
-    def ready(client: httpx.Client) -> bool:
-        health = client.get(f"{base}/health").json()
-        return any(model in w["loaded_models"] for w in health.get("workers", []))
 
-    procs.wait_ready(gateway, ready, 120)
+def serves(model: str, workers: int = 1) -> Callable[[dict[str, Any]], bool]:
+    """A gateway ``/health`` predicate: at least ``workers`` healthy workers have ``model`` loaded."""
+
+    def check(health: dict[str, Any]) -> bool:
+        loaded = [w for w in health.get("workers", []) if w.get("healthy") and model in w["loaded_models"]]
+        return len(loaded) >= workers
+
+    return check
+
+
+def _start_cluster(
+    model: str, precision: str, log_dir: Path, extra: dict[str, str]
+) -> tuple[Target, list[procs.ManagedProcess]]:
+    nats, url = start_nats(log_dir)
+    worker = servers.start_sie(
+        model,
+        precision,
+        {"SIE_NATS_URL": url, "SIE_WORKER_ID": "bench-worker", "SIE_WORKER_METRICS_PORT": "0", **extra},
+        log_dir,
+        log_name="worker.log",
+    )
+    gateway, base = start_gateway(url, log_dir, serves(model))
     return Target("cluster", base, worker.pid), [gateway, worker.process, nats]
 
 
