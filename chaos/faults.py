@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import importlib.util
+import shutil
 import threading
 import time
 import uuid
@@ -19,7 +21,7 @@ import httpx
 import yaml
 
 from chaos import models
-from chaos.topology import Topology
+from chaos.topology import CACHE_DISK_BYTES, Topology
 
 # A fault: entered, the fault is in place; exited, it is healed (a killed process started again, a
 # link restored). It takes the topology and says nothing back: what it cost is read off the load.
@@ -28,6 +30,8 @@ Fault = Callable[[Topology], AbstractContextManager[None]]
 WORK_STREAM: Final = "WORK_POOL_default"
 PARTITION_S: Final = 20.0  # the issue's partition: the hold of that fault whatever the run's
 SERVED_WITHIN_S: Final = 60.0
+CACHE_FULL_BYTES: Final = 64 * 1024  # room left on the shrunk cache disk: MiniLM (90 MB) cannot fit
+PROBES: Final = 12  # requests for the new model, until the full worker has met its disk
 
 
 @contextlib.contextmanager
@@ -90,11 +94,12 @@ def _minilm_weights() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
-def posted_config(model_id: str) -> str:
-    """A model added at run time: the packaged MiniLM's weights under a new id."""
+def posted_config(model_id: str, weights: Path | None = None) -> str:
+    """A model added at run time: the packaged MiniLM's weights under a new id (``weights`` None: no
+    weights path, so the workers fetch it through their caches by its id)."""
     config = {
         "sie_id": model_id,
-        "weights_path": str(_minilm_weights()),
+        **({"weights_path": str(weights)} if weights is not None else {}),
         "tasks": {"encode": {"dense": {"dim": 384}}},
         "max_sequence_length": 256,
         "profiles": {
@@ -117,7 +122,7 @@ def config_restarted_mid_post(top: Topology) -> Iterator[None]:
     assert config is not None
     model_id = f"chaos/posted-{uuid.uuid4().hex[:8]}"
     key = uuid.uuid4().hex
-    body = posted_config(model_id).encode()
+    body = posted_config(model_id, _minilm_weights()).encode()
     headers = {"Authorization": f"Bearer {top.admin_token}", "Idempotency-Key": key}
     first: list[int | str] = []
 
@@ -145,6 +150,52 @@ def config_restarted_mid_post(top: Topology) -> Iterator[None]:
         assert stored.status_code == 200, stored.text
         for gateway in top.gateways:
             _wait_served(client, gateway.url, model_id)
+
+
+def _in_cluster_cache(cache: Path, model_id: str) -> None:
+    """MiniLM's files under ``model_id`` in the cluster cache, as the hub layout has them."""
+    commit = hashlib.sha1(model_id.encode()).hexdigest()
+    folder = cache / ("models--" + model_id.replace("/", "--"))
+    shutil.copytree(_minilm_weights(), folder / "snapshots" / commit)
+    (folder / "refs").mkdir()
+    (folder / "refs" / "main").write_text(commit)
+
+
+@contextlib.contextmanager
+def weight_cache_full(top: Topology) -> Iterator[None]:
+    """The first worker's weight-cache disk full while a model new to every worker is asked for: the
+    full worker refuses the copy before writing a byte and leaves the items to the other, which
+    fetches the model and serves it. Healed, the disk has room again and holds no partial model."""
+    worker = top.worker_services[0]
+    disk = top.disks[worker.name]
+    model_id = f"chaos/cached-{uuid.uuid4().hex[:8]}"
+    _in_cluster_cache(top.cluster_cache, model_id)
+    config = top.config
+    assert config is not None
+    headers = {"Authorization": f"Bearer {top.admin_token}"}
+    posted = httpx.post(
+        config.url + "/v1/configs/models",
+        content=posted_config(model_id).encode(),
+        headers=headers,
+        timeout=30,
+    )
+    assert posted.status_code in (200, 201), posted.text
+    held = shutil.disk_usage(disk.folder).used  # what an earlier round left: the disk keeps it
+    disk.resize(held + CACHE_FULL_BYTES)
+    refused = f"loading {model_id} failed"
+    try:
+        with httpx.Client(timeout=120) as client:
+            for attempt in range(PROBES):
+                gateway = top.gateways[attempt % len(top.gateways)].url
+                _wait_served(client, gateway, model_id)
+                if refused in worker.logs():
+                    break
+        assert refused in worker.logs(), f"{worker.name} never met its full disk in {PROBES} requests"
+        yield
+    finally:
+        disk.resize(CACHE_DISK_BYTES)
+    partial = [p for p in disk.folder.rglob("*") if model_id.replace("/", "--") in str(p)]
+    assert not partial, f"a partial copy of {model_id} stayed on the full disk: {partial[:3]}"
 
 
 def _post_until_answered(url: str, body: bytes, headers: dict[str, str]) -> int:
@@ -186,4 +237,5 @@ FAULTS: Final[dict[str, Fault]] = {
     "5 % loss + 50 ms delay on worker links": links_impaired,
     "sie-config restarted mid-post": config_restarted_mid_post,
     "slow (CPU-starved) worker": worker_starved,
+    "weight-cache disk full": weight_cache_full,
 }

@@ -22,6 +22,7 @@ import httpx
 
 from bench.procs import ManagedProcess, rss_mb
 from chaos import models
+from chaos.disk import SmallDisk, full_disk
 from chaos.hosts import Host, Network
 from chaos.nats_cluster import NatsCluster, NatsNode
 
@@ -29,6 +30,8 @@ HTTP_PORT: Final = 8080
 PROBE_PORT: Final = 9090
 READY_S: Final = 180.0
 REPLICAS: Final = 3
+# The first worker's weight cache is a disk of its own, so a fault can fill it (chaos.disk).
+CACHE_DISK_BYTES: Final = 512 * 1024 * 1024
 SERVED: Final = (models.ENCODER, models.RERANKER, models.EXTRACTOR)
 
 
@@ -130,11 +133,20 @@ class Topology:
     client: Host | None = None
     admin_token: str = field(default_factory=lambda: secrets.token_hex(16))
     models_dir: Path | None = None
+    disks: dict[str, SmallDisk] = field(default_factory=dict)  # worker -> its weight cache's disk
+    _mounts: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    @property
+    def cluster_cache(self) -> Path:
+        """The shared weight cache (``SIE_CLUSTER_CACHE``, a folder in the hub layout) every worker
+        copies a model from when its own cache lacks it."""
+        return self.root / "cluster-cache"
 
     def start(self) -> None:
         """Everything up, each worker serving every model and known to both gateways."""
         self.root.mkdir(parents=True, exist_ok=True)
         self.models_dir = models.build(self.root)
+        self.cluster_cache.mkdir(exist_ok=True)
         self.network.open()
         net = self.network
         nodes = [NatsNode(f"n{i}", net.add(f"n{i}"), self.root / f"n{i}") for i in (1, 2, 3)]
@@ -162,8 +174,11 @@ class Topology:
 
     def add_worker(self, name: str, start: bool = True, **extra_env: str) -> Service:
         host = self.network.add(name)
+        cache = self.root / name / "cache"
+        if not self.disks:  # mounted before the worker starts: its mount namespace is made then
+            self.disks[name] = self._mounts.enter_context(full_disk(cache, CACHE_DISK_BYTES))
         command = [script("sie-server"), "serve", "--preload", ",".join(SERVED)]
-        env = self._worker_env(name) | extra_env
+        env = self._worker_env(name) | {"SIE_LOCAL_CACHE": str(cache)} | extra_env
         worker = self._service(name, host, command, env)
         if start:
             worker.start()
@@ -216,6 +231,8 @@ class Topology:
             | self._follow_env()
             | {
                 "SIE_WORKER_ID": name,
+                "SIE_CLUSTER_CACHE": str(self.cluster_cache),
+                "SIE_HF_FALLBACK": "false",
                 "SIE_WORKER_METRICS_PORT": str(PROBE_PORT),
                 "SIE_DEFAULT_COMPUTE_PRECISION": "float32",
             }
@@ -248,6 +265,7 @@ class Topology:
             service.stop()
         if self.nats is not None:
             self.nats.stop()
+        self._mounts.close()
         self.network.close()
 
 

@@ -56,3 +56,7 @@ def test_a_config_posted_while_sie_config_restarts_is_served_once(harness: Harne
 
 def test_a_cpu_starved_worker_beside_a_fast_one_loses_nothing(harness: Harness) -> None:
     _run(harness, "slow (CPU-starved) worker", faults.worker_starved)
+
+
+def test_a_full_weight_cache_disk_leaves_the_new_model_to_the_other_worker(harness: Harness) -> None:
+    _run(harness, "weight-cache disk full", faults.weight_cache_full)
