@@ -110,6 +110,9 @@ def test_scale_out_one_then_two_workers(tmp_path: Path) -> None:
     lines = scaleout.report(run)
     rows = [line for line in lines if line.startswith("| 1 |") or line.startswith("| 2 |")]
     assert len(rows) == 4 and all(row.count("|") == 13 for row in rows)
+    single = run.cell(2, Load(1, 8))
+    gateway_cap = 1e6 / single.us_per_item(single.gateway_cpu_s)
+    assert f"one gateway core caps at {gateway_cap:.0f} items/s" in "\n".join(lines)
     data = run.to_json()
     assert data["steps"][1]["cells"][0]["efficiency"] == pytest.approx(run.efficiency(both))
     assert data["steps"][0]["cells"][1]["limit"]["what"] in {
