@@ -99,7 +99,7 @@ def posted_config(model_id: str, weights: Path | None = None) -> str:
     weights path, so the workers fetch it through their caches by its id)."""
     config = {
         "sie_id": model_id,
-        **({"weights_path": str(weights)} if weights is not None else {}),
+        **({"weights_path": str(weights)} if weights is not None else {"hf_id": model_id}),
         "tasks": {"encode": {"dense": {"dim": 384}}},
         "max_sequence_length": 256,
         "profiles": {
