@@ -12,7 +12,8 @@ A message that is not a work item is terminated on its first delivery (redeliver
 help); an item told to wait (``QueueAction.RETRY``) is NAKed with a growing delay (first
 ``SIE_NAK_DELAY_S`` while its model loads, ``SIE_OOM_NAK_DELAY_S`` after out of memory), or a steady
 short one when its model failed to load here for a reason that may heal (a full disk: the item is left
-for the other workers), and answered with its error once a retry could not finish before its deadline
+for the other workers, and no pull request of this worker is open when it is offered again:
+``turned_away``), and answered with its error once a retry could not finish before its deadline
 or its last delivery (``work.retry_delay``, ``SIE_MAX_DELIVER``). Each is counted in
 ``sie_pull_loop_skipped_total``.
 """
@@ -59,6 +60,7 @@ from sie.queue.streams import (
 )
 from sie.wire.requests import EncodeRequest, ExtractRequest, ScoreRequest
 from sie.worker.adaptive import AdaptiveWait
+from sie.worker.turned_away import TurnedAway
 from sie.worker.work import NakDelays, Outcome, answered, failed, retry_delay
 
 log = logging.getLogger(__name__)
@@ -115,6 +117,7 @@ class PullLoop:
         self._max_in_flight = max_in_flight
         self._clock = clock
         self._wait = wait or AdaptiveWait()
+        self._turned_away = TurnedAway()
         self._payloads = payloads
         self._task: asyncio.Task[None] | None = None
         self._keepalive: asyncio.Task[None] | None = None
@@ -173,6 +176,10 @@ class PullLoop:
             if room <= 0:
                 self._room.clear()
                 await self._room.wait()
+                continue
+            hole = self._turned_away.wait_before_pull(wait.wait_s)
+            if hole > 0:  # an item turned away is offered again: no request of ours may take it
+                await asyncio.sleep(hole)
                 continue
             self._credit = min(self._budget, room)
             self._pull_over.clear()
@@ -261,6 +268,8 @@ class PullLoop:
             delay = retry_delay(wait, deliveries, self._max_deliver, self._clock(), work.deadline, growth)
             if delay is not None:
                 await message.nak(delay=delay)
+                if nak.for_another_worker(outcome):
+                    self._turned_away.nakked(delay)
                 return
             self._skipped.labels(SkipReason.OUT_OF_TIME.value).inc()
         if outcome.result is not None and work.reply_subject.startswith("_INBOX."):

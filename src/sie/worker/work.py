@@ -67,7 +67,11 @@ class NakDelays:
         one too, so its deadline should buy as many offers as its deliveries allow: with two workers,
         19 offers (``SIE_MAX_DELIVER`` 20) all landing here is a 2**-19 chance, while doubling waits
         spend a 30 s deadline in about 7 offers, a 1 in 128 chance."""
-        return 1.0 if self._code(outcome) == ErrorCode.MODEL_LOAD_FAILED else RETRY_GROWTH
+        return 1.0 if self.for_another_worker(outcome) else RETRY_GROWTH
+
+    def for_another_worker(self, outcome: Outcome) -> bool:
+        """Whether the item was turned away because its model failed to load here (``turned_away``)."""
+        return self._code(outcome) == ErrorCode.MODEL_LOAD_FAILED
 
     @staticmethod
     def _code(outcome: Outcome) -> str | None:
