@@ -5,7 +5,8 @@ concurrency test is never refused). ``small_server`` is a second process with ti
 items, 1 MiB bodies, 64 KiB item texts) for the limit tests, and ``single_model_server`` one that serves
 the default model alone (for the OpenAPI fuzzer); each lives only as long as the module that asks for
 it. Both listen on a free loopback port, run with ``HF_HUB_OFFLINE=1`` and log to a file that
-is printed when the process fails to become ready.
+is printed when the process fails to become ready. ``families`` serves every family, and
+``queue_cluster`` (with its ``gateway``) is the session's one queue cluster over the same models.
 
 Responses are decoded here with plain ``msgpack`` and numpy, not with the server's own codec, so a
 codec bug cannot hide itself. Tests get the helpers as fixtures (``unpack``, ``cosine``) rather than by
@@ -27,7 +28,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import msgpack
@@ -35,7 +36,10 @@ import numpy as np
 import pytest
 
 from tests import builders
-from tests.conftest import MODELS_DIR, package_folder, script_runner
+from tests.conftest import MODELS_DIR, package_folder, running_nats, script_runner
+
+if TYPE_CHECKING:
+    from tests.e2e.cluster import Gateway
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM = MODEL
@@ -694,6 +698,66 @@ def families(tmp_path_factory: pytest.TempPathFactory, families_models: Path) ->
     ]
     with run_server(root, env, "--preload", ",".join(preload)) as server:
         yield server
+
+
+# What the shared cluster's workers preload: the models its modules send work to (test_cluster's
+# families, test_usage's, test_item_errors' GLiNER), so no request waits for a load.
+CLUSTER_PRELOAD = [
+    MINILM,
+    SPLADE,
+    RERANKER,
+    COLBERT,
+    f"{COLBERT}:muvera",
+    M3,
+    f"{M3}:sparse",
+    GLINER,
+    DECIDE,
+    QWEN3_VL_RERANKER,
+    GLIFORMER,
+    CAUSAL_RERANKER,
+    CLIP,
+    OWLV2,
+]
+
+
+@dataclass
+class QueueCluster:
+    """The session's cluster: a ``nats-server``, two queue workers ``w1`` and ``w2`` and a gateway,
+    all over the families' models dir, at float32, with a payload store folder."""
+
+    nats_url: str
+    workers: list[Server]
+    gateway: Gateway
+    payloads: Path
+
+
+@pytest.fixture(scope="session")
+def queue_cluster(tmp_path_factory: pytest.TempPathFactory, families_models: Path) -> Iterator[QueueCluster]:
+    """One cluster for every module that needs "a cluster serving these models" with the default
+    settings: each module starting its own cost a nats-server, a worker loading its models and a
+    gateway. Tests may read its counters but must not change its settings or kill its processes."""
+    # cluster.py imports this module, so its helpers are imported where the fixture runs.
+    from tests.e2e.cluster import run_gateway, run_worker, worker_env
+
+    root = tmp_path_factory.mktemp("queue-cluster")
+    payloads = root / "payloads"
+    shared = {"SIE_MODELS_DIR": str(families_models), "SIE_PAYLOAD_STORE_URL": str(payloads)}
+    with running_nats(root) as nats:
+        gateway_env = {"SIE_NATS_URL": nats.url, "SIE_HEALTH_PUBLISH_INTERVAL_MS": "500", **shared}
+        preload = ("--preload", ",".join(CLUSTER_PRELOAD))
+        with (
+            run_worker(root / "w1", {**worker_env(nats.url, "w1"), **shared}, *preload) as w1,
+            run_worker(root / "w2", {**worker_env(nats.url, "w2"), **shared}, *preload) as w2,
+            run_gateway(root / "gateway", gateway_env) as gateway,
+        ):
+            gateway.wait_for_workers(2, CLUSTER_PRELOAD)
+            yield QueueCluster(nats.url, [w1, w2], gateway, payloads)
+
+
+@pytest.fixture(scope="session")
+def gateway(queue_cluster: QueueCluster) -> Gateway:
+    """The shared cluster's gateway (a module's own ``gateway`` fixture overrides it)."""
+    return queue_cluster.gateway
 
 
 @pytest.fixture(scope="module")

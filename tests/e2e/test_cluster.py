@@ -1,5 +1,6 @@
 """The cluster end to end: the public ``sie-sdk`` 0.10.1 → ``sie-gateway`` → a real ``nats-server``
-(JetStream) → two ``sie-server`` queue workers, against the standalone server on the same models.
+(JetStream) → two ``sie-server`` queue workers (the session's ``queue_cluster``), against the
+standalone server on the same models.
 
 Every call of the public-SDK family comparison (dense, sparse, multivector, MUVERA, BGE-M3, score by
 cross-encoder and by similarity, GLiNER extract) is made through the gateway and through the
@@ -11,66 +12,29 @@ travels through the payload store and the store is empty afterwards.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import msgpack
 import numpy as np
 import pytest
 
-from tests.conftest import random_png, running_nats
-from tests.e2e.cluster import Gateway, run_gateway, run_worker, worker_env
+from tests.conftest import random_png
+from tests.e2e.cluster import Gateway
 from tests.e2e.conftest import (
-    COLBERT,
+    CLUSTER_PRELOAD,
     DECIDE,
     GLIFORMER,
     GLINER,
-    M3,
     MINILM,
     QWEN3_VL_RERANKER,
     RERANKER,
-    SPLADE,
+    QueueCluster,
     Server,
     unpack_body,
 )
 from tests.e2e.test_public_sdk import FAMILY_CALLS, FAMILY_SCRIPT
 
-PRELOAD = [
-    MINILM,
-    SPLADE,
-    RERANKER,
-    COLBERT,
-    f"{COLBERT}:muvera",
-    M3,
-    f"{M3}:sparse",
-    GLINER,
-    DECIDE,
-    QWEN3_VL_RERANKER,
-    GLIFORMER,
-]
 BIG_TEXT_BYTES = 2 * 1024 * 1024  # a 2 MiB item: over NATS's 1 MiB messages, at the text limit
-
-
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory, families_models: Path) -> Iterator[Gateway]:
-    root = tmp_path_factory.mktemp("cluster")
-    store = root / "payloads"
-    shared = {"SIE_MODELS_DIR": str(families_models), "SIE_PAYLOAD_STORE_URL": str(store)}
-    with running_nats(root) as nats:
-        workers = [
-            run_worker(
-                root / name,
-                {**worker_env(nats.url, name), **shared},
-                "--preload",
-                ",".join(PRELOAD),
-            )
-            for name in ("w1", "w2")
-        ]
-        gateway_env = {"SIE_NATS_URL": nats.url, "SIE_HEALTH_PUBLISH_INTERVAL_MS": "500", **shared}
-        with workers[0], workers[1], run_gateway(root / "gateway", gateway_env) as gateway:
-            gateway.wait_for_workers(2, PRELOAD)
-            yield gateway
 
 
 def _comparable(tree: Any) -> Any:
@@ -190,8 +154,9 @@ def test_bad_input_gets_the_standalone_servers_answer_and_publishes_nothing(
 
 
 def test_a_2_mib_item_travels_through_the_payload_store(
-    gateway: Gateway, families: Server, tmp_path_factory
+    queue_cluster: QueueCluster, families: Server
 ) -> None:
+    gateway = queue_cluster.gateway
     text = ("storage pressure " * (BIG_TEXT_BYTES // 17 + 1))[:BIG_TEXT_BYTES]
     assert len(text.encode()) == BIG_TEXT_BYTES
     body = msgpack.packb({"items": [{"text": text, "id": "big"}, {"text": "small"}]})
@@ -205,7 +170,7 @@ def test_a_2_mib_item_travels_through_the_payload_store(
     assert [i.get("id") for i in got] == ["big", None]
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a["dense"]["values"], b["dense"]["values"], atol=1e-5)
-    store = gateway.log_path.parent.parent / "payloads"  # the fixture's SIE_PAYLOAD_STORE_URL
+    store = queue_cluster.payloads  # the cluster's SIE_PAYLOAD_STORE_URL
     assert store.is_dir() and list(store.iterdir()) == []  # the gateway deleted what it wrote
 
 
@@ -306,7 +271,7 @@ def test_models_and_health_come_from_the_workers_heartbeats(gateway: Gateway, fa
         kept = {k: v for k, v in entry.items() if k not in ("loaded", "state", "last_error")}
         return {**kept, "profiles": profiles}
 
-    for name in PRELOAD:
+    for name in CLUSTER_PRELOAD:
         assert (ours[name]["loaded"], ours[name]["state"]) == (True, "loaded"), name
         assert listed(ours[name]) == listed(theirs[name])
     assert gateway.client.get("/v1/models/nobody/nothing").status_code == 404

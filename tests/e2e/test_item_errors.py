@@ -1,16 +1,14 @@
 """One item of an extract batch fails alone, end to end: a real ``sie-server`` and a real cluster
-(``sie-gateway``, ``nats-server``, one queue worker) serve a tiny GLiNER built from a config; a text
-past its 128 windows is that item's ``INPUT_TOO_LONG`` (``items[i].error``, the public server's
-per-item error), billed 0 tokens, while the items beside it get what they get alone. Read over JSON
-and msgpack, by our SDK and by the public ``sie-sdk`` 0.10.1.
+(``sie-gateway``, ``nats-server``, two queue workers; the session's ``families`` and ``queue_cluster``)
+serve a tiny GLiNER built from a config; a text past its 128 windows is that item's ``INPUT_TOO_LONG``
+(``items[i].error``, the public server's per-item error), billed 0 tokens, while the items beside it
+get what they get alone. Read over JSON and msgpack, by our SDK and by the public ``sie-sdk`` 0.10.1.
 """
 
 from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,18 +16,8 @@ import msgpack
 import pytest
 
 from sie.sdk import SIEClient
-from tests import builders
-from tests.conftest import running_nats
-from tests.e2e.cluster import Gateway, run_gateway, run_worker, worker_env
-from tests.e2e.conftest import (
-    GLINER,
-    MSGPACK_HEADERS,
-    YAMLS,
-    Server,
-    run_server,
-    shipped_models,
-    tiny_bert_dir,
-)
+from tests.e2e.cluster import Gateway
+from tests.e2e.conftest import GLINER, MSGPACK_HEADERS, Server
 
 LABELS = ["person", "location", "organization"]
 GOOD = [
@@ -46,39 +34,6 @@ ERROR = {
 }
 KEYS = ["id", "entities", "relations", "classifications", "objects", "data"]  # the public order
 FAILED = {"id": "item-1", "entities": [], "relations": [], "classifications": [], "objects": [], "data": {}}
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("item-errors")
-    weights = builders.gliner(tiny_bert_dir(), root / "gliner")
-    (root / "models").mkdir()
-    target = shipped_models(root / "models", {})
-    (target / "gliner.yaml").write_text(YAMLS["gliner.yaml"].replace("@gliner@", str(weights)))
-    return target
-
-
-@pytest.fixture(scope="module")
-def gliner_server(tmp_path_factory: pytest.TempPathFactory, models: Path) -> Iterator[Server]:
-    env = {"SIE_MODELS_DIR": str(models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
-    with run_server(tmp_path_factory.mktemp("server"), env, "--preload", GLINER) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory, models: Path) -> Iterator[Gateway]:
-    root = tmp_path_factory.mktemp("cluster")
-    with running_nats(root) as nats:
-        env = {**worker_env(nats.url, "w1"), "SIE_MODELS_DIR": str(models)}
-        with run_worker(root / "w1", env, "--preload", GLINER):
-            gateway_env = {
-                "SIE_NATS_URL": nats.url,
-                "SIE_HEALTH_PUBLISH_INTERVAL_MS": "500",
-                "SIE_MODELS_DIR": str(models),
-            }
-            with run_gateway(root / "gateway", gateway_env) as running:
-                running.wait_for_workers(1, [GLINER])
-                yield running
 
 
 def extract(url: str, texts: list[str], *, as_json: bool) -> httpx.Response:
@@ -117,34 +72,34 @@ def assert_answered_alone(url: str, items: list[dict[str, Any]], as_json: bool) 
 
 @pytest.mark.parametrize("as_json", [True, False], ids=["json", "msgpack"])
 def test_the_server_answers_the_other_items_and_bills_the_failed_one_nothing(
-    gliner_server: Server, as_json: bool
+    families: Server, as_json: bool
 ) -> None:
-    answer = decoded(extract(gliner_server.url, [GOOD[0], TOO_LONG, GOOD[1]], as_json=as_json), as_json)
+    answer = decoded(extract(families.url, [GOOD[0], TOO_LONG, GOOD[1]], as_json=as_json), as_json)
     assert list(answer) == ["model", "items", "usage"]
     items = answer["items"]
     assert [item["id"] for item in items] == ["item-0", "item-1", "item-2"]
     assert items[1] == {**FAILED, "error": ERROR} and list(items[1]) == [*KEYS, "error"]
     assert list(items[1]["error"]) == ["code", "message"]
-    assert_answered_alone(gliner_server.url, items, as_json)
-    alone = decoded(extract(gliner_server.url, GOOD, as_json=as_json), as_json)
+    assert_answered_alone(families.url, items, as_json)
+    alone = decoded(extract(families.url, GOOD, as_json=as_json), as_json)
     assert answer["usage"] == alone["usage"] and alone["usage"]["input_tokens"] > 0
-    only_failed = decoded(extract(gliner_server.url, [TOO_LONG], as_json=as_json), as_json)
+    only_failed = decoded(extract(families.url, [TOO_LONG], as_json=as_json), as_json)
     assert only_failed["items"] == [{**FAILED, "id": "item-0", "error": ERROR}]
     assert only_failed["usage"]["input_tokens"] == 0
 
 
 @pytest.mark.parametrize("as_json", [True, False], ids=["json", "msgpack"])
 def test_the_gateway_carries_the_items_error_and_counts_it_0(
-    gateway: Gateway, gliner_server: Server, as_json: bool
+    gateway: Gateway, families: Server, as_json: bool
 ) -> None:
     """The worker's result for the failed item is an answer (its ``ExtractResult`` with ``error``,
     ``units.input_tokens`` 0), not a failure: the gateway splices it in place and lists no ``errors``."""
     texts = [GOOD[0], TOO_LONG, GOOD[1]]
     ours = decoded(extract(gateway.url, texts, as_json=as_json), as_json)
-    theirs = decoded(extract(gliner_server.url, texts, as_json=as_json), as_json)
+    theirs = decoded(extract(families.url, texts, as_json=as_json), as_json)
     assert list(ours) == ["model", "items", "usage"]
     assert ours["items"][1] == {**FAILED, "error": ERROR} and list(ours["items"][1]) == [*KEYS, "error"]
-    assert_answered_alone(gliner_server.url, ours["items"], as_json)
+    assert_answered_alone(families.url, ours["items"], as_json)
     assert ours["usage"] == theirs["usage"]
     only_failed = decoded(extract(gateway.url, [TOO_LONG], as_json=as_json), as_json)
     assert only_failed["items"] == [{**FAILED, "id": "item-0", "error": ERROR}]
@@ -166,9 +121,9 @@ PUBLIC_SCRIPT = textwrap.dedent(
 )
 
 
-def assert_sdk_results(results: list[dict[str, Any]], gliner_server: Server) -> None:
+def assert_sdk_results(results: list[dict[str, Any]], families: Server) -> None:
     """What an SDK user reads: the failed item's ``error``, the others' entities as the server sent."""
-    wire = decoded(extract(gliner_server.url, [GOOD[0], TOO_LONG, GOOD[1]], as_json=True), True)["items"]
+    wire = decoded(extract(families.url, [GOOD[0], TOO_LONG, GOOD[1]], as_json=True), True)["items"]
     assert [result.get("error") for result in results] == [None, ERROR, None]
     assert results[1]["entities"] == []
     for got, sent in zip([results[0], results[2]], [wire[0], wire[2]], strict=True):
@@ -179,20 +134,20 @@ def assert_sdk_results(results: list[dict[str, Any]], gliner_server: Server) -> 
 
 @pytest.mark.parametrize("where", ["server", "gateway"])
 def test_the_public_sdk_reads_the_failed_items_error(
-    gliner_server: Server, gateway: Gateway, run_public_sdk: Any, where: str
+    families: Server, gateway: Gateway, run_public_sdk: Any, where: str
 ) -> None:
-    url = gliner_server.url if where == "server" else gateway.url
+    url = families.url if where == "server" else gateway.url
     results = run_public_sdk(
         PUBLIC_SCRIPT, url, GLINER, json.dumps(LABELS), json.dumps(GOOD), str(TOO_MANY_WORDS)
     )
-    assert_sdk_results(results, gliner_server)
+    assert_sdk_results(results, families)
 
 
 @pytest.mark.parametrize("where", ["server", "gateway"])
-def test_our_sdk_reads_the_failed_items_error(gliner_server: Server, gateway: Gateway, where: str) -> None:
-    url = gliner_server.url if where == "server" else gateway.url
+def test_our_sdk_reads_the_failed_items_error(families: Server, gateway: Gateway, where: str) -> None:
+    url = families.url if where == "server" else gateway.url
     with SIEClient(url, timeout_s=120) as client:
         results = client.extract(
             GLINER, [{"text": GOOD[0]}, {"text": TOO_LONG}, {"text": GOOD[1]}], labels=LABELS
         )
-    assert_sdk_results([dict(result) for result in results], gliner_server)
+    assert_sdk_results([dict(result) for result in results], families)

@@ -1,5 +1,6 @@
-"""``usage`` on encode, score and extract responses, through a standalone server and through a cluster
-(the gateway, a real nats-server, a queue worker), JSON and msgpack, read by the public ``sie-sdk``.
+"""``usage`` on encode, score and extract responses, through a standalone server (the session's
+``families``) and through a cluster (the session's ``queue_cluster``: the gateway, a real nats-server,
+two queue workers), JSON and msgpack, read by the public ``sie-sdk``.
 
 Every count is checked against the tokenizer itself (the packaged MiniLM's; the tiny BERT's that the
 built reranker, Qwen3-shaped reranker and CLIP share), never against the server's own arithmetic:
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from sie.sdk import Item, SIEClient
-from tests import builders
-from tests.conftest import random_png, running_nats
-from tests.e2e.cluster import run_gateway, run_worker, worker_env
+from tests.conftest import random_png
+from tests.e2e.cluster import Gateway
 from tests.e2e.conftest import (
     CAUSAL_RERANKER,
     CLIP,
@@ -35,61 +34,20 @@ from tests.e2e.conftest import (
     OWLV2,
     QUERY,
     RERANKER,
-    YAMLS,
-    run_server,
-    shipped_models,
+    Server,
     tiny_bert_dir,
 )
 
-PRELOAD = [MINILM, RERANKER, CAUSAL_RERANKER, CLIP, M3, OWLV2]
-BUILT = {
-    "reranker.yaml": "reranker",
-    "qwen3-reranker.yaml": "qwen3_reranker",
-    "clip.yaml": "clip",
-    "m3.yaml": "m3",
-    "owlv2.yaml": "owlv2",
-}
 TEXTS = ["first document", "a second, somewhat longer document about blood pressure", "x"]
 INSTRUCTION = "Find the medical cause"
 LONG_DOCUMENT = " ".join(["pressure"] * 400)  # past the reranker's 256 tokens: the document is cut
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The shipped YAMLs (MiniLM) and five models built from configs: a BERT reranker, a
-    Qwen3-Reranker-shaped causal LM, a CLIP, a BGE-M3 (which scores by similarity) and an OWLv2."""
-    root = tmp_path_factory.mktemp("usage-weights")
-    splade = tiny_bert_dir()
-    folders = {
-        "reranker": builders.bert_reranker(splade, root / "reranker"),
-        "qwen3_reranker": builders.qwen3_reranker(splade, root / "qwen3-reranker"),
-        "clip": builders.clip(splade, root / "clip"),
-        "m3": builders.bge_m3(splade, root / "m3"),
-        "owlv2": builders.owlv2(splade, root / "owlv2"),
-    }
-    target = shipped_models(tmp_path_factory.mktemp("usage-models"), {})
-    for name, key in BUILT.items():
-        (target / name).write_text(YAMLS[name].replace(f"@{key}@", str(folders[key])))
-    return target
-
-
-@pytest.fixture(scope="module")
-def fronts(tmp_path_factory: pytest.TempPathFactory, models: Path) -> Iterator[dict[str, str]]:
-    """The URLs of a standalone server and of a gateway in front of one queue worker, same models."""
-    root = tmp_path_factory.mktemp("usage")
-    env = {"SIE_MODELS_DIR": str(models), "SIE_DEFAULT_COMPUTE_PRECISION": "float32"}
-    preload = ("--preload", ",".join(PRELOAD))
-    with run_server(root, env, *preload) as server, running_nats(root) as nats:
-        worker = run_worker(root / "w1", {**worker_env(nats.url, "w1"), **env}, *preload)
-        gateway_env = {"SIE_NATS_URL": nats.url, "SIE_HEALTH_PUBLISH_INTERVAL_MS": "500", **env}
-        with worker, run_gateway(root / "gateway", gateway_env) as gateway:
-            gateway.wait_for_workers(1, PRELOAD)
-            yield {"server": server.url, "gateway": gateway.url}
-
-
 @pytest.fixture(params=["server", "gateway"])
-def url(request: pytest.FixtureRequest, fronts: dict[str, str]) -> str:
-    return fronts[str(request.param)]
+def url(request: pytest.FixtureRequest, families: Server, gateway: Gateway) -> str:
+    """The standalone families server, or the shared cluster's gateway: both serve these models
+    (tests/e2e/conftest.py), at float32."""
+    return families.url if request.param == "server" else gateway.url
 
 
 @pytest.fixture(scope="module")

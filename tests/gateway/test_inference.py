@@ -132,6 +132,29 @@ async def test_bad_input_is_refused_before_anything_is_published(gateway) -> Non
     assert dispatcher.published == []
 
 
+async def test_a_body_past_the_limit_is_413_before_anything_is_published() -> None:
+    """``SIE_MAX_REQUEST_BODY_BYTES`` on the gateway: the 413 ``INPUT_TOO_LONG`` of the middleware the
+    server mounts too (a real server's is tests/e2e/test_bad_input.py), read no further."""
+    limit = 64 * 1024
+    app = create_app(GatewaySettings(nats_url="nats://127.0.0.1:1", max_request_body_bytes=limit))
+    state: GatewayState = app.state.gateway
+    dispatcher = Dispatcher()
+    state.dispatcher = dispatcher  # type: ignore[assignment]
+    state.workers.update(worker())
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+        fits = await client.post(ENCODE, json={"items": [{"text": "x" * (limit - 64)}]})
+        assert fits.status_code == 200, fits.text
+        response = await client.post(ENCODE, json={"items": [{"text": "x" * (limit + 1)}]})
+    assert response.status_code == 413, response.text
+    assert response.json()["detail"] == {
+        "code": "INPUT_TOO_LONG",
+        "message": f"Request body exceeds the limit of {limit} bytes (SIE_MAX_REQUEST_BODY_BYTES)",
+    }
+    assert response.headers["x-sie-error-code"] == "INPUT_TOO_LONG"
+    assert len(dispatcher.published) == 1  # the body that fit
+
+
 @pytest.mark.parametrize(
     ("fail", "answer", "status", "code", "wait"),
     [
