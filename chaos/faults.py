@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -23,9 +24,20 @@ import yaml
 from chaos import models
 from chaos.topology import CACHE_DISK_BYTES, Topology
 
+
+@dataclass
+class Recovery:
+    """What a fault measures of itself: seconds until the cluster was whole again (a new stream
+    leader, the gateway serving, the worker back in the gateways' tables), and what that meant.
+    None where the fault has no end to recover from (a slow link while it lasts)."""
+
+    what: str = ""
+    seconds: float | None = None
+
+
 # A fault: entered, the fault is in place; exited, it is healed (a killed process started again, a
-# link restored). It takes the topology and says nothing back: what it cost is read off the load.
-Fault = Callable[[Topology], AbstractContextManager[None]]
+# link restored) and its Recovery filled in. What it cost the clients is read off the load.
+Fault = Callable[[Topology], AbstractContextManager[Recovery]]
 
 WORK_STREAM: Final = "WORK_POOL_default"
 PARTITION_S: Final = 20.0  # the issue's partition: the hold of that fault whatever the run's
@@ -35,57 +47,77 @@ PROBES: Final = 12  # requests for the new model, until the full worker has met 
 
 
 @contextlib.contextmanager
-def nats_leader_killed(top: Topology) -> Iterator[None]:
+def nats_leader_killed(top: Topology) -> Iterator[Recovery]:
     """SIGKILL of the NATS node that leads the work stream; the other two elect a new leader from
-    their copies. Healed: the node starts again on its own store and catches up."""
+    their copies (its recovery: until the stream answers with one). Healed: the node starts again on
+    its own store and catches up."""
     assert top.nats is not None
     leader = asyncio.run(top.nats.leader(WORK_STREAM))
     leader.kill()
-    yield
+    killed = time.monotonic()
+    recovery = Recovery("a new leader of the work stream elected")
+    while True:
+        with contextlib.suppress(Exception):  # no leader yet: the election is under way
+            if asyncio.run(top.nats.leader(WORK_STREAM)).name != leader.name:
+                break
+        assert time.monotonic() - killed < SERVED_WITHIN_S, "no new stream leader"
+        time.sleep(0.1)
+    recovery.seconds = time.monotonic() - killed
+    yield recovery
     top.nats.restart(leader)
 
 
 @contextlib.contextmanager
-def gateway_killed(top: Topology) -> Iterator[None]:
-    """SIGKILL of the first gateway: its open requests fail, the client retries them on the other."""
+def gateway_killed(top: Topology) -> Iterator[Recovery]:
+    """SIGKILL of the first gateway: its open requests fail, the client retries them on the other.
+    Healed: started again; its recovery, until it serves with every worker in its table."""
     gateway = top.gateways[0]
     gateway.kill()
-    yield
+    recovery = Recovery("the restarted gateway serving with every worker")
+    yield recovery
+    started = time.monotonic()
     gateway.start()
     gateway.wait_ready()
     top.wait_for_workers(gateway, len(top.worker_services))
+    recovery.seconds = time.monotonic() - started
 
 
 @contextlib.contextmanager
-def worker_partitioned(top: Topology) -> Iterator[None]:
+def worker_partitioned(top: Topology) -> Iterator[Recovery]:
     """Every packet to and from the first worker dropped, then the link back: its items go to the
-    other worker once their ack wait lapses; healed, it rejoins NATS and pulls again."""
+    other worker once their ack wait lapses; healed, it rejoins NATS and pulls again (its recovery:
+    until both gateways count it healthy with every model)."""
     from chaos.impair import partitioned
 
+    recovery = Recovery("the worker healthy again in both gateways")
     with partitioned(top.worker_services[0].host):
         cut = time.monotonic()
-        yield
+        yield recovery
         time.sleep(max(0.0, PARTITION_S - (time.monotonic() - cut)))  # at least the issue's 20 s
+    healed = time.monotonic()
+    for gateway in top.gateways:
+        top.wait_for_workers(gateway, len(top.worker_services))
+    recovery.seconds = time.monotonic() - healed
 
 
 @contextlib.contextmanager
-def links_impaired(top: Topology) -> Iterator[None]:
+def links_impaired(top: Topology) -> Iterator[Recovery]:
     """5 % loss and 50 ms delay on every worker's link."""
     from chaos.impair import impaired
 
     with contextlib.ExitStack() as stack:
         for worker in top.worker_services:
             stack.enter_context(impaired(worker.host, loss=0.05, delay_s=0.05))
-        yield
+        yield Recovery()
 
 
 @contextlib.contextmanager
-def worker_starved(top: Topology) -> Iterator[None]:
+def worker_starved(top: Topology) -> Iterator[Recovery]:
     """The last worker held to a tenth of a core beside the others at full speed."""
     from chaos.starve import starved
 
     with starved(top.worker_services[-1].pid, 0.1):
-        yield
+        yield Recovery()
 
 
 def _minilm_weights() -> Path:
@@ -114,7 +146,7 @@ def posted_config(model_id: str, weights: Path | None = None) -> str:
 
 
 @contextlib.contextmanager
-def config_restarted_mid_post(top: Topology) -> Iterator[None]:
+def config_restarted_mid_post(top: Topology) -> Iterator[Recovery]:
     """sie-config SIGKILLed while a model config is being posted, then started again; the poster
     repeats its post with the same Idempotency-Key until it is answered. Healed, the model must be
     stored once and served through both gateways with MiniLM's vectors."""
@@ -140,7 +172,9 @@ def config_restarted_mid_post(top: Topology) -> Iterator[None]:
     time.sleep(0.02)  # the post is on its way (or being written) when the process dies
     config.kill()
     poster.join()
-    yield
+    recovery = Recovery("the restarted sie-config took the post again and both gateways served the model")
+    yield recovery
+    started = time.monotonic()
     config.start()
     config.wait_ready()
     answered = _post_until_answered(config.url, body, headers)
@@ -150,6 +184,7 @@ def config_restarted_mid_post(top: Topology) -> Iterator[None]:
         assert stored.status_code == 200, stored.text
         for gateway in top.gateways:
             _wait_served(client, gateway.url, model_id)
+    recovery.seconds = time.monotonic() - started
 
 
 def _in_cluster_cache(cache: Path, model_id: str) -> None:
@@ -162,7 +197,7 @@ def _in_cluster_cache(cache: Path, model_id: str) -> None:
 
 
 @contextlib.contextmanager
-def weight_cache_full(top: Topology) -> Iterator[None]:
+def weight_cache_full(top: Topology) -> Iterator[Recovery]:
     """The first worker's weight-cache disk full while a model new to every worker is asked for: the
     full worker refuses the copy before writing a byte and leaves the items to the other, which
     fetches the model and serves it. Healed, the disk has room again and holds no partial model."""
@@ -183,15 +218,19 @@ def weight_cache_full(top: Topology) -> Iterator[None]:
     held = shutil.disk_usage(disk.folder).used  # what an earlier round left: the disk keeps it
     disk.resize(held + CACHE_FULL_BYTES)
     refused = f"loading {model_id} failed"
+    recovery = Recovery("the new model served by the worker with room")
+    asked = time.monotonic()
     try:
         with httpx.Client(timeout=120) as client:
             for attempt in range(PROBES):
                 gateway = top.gateways[attempt % len(top.gateways)].url
                 _wait_served(client, gateway, model_id)
+                if recovery.seconds is None:
+                    recovery.seconds = time.monotonic() - asked
                 if refused in worker.logs():
                     break
         assert refused in worker.logs(), f"{worker.name} never met its full disk in {PROBES} requests"
-        yield
+        yield recovery
     finally:
         disk.resize(CACHE_DISK_BYTES)
     partial = [p for p in disk.folder.rglob("*") if model_id.replace("/", "--") in str(p)]

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaos.faults import Recovery
+
 # A request is "disturbed" by a fault when it needed another attempt or took this many times the
 # calm p99; recovery ends with the last disturbed request of the fault's window.
 SLOW_FACTOR = 3.0
@@ -27,6 +29,7 @@ class Window:
     start: float
     injected_after: float  # seconds from start until the fault was in place
     healed_after: float  # ... until it was healed (0 for the baseline)
+    recovery: Recovery | None = None  # what the fault measured of itself
     end: float = 0.0
 
 
@@ -40,7 +43,8 @@ class Row:
     wrong: int
     twice: int
     server_errors: int  # requests with an attempt answered neither 2xx nor 503/504
-    recovery_s: float
+    disturbed_s: float  # from the fault until the last request it slowed or sent elsewhere ended
+    recovery_s: float | None  # the fault's own: until the cluster was whole again
     p99_s: float
     failures: list[str] = field(default_factory=list)
 
@@ -54,7 +58,8 @@ class Row:
             self.wrong + other.wrong,
             self.twice + other.twice,
             self.server_errors + other.server_errors,
-            max(self.recovery_s, other.recovery_s),
+            max(self.disturbed_s, other.disturbed_s),
+            max((s for s in (self.recovery_s, other.recovery_s) if s is not None), default=None),
             max(self.p99_s, other.p99_s),
             self.failures + other.failures,
         )
@@ -62,13 +67,14 @@ class Row:
     def markdown(self) -> str:
         return (
             f"| {self.fault} | {self.sent} | {self.correct} | {self.retried} | {self.lost} | {self.wrong} "
-            f"| {self.twice} | {self.server_errors} | {self.recovery_s:.1f} | {self.p99_s:.2f} |"
+            f"| {self.twice} | {self.server_errors} | {_seconds(self.recovery_s)} | {self.disturbed_s:.1f} "
+            f"| {self.p99_s:.2f} |"
         )
 
 
 HEADER = (
     "| fault | requests sent | answered correctly | retried | lost | wrong | answered twice "
-    "| 500/4xx | recovery s | p99 s |\n|---|---|---|---|---|---|---|---|---|---|"
+    "| 500/4xx | recovery s | clients disturbed s | p99 s |\n|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -147,6 +153,10 @@ class Report:
         return "\n".join(lines)
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def _within(request: dict[str, Any], window: Window) -> bool:
     return bool(window.start <= request["start"] < window.end)
 
@@ -163,7 +173,7 @@ def _row(window: Window, mine: list[dict[str, Any]], calm_p99: float, seen: dict
         for r in mine
         if len(r["tried"]) > 1 or not r.get("ok") or r["end"] - r["start"] > SLOW_FACTOR * calm_p99
     ]
-    recovery = max((r["end"] - injected for r in disturbed), default=0.0) if window.healed_after else 0.0
+    lasted = max((r["end"] - injected for r in disturbed), default=0.0) if window.healed_after else 0.0
     failures = [f"#{r['n']} {r.get('error') or r.get('mismatch')}" for r in mine if not r.get("ok")]
     server_errors = [r for r in mine if any(s not in RETRYABLE for s in r.get("statuses", []))]
     failures += [f"#{r['n']} {r['statuses']}: {r['errors']}" for r in server_errors]
@@ -176,7 +186,8 @@ def _row(window: Window, mine: list[dict[str, Any]], calm_p99: float, seen: dict
         wrong=sum(1 for r in mine if r.get("mismatch")),
         twice=sum(1 for r in mine if seen[r["n"]] > 1),
         server_errors=len(server_errors),
-        recovery_s=max(recovery, 0.0),
+        disturbed_s=max(lasted, 0.0),
+        recovery_s=window.recovery.seconds if window.recovery else None,
         p99_s=_p99([r["end"] - r["start"] for r in mine]),
         failures=failures,
     )

@@ -182,12 +182,12 @@ class Harness:
             calm = Window("baseline", time.time() - baseline_s, 0.0, 0.0)
             for fault_name, fault in _rounds(faults, until):
                 started = time.time()
-                with fault(self.top):
+                with fault(self.top) as recovery:
                     injected = time.time()
                     time.sleep(hold_s)
                 healed = time.time()
                 time.sleep(settle_s)
-                windows.append(Window(fault_name, started, injected - started, healed - started))
+                windows.append(Window(fault_name, started, injected - started, healed - started, recovery))
             ended = time.time()
         calm.end = windows[0].start if windows else ended
         for window, following in zip(windows, [*windows[1:], None], strict=True):
