@@ -77,7 +77,9 @@ def _python312() -> str | None:
 
 # The public SIE packages (SDK, config service, framework integrations) in one Python 3.12 venv, exactly
 # as requirements/public-lock.txt pins them. uv installs the whole lock in seconds where pip took
-# minutes per venv; a stamp of the lock's hash says whether an existing venv is still that lock.
+# minutes per venv, with its bytecode (no script then compiles the integrations' libraries again where
+# PYTHONDONTWRITEBYTECODE is set: scripts/setup); a stamp of the lock's hash says whether an existing
+# venv is still that lock.
 PUBLIC_LOCK: Final = REPO / "requirements" / "public-lock.txt"
 PUBLIC_VENV_STAMP: Final = ".installed-lock"
 # The installers' words for "this machine cannot get the packages" (no network, no index, no wheel
@@ -126,7 +128,7 @@ def public_venv(venv: Path, lock: Path = PUBLIC_LOCK, timeout_s: float = 600) ->
     uv = _uv()
     for command in (
         [uv, "venv", "--quiet", "--clear", "--seed", "--python", base, str(venv)],
-        [uv, "pip", "sync", "--quiet", "--python", str(python), str(lock)],
+        [uv, "pip", "sync", "--quiet", "--compile-bytecode", "--python", str(python), str(lock)],
     ):
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
