@@ -43,7 +43,7 @@ WORK_STREAM: Final = "WORK_POOL_default"
 PARTITION_S: Final = 20.0  # the issue's partition: the hold of that fault whatever the run's
 SERVED_WITHIN_S: Final = 60.0
 CACHE_FULL_BYTES: Final = 64 * 1024  # room left on the shrunk cache disk: MiniLM (90 MB) cannot fit
-PROBES: Final = 12  # requests for the new model, until the full worker has met its disk
+PROBES: Final = 12  # 32-item requests for the new model, until the full worker has met its disk
 
 
 @contextlib.contextmanager
@@ -224,7 +224,7 @@ def weight_cache_full(top: Topology) -> Iterator[Recovery]:
         with httpx.Client(timeout=120) as client:
             for attempt in range(PROBES):
                 gateway = top.gateways[attempt % len(top.gateways)].url
-                _wait_served(client, gateway, model_id)
+                _wait_served(client, gateway, model_id, items=32)
                 if recovery.seconds is None:
                     recovery.seconds = time.monotonic() - asked
                 if refused in worker.logs():
@@ -248,9 +248,10 @@ def _post_until_answered(url: str, body: bytes, headers: dict[str, str]) -> int:
         time.sleep(0.5)
 
 
-def _wait_served(client: httpx.Client, gateway: str, model_id: str) -> None:
-    """Until ``gateway`` answers an encode for ``model_id`` with the vector MiniLM gives the text."""
-    text = {"items": [{"text": "posted while sie-config restarted"}]}
+def _wait_served(client: httpx.Client, gateway: str, model_id: str, items: int = 1) -> None:
+    """Until ``gateway`` answers an encode of ``items`` texts for ``model_id`` with the vectors
+    MiniLM gives them (many items: spread over the workers, so each meets the model)."""
+    text = {"items": [{"text": f"asked of {model_id}, item {i}"} for i in range(items)]}
     deadline = time.monotonic() + SERVED_WITHIN_S
     while True:
         with contextlib.suppress(httpx.HTTPError):
@@ -261,9 +262,9 @@ def _wait_served(client: httpx.Client, gateway: str, model_id: str) -> None:
                 want = client.post(
                     f"{gateway}/v1/encode/{models.ENCODER}", json=text, headers={"Accept": "application/json"}
                 )
-                a = got.json()["items"][0]["dense"]["values"]
-                b = want.json()["items"][0]["dense"]["values"]
-                assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-5, "posted model's vectors"
+                for a, b in zip(got.json()["items"], want.json()["items"], strict=True):
+                    close = zip(a["dense"]["values"], b["dense"]["values"], strict=True)
+                    assert max(abs(x - y) for x, y in close) < 1e-5, "posted model's vectors"
                 return
         assert time.monotonic() < deadline, f"{gateway} never served {model_id}"
         time.sleep(0.5)

@@ -31,6 +31,7 @@ class Window:
     healed_after: float  # ... until it was healed (0 for the baseline)
     recovery: Recovery | None = None  # what the fault measured of itself
     end: float = 0.0
+    broken: str | None = None  # the fault's own check that failed (the run went on)
 
 
 @dataclass
@@ -47,6 +48,7 @@ class Row:
     recovery_s: float | None  # the fault's own: until the cluster was whole again
     p99_s: float
     failures: list[str] = field(default_factory=list)
+    broken: list[str] = field(default_factory=list)
 
     def plus(self, other: Row) -> Row:
         return Row(
@@ -62,6 +64,7 @@ class Row:
             max((s for s in (self.recovery_s, other.recovery_s) if s is not None), default=None),
             max(self.p99_s, other.p99_s),
             self.failures + other.failures,
+            self.broken + other.broken,
         )
 
     def markdown(self) -> str:
@@ -112,6 +115,7 @@ class Report:
         """Everything that breaks the invariant; empty when the run kept it."""
         found: list[str] = []
         for row in self.rows:
+            found += [f"{row.fault}: {broken}" for broken in row.broken]
             if row.lost or row.wrong or row.twice or row.correct != row.sent:
                 found.append(
                     f"{row.fault}: {row.lost} lost, {row.wrong} wrong, {row.twice} twice: {row.failures[:3]}"
@@ -190,4 +194,5 @@ def _row(window: Window, mine: list[dict[str, Any]], calm_p99: float, seen: dict
         recovery_s=window.recovery.seconds if window.recovery else None,
         p99_s=_p99([r["end"] - r["start"] for r in mine]),
         failures=failures,
+        broken=[window.broken] if window.broken else [],
     )

@@ -182,12 +182,21 @@ class Harness:
             calm = Window("baseline", time.time() - baseline_s, 0.0, 0.0)
             for fault_name, fault in _rounds(faults, until):
                 started = time.time()
-                with fault(self.top) as recovery:
-                    injected = time.time()
-                    time.sleep(hold_s)
+                injected, broken = started, None
+                try:
+                    with fault(self.top) as recovery:
+                        injected = time.time()
+                        time.sleep(hold_s)
+                except (
+                    AssertionError,
+                    RuntimeError,
+                ) as exc:  # its own check failed: reported, the run goes on
+                    recovery, broken = None, f"{type(exc).__name__}: {exc}"
                 healed = time.time()
                 time.sleep(settle_s)
-                windows.append(Window(fault_name, started, injected - started, healed - started, recovery))
+                window = Window(fault_name, started, injected - started, healed - started, recovery)
+                window.broken = broken
+                windows.append(window)
             ended = time.time()
         calm.end = windows[0].start if windows else ended
         for window, following in zip(windows, [*windows[1:], None], strict=True):
