@@ -65,11 +65,19 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         with run_config_service(root / "config", config_env) as config:
             config.wait_nats()
             follow = {**shared, "SIE_CONFIG_SERVICE_URL": config.url}
-            gateway_env = {"SIE_NATS_URL": nats.url, "SIE_HEALTH_PUBLISH_INTERVAL_MS": "500", **follow}
+            # A removal and a model of a bundle a process does not serve reach it by epoch polling
+            # alone (no delta says either): every second here, not the default 30 s a test waited.
+            gateway_env = {
+                "SIE_NATS_URL": nats.url,
+                "SIE_HEALTH_PUBLISH_INTERVAL_MS": "500",
+                "SIE_GATEWAY_CONFIG_POLL_INTERVAL_MS": "1000",
+                **follow,
+            }
+            workers = {**follow, "SIE_WORKER_CONFIG_POLL_INTERVAL_MS": "1000"}
             with (
-                run_worker(root / "wd", {**worker_env(nats.url, "wd"), **follow}) as default,
+                run_worker(root / "wd", {**worker_env(nats.url, "wd"), **workers}) as default,
                 run_worker(
-                    root / "wx", {**worker_env(nats.url, "wx"), **follow, "SIE_BUNDLE": "extra"}
+                    root / "wx", {**worker_env(nats.url, "wx"), **workers, "SIE_BUNDLE": "extra"}
                 ) as extra,
                 run_gateway(root / "gateway", gateway_env) as gateway,
             ):
