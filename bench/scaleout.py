@@ -430,16 +430,18 @@ def table(run: Run, load: Load) -> list[str]:
 
 def projection(cell: Cell) -> str:
     """Where scale-out would stop with a core for every process, from the CPU each spent per item
-    (which contention inflates, so it is an upper bound on the cost): one gateway runs one event
-    loop, so it answers at most a core's worth of its CPU per item; a worker at one core answers
-    the inverse of its CPU per item; the gateway feeds as many workers as the ratio of the two."""
+    in ``cell`` (the first step's: its workers were the busiest, and a worker's CPU per item grows
+    as its share of the load shrinks; contention inflates every figure, so they bound the cost from
+    above). One gateway runs one event loop, so it answers at most a core's worth of its CPU per
+    item; a worker at one core answers the inverse of its own; the gateway feeds as many workers
+    as the ratio of the two."""
     gateway, nats = cell.us_per_item(cell.gateway_cpu_s), cell.us_per_item(cell.nats_cpu_s)
     worker = cell.us_per_item(sum(cell.worker_cpu_s))
     return (
-        f"with a core per process (CPU per item at {cell.workers} workers): one gateway core caps "
-        f"at {1e6 / gateway:.0f} items/s, a worker core answers {1e6 / worker:.0f} items/s, so one "
-        f"gateway feeds about {worker / gateway:.1f} workers; NATS needs {nats / gateway:.2f} of a "
-        "core per gateway core"
+        f"with a core per process (CPU per item at {cell.workers} worker{'s' if cell.workers > 1 else ''}): "
+        f"one gateway core caps at {1e6 / gateway:.0f} items/s, a worker core answers "
+        f"{1e6 / worker:.0f} items/s, so one gateway feeds about {worker / gateway:.1f} workers; NATS "
+        f"needs {nats / gateway:.2f} of a core per gateway core"
     )
 
 
@@ -470,7 +472,7 @@ def report(run: Run) -> list[str]:
             "",
             f"efficiency >= {SATURATED} (against {first} worker{'s' if first > 1 else ''}) at: "
             f"{', '.join(map(str, linear)) or 'none'} workers",
-            projection(run.cell(run.steps[-1].workers, load)),
+            projection(run.cell(first, load)),
             "",
         ]
     for key, lines in run.profiles.items():

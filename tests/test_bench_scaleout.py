@@ -110,7 +110,7 @@ def test_scale_out_one_then_two_workers(tmp_path: Path) -> None:
     lines = scaleout.report(run)
     rows = [line for line in lines if line.startswith("| 1 |") or line.startswith("| 2 |")]
     assert len(rows) == 4 and all(row.count("|") == 13 for row in rows)
-    single = run.cell(2, Load(1, 8))
+    single = run.cell(1, Load(1, 8))
     gateway_cap = 1e6 / single.us_per_item(single.gateway_cpu_s)
     assert f"one gateway core caps at {gateway_cap:.0f} items/s" in "\n".join(lines)
     data = run.to_json()
