@@ -215,6 +215,9 @@ def weight_cache_full(top: Topology) -> Iterator[Recovery]:
         timeout=30,
     )
     assert posted.status_code in (200, 201), posted.text
+    with httpx.Client(timeout=10) as client:
+        for each in top.worker_services:  # every worker knows the model before anyone asks for it
+            _wait_listed(client, each.url, model_id)
     held = shutil.disk_usage(disk.folder).used  # what an earlier round left: the disk keeps it
     disk.resize(held + CACHE_FULL_BYTES)
     refused = f"loading {model_id} failed"
@@ -246,6 +249,17 @@ def _post_until_answered(url: str, body: bytes, headers: dict[str, str]) -> int:
                 return response.status_code
         assert time.monotonic() < deadline, "sie-config never took the post again"
         time.sleep(0.5)
+
+
+def _wait_listed(client: httpx.Client, server: str, model_id: str) -> None:
+    """Until ``server``'s ``/v1/models`` lists ``model_id`` (its config has reached it)."""
+    deadline = time.monotonic() + SERVED_WITHIN_S
+    while True:
+        with contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
+            if model_id in {m["name"] for m in client.get(f"{server}/v1/models").json()["models"]}:
+                return
+        assert time.monotonic() < deadline, f"{server} never listed {model_id}"
+        time.sleep(0.25)
 
 
 def _wait_served(client: httpx.Client, gateway: str, model_id: str, items: int = 1) -> None:
