@@ -48,6 +48,50 @@ def test_frozen_objects_are_skipped_until_unloaded():
     assert ref() is None
 
 
+@pytest.fixture
+def full_collections() -> Iterator[list[int]]:
+    """The full collections run while the test runs (the automatic ones off, so only asked ones count)."""
+    started: list[int] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] == 2:
+            started.append(1)
+
+    enabled = gc.isenabled()
+    gc.disable()
+    gc.callbacks.append(note)
+    yield started
+    gc.callbacks.remove(note)
+    if enabled:
+        gc.enable()
+
+
+def test_closing_several_models_collects_once_at_the_end(full_collections: list[int]):
+    nodes = [Node() for _ in range(3)]
+    refs = [weakref.ref(node) for node in nodes]
+    heap.freeze_loaded()
+    full_collections.clear()
+    del nodes
+    with heap.one_collection():
+        for _ in refs:
+            heap.collect_unloaded()  # each model's close
+        assert full_collections == [] and all(ref() is not None for ref in refs)
+    assert len(full_collections) == 1 and all(ref() is None for ref in refs)
+    heap.collect_unloaded()  # outside: at once, as a single unload does
+    assert len(full_collections) == 2
+    with heap.one_collection():
+        pass  # nothing closed: nothing to collect
+    assert len(full_collections) == 2
+
+
+def test_the_deferral_is_the_closing_threads_alone(full_collections: list[int]):
+    """Models close on the device thread; another thread unloading meanwhile collects at once."""
+    with heap.one_collection(), ThreadPoolExecutor(1) as other:
+        other.submit(heap.collect_unloaded).result()
+        assert len(full_collections) == 1
+    assert len(full_collections) == 1
+
+
 def _rss_bytes() -> int:
     return int(Path("/proc/self/statm").read_text().split()[1]) * 4096
 

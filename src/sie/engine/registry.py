@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from sie.adapters.contract import TakesLora
+from sie.adapters.contract import Adapter, TakesLora
 from sie.catalog.admission import RequestLimits
 from sie.catalog.catalog import Catalog, CatalogEntry
 from sie.catalog.errors import InvalidInput, ModelNotFound
@@ -407,7 +407,7 @@ class ModelRegistry:
         """Stop intake, fail queued work, unload models, stop the device thread; the loop only awaits.
 
         Models are closed on the device thread, where they were loaded and ran (freeing device memory
-        and collecting their objects takes a while)."""
+        and collecting their objects takes a while: once for all of them, ``heap.one_collection``)."""
         self._closed = True
         if self._watcher is not None:
             self._watcher.cancel()
@@ -417,11 +417,18 @@ class ModelRegistry:
         await asyncio.gather(*(w.close() for w in self._workers.values()))
         for statistics in self._statistics.values():
             statistics.log_summary()
-        loop = asyncio.get_running_loop()
+        adapters: list[Adapter] = []
         for slot in self._slots.values():
             if slot.task is not None and not slot.task.done():
                 slot.task.cancel()
             if slot.model is not None:
-                adapter, slot.model = slot.model.adapter, None
-                await loop.run_in_executor(self.device_executor, adapter.close)
+                adapters.append(slot.model.adapter)
+                slot.model = None
+        await asyncio.get_running_loop().run_in_executor(self.device_executor, _close_all, adapters)
         await asyncio.to_thread(self.device_executor.shutdown, wait=True, cancel_futures=True)
+
+
+def _close_all(adapters: list[Adapter]) -> None:
+    with heap.one_collection():
+        for adapter in adapters:
+            adapter.close()
