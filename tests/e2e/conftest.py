@@ -726,7 +726,7 @@ class QueueCluster:
     all over the families' models dir, at float32, with a payload store folder."""
 
     nats_url: str
-    workers: list[Server]
+    workers: dict[str, Server]  # by worker id
     gateway: Gateway
     payloads: Path
 
@@ -751,7 +751,7 @@ def queue_cluster(tmp_path_factory: pytest.TempPathFactory, families_models: Pat
             run_gateway(root / "gateway", gateway_env) as gateway,
         ):
             gateway.wait_for_workers(2, CLUSTER_PRELOAD)
-            yield QueueCluster(nats.url, [w1, w2], gateway, payloads)
+            yield QueueCluster(nats.url, {"w1": w1, "w2": w2}, gateway, payloads)
 
 
 @pytest.fixture(scope="session")
