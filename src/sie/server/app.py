@@ -106,6 +106,7 @@ def queue_worker(
         wait=wait,
         max_in_flight=settings.max_concurrent_batches * settings.batch_items(),
         fetch_budget=settings.nats_fetch_budget,
+        hold_s=settings.nats_hold_s,
         heartbeat_interval_s=settings.health_publish_interval_ms / 1000,
         ping_interval_s=settings.worker_ping_interval_ms / 1000,
         readyz_stale_mult=settings.worker_readyz_stale_mult,

@@ -189,6 +189,12 @@ class Settings(Auth, Catalogue, Cluster, Logging, Tracing, Telemetry):
         description="Queue mode: most work items one pull asks JetStream for (fewer when fewer fit in "
         "SIE_MAX_CONCURRENT_BATCHES x items per batch).",
     )
+    nats_hold_s: float = Field(
+        2.0,
+        ge=0,
+        description="Queue mode: a worker holds at most the items it finishes in this many seconds at "
+        "its own recent pace, so a slow worker leaves the rest to faster ones (0: no such limit).",
+    )
     cluster_routing: str | None = Field(
         None,
         description="queue (what the chart sets) or unset: this server is a queue worker whenever "

@@ -3,7 +3,9 @@ through the engine, reply on its inbox, then ack (or NAK it for later, as the er
 
 JetStream does the hard parts: durability, redelivery of what a dead worker never acked, the shared
 durable consumer that spreads a lane's items over its workers. This loop only keeps the engine fed:
-fetches are bounded by a budget and by how many items are in flight, the fetch wait adapts
+fetches are bounded by a budget and by how many items are in flight, which is what the worker
+finishes in ``SIE_NATS_HOLD_S`` at its own recent pace (``pace.Pace``: a slow worker does not hoard
+what a fast one could start), the fetch wait adapts
 (``adaptive.AdaptiveWait``: it widens while the stream is empty and is steered to the p50 target
 once work flows), and an item whose deadline has passed is acked unanswered (nobody waits for it). A result is published before the ack, so a
 crash in between redelivers the item rather than losing it.
@@ -60,6 +62,7 @@ from sie.queue.streams import (
 )
 from sie.wire.requests import EncodeRequest, ExtractRequest, ScoreRequest
 from sie.worker.adaptive import AdaptiveWait
+from sie.worker.pace import Pace
 from sie.worker.turned_away import TurnedAway
 from sie.worker.work import NakDelays, Outcome, answered, failed, retry_delay
 
@@ -103,6 +106,7 @@ class PullLoop:
         config_pending: Callable[[str], bool] | None = None,
         metrics: Metrics | None = None,
         redelivery: Redelivery = Redelivery(),
+        pace: Pace | None = None,
     ) -> None:
         self._engine = engine
         self._redelivery = redelivery
@@ -117,6 +121,7 @@ class PullLoop:
         self._max_in_flight = max_in_flight
         self._clock = clock
         self._wait = wait or AdaptiveWait()
+        self._pace = pace or Pace()
         self._turned_away = TurnedAway()
         self._payloads = payloads
         self._task: asyncio.Task[None] | None = None
@@ -172,7 +177,7 @@ class PullLoop:
             if self.paused:
                 await asyncio.sleep(PAUSED_POLL_S)
                 continue
-            room = self._max_in_flight - len(self._in_flight)
+            room = self._pace.limit(self._max_in_flight, self._budget) - len(self._in_flight)
             if room <= 0:
                 self._room.clear()
                 await self._room.wait()
@@ -218,6 +223,7 @@ class PullLoop:
             await message.nak()
             return
         self._held[id(message)] = (message, time.monotonic())
+        self._pace.take()
         task = asyncio.create_task(self._handle(message))
         self._in_flight.add(task)
         task.add_done_callback(self._done)
@@ -247,6 +253,7 @@ class PullLoop:
             log.exception("settling a work item on %s failed", message.subject)
         finally:
             self._held.pop(id(message), None)
+            self._pace.release()
 
     async def _settle(self, message: Msg) -> None:
         try:
@@ -279,6 +286,12 @@ class PullLoop:
             self._wait.observe(max(0.0, self._clock() - work.timestamp))
 
     async def _run(self, work: WorkItem) -> Outcome:
+        outcome = await self._traced(work)
+        if outcome.action is not QueueAction.RETRY:  # told to come back, it took no device time
+            self._pace.ran()
+        return outcome
+
+    async def _traced(self, work: WorkItem) -> Outcome:
         tracing.REQUEST_ID.set(work.request_id)
         if not tracing.enabled():
             return await self._execute(work)

@@ -25,6 +25,7 @@ from sie.queue.contract import Heartbeat, Lane, config_subject, health_subject
 from sie.queue.payloads import PayloadStore
 from sie.worker.adaptive import AdaptiveWait
 from sie.worker.heartbeat import HeartbeatPublisher
+from sie.worker.pace import HOLD_S, Pace
 from sie.worker.pool_lease import PoolAdmission
 from sie.worker.probes import ProbeServer, Readiness, probe_app
 from sie.worker.pull import PullLoop, Redelivery
@@ -50,6 +51,7 @@ class WorkerConfig:
     payload_store_url: str | None
     redelivery: Redelivery = field(default_factory=Redelivery)
     fetch_budget: int = 64  # most items one pull asks for (SIE_NATS_FETCH_BUDGET)
+    hold_s: float = HOLD_S  # the work held, in seconds of the worker's pace (SIE_NATS_HOLD_S; 0: off)
 
 
 class QueueWorker:
@@ -105,6 +107,7 @@ class QueueWorker:
             config_pending=self._config_pending if self._follower is not None else None,
             metrics=self._metrics,
             redelivery=config.redelivery,
+            pace=Pace(config.hold_s),
         )
         if self._follower is not None:
             follower = self._follower
