@@ -172,6 +172,11 @@ def test_auth_matrix(nats: NatsServer, tmp_path: Path, mode: str) -> None:
         assert status("POST", "/v1/pools/p1/renew", "alpha")[0] == 403
         assert status("DELETE", "/v1/pools/p1", "root")[0] == 200
         client.close()
+
+
+def test_operational_routes_exempt_and_auth_mode_none(nats: NatsServer, tmp_path: Path) -> None:
+    """Once, not per mode of ``test_auth_matrix``: probes and metrics open with
+    ``SIE_AUTH_EXEMPT_OPERATIONAL``, mutations refused without an admin token, and mode ``none``."""
     open_env = _gateway_env(
         nats, SIE_AUTH_MODE="token", SIE_AUTH_TOKEN="solo", SIE_AUTH_EXEMPT_OPERATIONAL="true"
     )
