@@ -53,6 +53,7 @@ from bench.stats import percentiles_ms
 TINY: Final = Shape("tiny", hidden=32, layers=1, heads=2, intermediate=64, max_seq=128)
 MIN_COSINE: Final = 0.9999  # float32 on both sides: only summation order differs
 SATURATED: Final = 0.85  # a process at this share of a core (the machine: of its cores) is the limit
+SHARED: Final = 0.25  # cores used by other work past which a cell's rate is not the cluster's own
 CALIBRATION_S: Final = 1.5
 CHECK_TEXTS: Final = 32
 
@@ -170,6 +171,7 @@ class Run:
     steps: list[Step] = field(default_factory=list)
     profiles: dict[str, list[str]] = field(default_factory=dict)  # load key -> summary lines
     load_average: tuple[float, float, float] = (0.0, 0.0, 0.0)  # at the start
+    load_average_end: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     def cell(self, workers: int, load: Load) -> Cell:
         step = next(s for s in self.steps if s.workers == workers)
@@ -449,7 +451,8 @@ def report(run: Run) -> list[str]:
     first = run.steps[0].workers
     out = [
         f"== scale-out: {run.model} (1 layer, 32 wide), {run.cores} cores, "
-        f"load average at start {' '.join(f'{x:.2f}' for x in run.load_average)} ==",
+        f"load average {' '.join(f'{x:.2f}' for x in run.load_average)} at the start, "
+        f"{' '.join(f'{x:.2f}' for x in run.load_average_end)} at the end ==",
         "",
         "vectors through the gateway vs sentence-transformers: "
         + ", ".join(f"{s.workers} workers {s.min_cosine:.6f}" for s in run.steps),
@@ -475,6 +478,12 @@ def report(run: Run) -> list[str]:
             projection(run.cell(first, load)),
             "",
         ]
+        shared = max(c.busy(c.other_cpu_s) for c in (run.cell(s.workers, load) for s in run.steps))
+        if shared >= SHARED:
+            out[-1:-1] = [
+                f"the machine was shared: other work took up to {shared:.2f} cores during these cells, so "
+                "their items/s and ratios are not the cluster's own (CPU per item is less disturbed)"
+            ]
     for key, lines in run.profiles.items():
         out += [f"**gateway profile (py-spy), {run.steps[-1].workers} workers, {key}**", "", *lines, ""]
     return out
@@ -579,6 +588,7 @@ def run(args: argparse.Namespace, say: Any = print) -> Run:
                 result.profiles[cell.load.key] = profile(
                     cluster, cell.load, texts, args.profile, args.processes, rate, out
                 )
+        result.load_average_end = os.getloadavg()
     finally:
         if placement is not None:
             os.sched_setaffinity(0, cores)
