@@ -15,6 +15,7 @@ were served). The tests that need a vector database the public venv does not ins
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tarfile
@@ -25,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests import builders
-from tests.conftest import PUBLIC_SDK_VERSION
+from tests.conftest import PUBLIC_SDK_VERSION, REPO
 from tests.e2e.conftest import (
     Server,
     run_server,
@@ -52,31 +53,36 @@ FAILED_AS_MISSING = ("MODEL_NOT_FOUND", "MODEL_NOT_SERVED", "NotFound", " 404")
 
 @pytest.fixture(scope="module")
 def public_suites(public_python: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Each package's ``tests/`` folder from its 0.10.1 sdist on PyPI (skipped when unreachable)."""
+    """Each package's ``tests/`` folder from its 0.10.1 sdist on PyPI (skipped when unreachable).
+
+    The sdists are downloaded once, beside the public server's wheel (``$SIE_PUBLIC_WHEELS``, default
+    ``.public-wheels``): their names carry the pinned version, so a file there is the one pinned."""
     root = tmp_path_factory.mktemp("public-suites")
-    pins = [f"{name}=={PUBLIC_SDK_VERSION}" for name in PACKAGES]
-    download = subprocess.run(
-        [
-            str(public_python),
-            "-m",
-            "pip",
-            "download",
-            "-q",
-            "--no-deps",
-            "--no-binary=:all:",
-            "-d",
-            str(root),
-            *pins,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if download.returncode != 0:
-        pytest.skip(f"the public sdists could not be downloaded: {download.stderr.strip()[-300:]}")
+    cache = Path(os.environ.get("SIE_PUBLIC_WHEELS", REPO / ".public-wheels"))
+    sdists = {name: cache / f"{name.replace('-', '_')}-{PUBLIC_SDK_VERSION}.tar.gz" for name in PACKAGES}
+    missing = [f"{name}=={PUBLIC_SDK_VERSION}" for name, sdist in sdists.items() if not sdist.is_file()]
+    if missing:
+        download = subprocess.run(
+            [
+                str(public_python),
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--no-binary=:all:",
+                "-d",
+                str(cache),
+                *missing,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if download.returncode != 0:
+            pytest.skip(f"the public sdists could not be downloaded: {download.stderr.strip()[-300:]}")
     suites = {}
-    for name in PACKAGES:
-        sdist = root / f"{name.replace('-', '_')}-{PUBLIC_SDK_VERSION}.tar.gz"
+    for name, sdist in sdists.items():
         with tarfile.open(sdist) as archive:
             archive.extractall(root, filter="data")
         suites[name] = root / sdist.name.removesuffix(".tar.gz") / "tests"
