@@ -15,7 +15,7 @@ import msgspec
 from nats.aio.client import Client
 
 from sie.queue.access import NatsAccess
-from sie.queue.connection import connect
+from sie.queue.connection import connect, ping
 from sie.queue.contract import CONFIG_ALL_SUBJECT, config_subject
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ class DeltaPublisher:
                 failed.append(delta["bundle_id"])
         if self._client is not None and not failed:
             try:
-                await self._client.flush(timeout=5)
+                await ping(self._client, 5)
             except Exception as exc:
                 log.warning("config deltas not flushed: %s", exc)
                 failed = [delta["bundle_id"] for delta in deltas]

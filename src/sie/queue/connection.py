@@ -56,3 +56,21 @@ async def _disconnected() -> None:
 async def _error(error: Exception) -> None:
     """nats-py's default prints a traceback for every failed reconnect attempt; one line will do."""
     log.info("NATS: %s: %s", type(error).__name__, error)
+
+
+async def ping(client: Client, timeout_s: float) -> None:
+    """``client.flush(timeout)`` (a PING answered by a PONG) without nats-py 2.16's trap: a flush that
+    times out cancels its future but leaves it queued for the next PONG, and when that PONG comes late
+    (a partition heals, a stalled server resumes) setting the cancelled future's result raises inside
+    the read loop, which ends: the connection still writes (heartbeats go out, the worker looks
+    healthy) but reads nothing again, neither work nor config. The timed-out future is swapped for a
+    fresh one in place, so the late PONG lands on it and the PONGs stay in step with the PINGs."""
+    waiting: list[asyncio.Future[bool]] = getattr(client, "_pongs", [])
+    before = set(map(id, waiting))
+    try:
+        await client.flush(timeout=max(1, round(timeout_s)))
+    except nats.errors.FlushTimeoutError:
+        for i, future in enumerate(waiting):
+            if future.cancelled() and id(future) not in before:
+                waiting[i] = asyncio.get_running_loop().create_future()
+        raise

@@ -19,6 +19,7 @@ from sie.catalog.bundles import CatalogHash
 from sie.engine.engine import Engine
 from sie.engine.loader import ModelState
 from sie.observability.gpus import gpu_metrics
+from sie.queue.connection import ping
 from sie.queue.contract import Heartbeat, Lane, encode_heartbeat
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class HeartbeatPublisher:
         last = msgspec.structs.replace(self._snapshot(), ready=False, terminated=True)
         await self._publish(last)
         try:
-            await self._client.flush(timeout=2)
+            await ping(self._client, 2)
         except Exception:
             log.debug("last heartbeat not flushed", exc_info=True)
 

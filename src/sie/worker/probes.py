@@ -22,6 +22,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from sie.queue.connection import ping
+
 log = logging.getLogger(__name__)
 
 
@@ -42,7 +44,7 @@ class Readiness:
         # cancellation that lands as its future completes, and the loop would then run on.
         while not self._stopped:
             try:
-                await client.flush(timeout=max(1, round(self._interval_s)))
+                await ping(client, self._interval_s)
                 if client.is_connected:  # nats-py answers a flush from its buffer while reconnecting
                     self._last_ok = time.monotonic()
             except Exception:
