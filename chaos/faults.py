@@ -65,6 +65,8 @@ def nats_leader_killed(top: Topology) -> Iterator[Recovery]:
     recovery.seconds = time.monotonic() - killed
     yield recovery
     top.nats.restart(leader)
+    for worker in top.worker_services:  # whichever node each was on, each pulls again
+        _wait_answering(top, worker.name)
 
 
 @contextlib.contextmanager
@@ -89,15 +91,31 @@ def worker_partitioned(top: Topology) -> Iterator[Recovery]:
     until both gateways count it healthy with every model)."""
     from chaos.impair import partitioned
 
-    recovery = Recovery("the worker healthy again in both gateways")
-    with partitioned(top.worker_services[0].host):
+    worker = top.worker_services[0]
+    recovery = Recovery("the worker answering items again (healthy in the gateways is not enough)")
+    with partitioned(worker.host):
         cut = time.monotonic()
         yield recovery
         time.sleep(max(0.0, PARTITION_S - (time.monotonic() - cut)))  # at least the issue's 20 s
     healed = time.monotonic()
     for gateway in top.gateways:
         top.wait_for_workers(gateway, len(top.worker_services))
+    _wait_answering(top, worker.name)
     recovery.seconds = time.monotonic() - healed
+
+
+def _wait_answering(top: Topology, worker: str) -> None:
+    """Until ``worker`` answers part of a 32-item encode (the gateway's ``X-SIE-Worker`` names it)."""
+    body = {"items": [{"text": f"who answers item {i}?"} for i in range(32)]}
+    deadline = time.monotonic() + SERVED_WITHIN_S
+    with httpx.Client(timeout=60) as client:
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                answer = client.post(f"{top.gateways[-1].url}/v1/encode/{models.ENCODER}", json=body)
+                if worker in answer.headers.get("x-sie-worker", "").split(","):
+                    return
+            assert time.monotonic() < deadline, f"{worker} never answered an item again"
+            time.sleep(0.2)
 
 
 @contextlib.contextmanager
