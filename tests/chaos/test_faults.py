@@ -12,9 +12,9 @@ from chaos.faults import Fault
 from chaos.report import Report
 from chaos.run import Harness
 
-HOLD_S = 8.0
-BASELINE_S = 4.0
-SETTLE_S = 8.0
+HOLD_S = 6.0
+BASELINE_S = 3.0
+SETTLE_S = 6.0
 
 
 def _run(harness: Harness, name: str, fault: Fault) -> Report:
