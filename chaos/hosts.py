@@ -5,14 +5,15 @@ network path, not in a test double.
 Layout (root only, `ip` from Debian's iproute2): a switch namespace holds a bridge; every host
 namespace has ``eth0`` (a veth whose peer sits on the bridge) at ``10.R.S.n/24`` and its own loopback;
 an observer link puts the machine itself (the test or ``scripts/chaos``) on the same switch, so it can
-reach any host directly while the hosts' own faults stay theirs. Every name starts with ``c{pid}-``
-(the owner's pid), so ``Network.sweep`` removes what a killed run left behind, and nothing outside
-those names is touched.
+reach any host directly while the hosts' own faults stay theirs. Every name starts with
+``c{pid}x{n}-`` (the owner's pid, then the network's number in that process: a test may hold two at
+once), so ``sweep`` removes what a killed run left behind, and nothing outside those names is touched.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import subprocess
@@ -23,7 +24,9 @@ from typing import Final
 SWITCH: Final = "sw"
 BRIDGE: Final = "br0"
 LINK: Final = "eth0"
-_OWNED: Final = re.compile(r"^c(\d+)-")
+_OWNED: Final = re.compile(r"^c(\d+)x\d+-")
+_OBSERVER: Final = re.compile(r"c(\d+)x\d+o")
+_NUMBERS: Final = itertools.count()
 
 
 def ip(*args: str, namespace: str | None = None) -> str:
@@ -70,7 +73,7 @@ class Host:
 class Network:
     """The switch, its hosts and the observer link; ``close`` removes all of it."""
 
-    prefix: str = field(default_factory=lambda: f"c{os.getpid()}")
+    prefix: str = field(default_factory=lambda: f"c{os.getpid()}x{next(_NUMBERS)}")
     subnet: str = ""  # "10.R.S": chosen free at ``open``
     hosts: dict[str, Host] = field(default_factory=dict)
     observer_address: str = ""
@@ -81,7 +84,7 @@ class Network:
 
     @property
     def observer_link(self) -> str:
-        return f"{self.prefix}o"  # in the root namespace: at most 15 characters
+        return f"{self.prefix}o"  # in the root namespace: at most 15 characters (c + 7 + x + n + o)
 
     def open(self) -> None:
         sweep()
@@ -160,7 +163,7 @@ def sweep() -> None:
                 ip("netns", "del", name)
     for line in ip("-o", "link", "show").splitlines():
         link = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
-        found = re.fullmatch(r"c(\d+)o", link)
+        found = _OBSERVER.fullmatch(link)
         if found and not _alive(int(found.group(1))):
             with contextlib.suppress(RuntimeError):
                 ip("link", "del", link)
@@ -182,7 +185,7 @@ def available() -> str | None:
     if os.geteuid() != 0:
         return "network namespaces need root"
     try:
-        probe = f"c{os.getpid()}-probe"
+        probe = f"c{os.getpid()}x{next(_NUMBERS)}-probe"
         ip("netns", "add", probe)
         ip("netns", "del", probe)
     except (OSError, RuntimeError) as exc:
