@@ -254,4 +254,6 @@ def test_overflow_policy_error_refuses_a_pair_its_prompt_would_cut(
     np.testing.assert_array_equal(
         reranker.run(reranker.prepare(pairs, truncate), truncate).scores, by_default
     )
-    np.testing.assert_array_equal(reranker.run(refused[:1], error).scores, by_default[:1])  # it fits whole
+    # It fits whole: the same score, run alone instead of beside the cut pair (float32 noise of the
+    # batch's padding, ~1e-8, is all that may differ).
+    np.testing.assert_allclose(reranker.run(refused[:1], error).scores, by_default[:1], rtol=1e-5, atol=1e-6)
