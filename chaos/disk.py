@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+import psutil
+
 PAGE: Final = 4096  # tmpfs sizes are whole pages
 _OWNED: Final = re.compile(r"^sie-chaos-(\d+)-\d+$")
 _counter = itertools.count()
@@ -97,22 +99,12 @@ def _mounted(source: str, folder: Path) -> bool:
     return (source, folder) in _mounts()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep() -> list[Path]:
     """Unmount the small disks of runs that are gone (their owner pid is dead); the folders freed."""
     freed: list[Path] = []
     for source, point in reversed(_mounts()):  # the newest first: one may sit on another
         owner = _OWNED.match(source)
-        if owner is not None and not _alive(int(owner.group(1))):
+        if owner is not None and not psutil.pid_exists(int(owner.group(1))):
             SmallDisk(point, source).unmount()
             freed.append(point)
     return freed

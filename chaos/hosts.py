@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
+import psutil
+
 SWITCH: Final = "sw"
 BRIDGE: Final = "br0"
 LINK: Final = "eth0"
@@ -36,16 +38,6 @@ def ip(*args: str, namespace: str | None = None) -> str:
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip()}")
     return done.stdout
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass(frozen=True)
@@ -158,13 +150,13 @@ def sweep() -> None:
     for line in ip("netns", "list").splitlines():
         name = line.split()[0] if line.strip() else ""
         found = _OWNED.match(name)
-        if found and not _alive(int(found.group(1))):
+        if found and not psutil.pid_exists(int(found.group(1))):
             with contextlib.suppress(RuntimeError):
                 ip("netns", "del", name)
     for line in ip("-o", "link", "show").splitlines():
         link = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
         found = _OBSERVER.fullmatch(link)
-        if found and not _alive(int(found.group(1))):
+        if found and not psutil.pid_exists(int(found.group(1))):
             with contextlib.suppress(RuntimeError):
                 ip("link", "del", link)
 

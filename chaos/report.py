@@ -123,10 +123,7 @@ class Report:
         for name, stream in self.leftovers.items():
             if name == "error":
                 found.append(f"streams unreadable: {stream}")
-            elif name.startswith("WORK_POOL_") and (
-                stream["messages"]
-                or any(isinstance(c, dict) and (c["pending"] or c["ack_pending"]) for c in stream.values())
-            ):
+            elif name.startswith("WORK_POOL_") and _holds_work(stream):
                 found.append(f"work left in {name}: {stream}")
             elif name == "DEAD_LETTERS" and stream["messages"]:
                 found.append(f"{stream['messages']} dead letters: an item ran out of deliveries")
@@ -155,6 +152,17 @@ class Report:
             mbs = [mb for _, _, mb in samples]
             lines.append(f"| {name} | {mbs[0]:.0f} | {mbs[-1]:.0f} | {max(mbs):.0f} |")
         return "\n".join(lines)
+
+
+def work_left(state: dict[str, Any]) -> bool:
+    """Whether any work stream of ``state`` (``Harness.leftovers``) holds a message, or a consumer of
+    it an item pending or unacked."""
+    return any(_holds_work(stream) for name, stream in state.items() if name.startswith("WORK_POOL_"))
+
+
+def _holds_work(stream: dict[str, Any]) -> bool:
+    consumers = [c for c in stream.values() if isinstance(c, dict)]
+    return bool(stream["messages"]) or any(c["pending"] or c["ack_pending"] for c in consumers)
 
 
 def _seconds(value: float | None) -> str:

@@ -22,7 +22,7 @@ from typing import Any, Final
 from bench.procs import ManagedProcess, free_port, rss_mb, wait_ready
 from chaos import corpus
 from chaos.faults import Fault
-from chaos.report import Report, Window
+from chaos.report import Report, Window, work_left
 from chaos.topology import SERVED, Service, Topology, base_env, script
 
 LOAD_CLIENT: Final = Path(__file__).with_name("load_client.py")
@@ -234,7 +234,7 @@ class Harness:
         while True:
             with contextlib.suppress(Exception):
                 found = asyncio.run(state())
-                if not _work_left(found) or time.monotonic() > deadline:
+                if not work_left(found) or time.monotonic() > deadline:
                     return found
             if time.monotonic() > deadline:
                 return {"error": "NATS did not answer"}
@@ -258,14 +258,3 @@ def _rounds(faults: list[tuple[str, Fault]], until: float) -> Iterator[tuple[str
             if time.time() >= until:
                 return
             yield fault
-
-
-def _work_left(state: dict[str, Any]) -> bool:
-    for name, stream in state.items():
-        if not name.startswith("WORK_POOL_"):
-            continue
-        if stream["messages"]:
-            return True
-        if any(isinstance(c, dict) and (c["pending"] or c["ack_pending"]) for c in stream.values()):
-            return True
-    return False

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+import psutil
+
 CPU_ROOT: Final = Path("/sys/fs/cgroup/cpu")
 PERIOD_US: Final = 100_000
 MIN_QUOTA_US: Final = 1_000  # the kernel refuses a smaller quota
@@ -154,18 +156,8 @@ def sweep(root: Path = CPU_ROOT) -> None:
     the root group."""
     for group in root.glob("sie-chaos-*"):
         found = _OWNED.match(group.name)
-        if found and group.is_dir() and not _alive(int(found.group(1))):
+        if found and group.is_dir() and not psutil.pid_exists(int(found.group(1))):
             _empty(group, root)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def available(root: Path = CPU_ROOT) -> str | None:
