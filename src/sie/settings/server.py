@@ -8,7 +8,6 @@ Components never read this object: the composition root (``server.app``) hands e
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated, Any, Final
 
@@ -16,6 +15,7 @@ from pydantic import AliasChoices, BaseModel, Field, field_validator, model_vali
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from sie.catalog.follower import FollowerSettings
+from sie.core.cpus import usable_cpus
 from sie.core.options import AttentionBackend, ComputePrecision
 from sie.engine.oom import DEFAULT_STRATEGY, OomAction, OomRecovery
 from sie.engine.pixels import ImageLimits
@@ -361,7 +361,7 @@ class Settings(Auth, Catalogue, Cluster, Logging, Tracing, Telemetry):
         "bfloat16), sdpa (fused SDPA kernels, no varlen), eager (reference math). Never cuDNN.",
     )
     intra_op_threads: int | None = Field(
-        None, ge=1, description="Threads for one forward pass (torch/ONNX Runtime); default: all cores."
+        None, ge=1, description="Threads for one forward pass (torch/ONNX Runtime); default: the cores this process may use (affinity, cgroup quota)."
     )
     drain_timeout_s: float = Field(
         25.0,
@@ -468,7 +468,7 @@ class Settings(Auth, Catalogue, Cluster, Logging, Tracing, Telemetry):
         return self.max_batch_wait_ms
 
     def threads(self) -> int:
-        return self.intra_op_threads or os.cpu_count() or 1
+        return self.intra_op_threads or usable_cpus()
 
     def tokenizer_threads(self, device: str) -> int:
         """One on a CPU device: the forward pass already uses every core, and each extra tokenizer
