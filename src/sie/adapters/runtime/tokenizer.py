@@ -87,7 +87,8 @@ class TextTokenizer:
     def encode(self, texts: list[str], special_tokens: bool = True) -> list[np.ndarray]:
         """Each text's ids; ``special_tokens=False`` leaves out the ones a single text gets (for
         families that lay out a prompt from pieces of their own)."""
-        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=special_tokens)
+        # The fast batch skips the character offsets nobody reads here (~10 % of the tokenizer's time).
+        encodings = self._tokenizer.encode_batch_fast(texts, add_special_tokens=special_tokens)
         if self._appended is None or not special_tokens:
             return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
         return [np.asarray([*e.ids, self._appended], dtype=np.int64) for e in encodings]
@@ -157,7 +158,7 @@ class TextTokenizer:
             whole = self._whole = Tokenizer.from_str(self._tokenizer.to_str())
             whole.no_truncation()
         extra = 0 if self._appended is None else 1
-        counts = (len(e.ids) + extra for e in whole.encode_batch(list(inputs), add_special_tokens=True))
+        counts = (len(e.ids) + extra for e in whole.encode_batch_fast(list(inputs), add_special_tokens=True))
         return {i: count for i, count in enumerate(counts) if count > self.max_length}
 
     def untruncated(self) -> TextTokenizer:
