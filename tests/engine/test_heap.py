@@ -111,11 +111,13 @@ def test_periodic_trim_trims_at_most_once_per_interval():
     now = [100.0]
     trims: list[float] = []
     trim = heap.PeriodicTrim(10.0, trim=lambda: bool(trims.append(now[0])), clock=lambda: now[0])
-    fired = []
+    fired, due = [], []
     for step in (0.0, 4.0, 9.9, 10.1, 15.0, 25.0, 25.5):
         now[0] = 100.0 + step
+        due.append(trim.due())
         fired.append(trim())
     assert fired == [False, False, False, True, False, True, False]
+    assert due == fired  # what the loop reads before queueing the call is what the call does
     assert trims == [110.1, 125.0]
 
 
@@ -124,6 +126,7 @@ def _worker(
     on_idle: Callable[[], object],
     timers: FakeTimers,
     after_batch: Callable[[], object] | None = None,
+    after_batch_due: Callable[[], bool] = lambda: True,
 ) -> ModelWorker:
     """A worker on the fake runner (no model): its idle timer fires when the test says so."""
     limits = BatchLimits(max_tokens=64, max_items=4, max_wait_s=0.0)
@@ -132,7 +135,9 @@ def _worker(
         FakeRunner(),
         WorkerLimits(limits, 64),
         executor,
-        DeviceHousekeeping(on_idle=on_idle, after_batch=after_batch, idle_after_s=1.0),
+        DeviceHousekeeping(
+            on_idle=on_idle, after_batch=after_batch, after_batch_due=after_batch_due, idle_after_s=1.0
+        ),
         clocks=Clocks(call_later=timers),
     )
     worker.start()
@@ -196,6 +201,27 @@ async def test_after_batch_runs_on_the_device_thread_after_each_batch_and_its_fa
         assert len(threads) == 6 and all(name.startswith("device") for name in threads)
         failures = [r for r in caplog.records if "after-batch" in r.getMessage()]
         assert len(failures) == 6 and all("OSError('trim failed')" in r.getMessage() for r in failures)
+        await worker.close()
+
+
+async def test_after_batch_not_due_is_not_sent_to_the_device_thread():
+    """Every batch asks whether the trim is due; only the due ones reach the device thread."""
+    ran: list[int] = []
+    asked = iter([False, True, False])
+
+    with ThreadPoolExecutor(1, thread_name_prefix="device") as executor:
+        worker = _worker(
+            executor,
+            lambda: None,
+            FakeTimers(),
+            after_batch=lambda: ran.append(1),
+            after_batch_due=lambda: next(asked),
+        )
+        results = await asyncio.gather(*worker.submit(items(*[3] * 10), GROUP))  # three batches
+        assert len(results) == 10
+        await _device_done(executor)
+        assert ran == [1]
+        assert next(asked, None) is None  # asked once per batch
         await worker.close()
 
 

@@ -131,6 +131,11 @@ class PeriodicTrim:
         self._clock = clock
         self._last = clock()
 
+    def due(self) -> bool:
+        """Whether a call now would trim: read on the event loop, so that a batch whose trim is not due
+        costs no round trip to the device thread (most batches, at a trim every few seconds)."""
+        return self._clock() - self._last >= self._every_s
+
     def __call__(self) -> bool:
         """True when it trimmed (whether or not pages went back)."""
         now = self._clock()

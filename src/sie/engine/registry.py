@@ -168,6 +168,7 @@ class ModelRegistry:
         housekeeping = DeviceHousekeeping(
             on_idle=heap.return_free_memory,
             after_batch=self._busy_trim,
+            after_batch_due=self._busy_trim.due,
             on_oom=lambda: self._evict_other(name, "out of memory in a batch of"),
             oom=self._limits.oom_recovery,
         )

@@ -77,6 +77,7 @@ class DeviceHousekeeping:
 
     on_idle: Callable[[], object] | None = None
     after_batch: Callable[[], object] | None = None
+    after_batch_due: Callable[[], bool] = lambda: True  # checked on the loop before queueing it
     on_oom: Callable[[], Awaitable[bool]] | None = None
     idle_after_s: float = 1.0
     oom: OomRecovery = field(default_factory=OomRecovery)
@@ -245,7 +246,7 @@ class ModelWorker:
                     self._fail(live, self._ended())
                     raise
                 after_batch = self._housekeeping.after_batch
-                if after_batch is not None:
+                if after_batch is not None and self._housekeeping.after_batch_due():
                     done = loop.run_in_executor(self._executor, after_batch)
                     done.add_done_callback(partial(self._log_housekeeping_failure, "after-batch"))
             if self._ready.empty():
