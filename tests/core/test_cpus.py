@@ -1,4 +1,4 @@
-"""Cores a process may use, and OpenMP that sleeps between batches, read from real processes."""
+"""Cores a process may use: the affinity mask and the cgroup quota."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sie.core.cpus import cgroup_cpus, quiet_openmp, usable_cpus
+from sie.core.cpus import cgroup_cpus, usable_cpus
 
 
 def _cgroup(tmp_path: Path, v2: str | None = None, v1: tuple[str, str] | None = None) -> Path:
@@ -56,12 +56,3 @@ def test_a_server_pinned_to_one_core_runs_its_forward_on_one_thread() -> None:
         check=True,
     )
     assert out.stdout.strip() == "1"
-
-
-def test_openmp_waits_passively_unless_the_user_chose() -> None:
-    environ: dict[str, str] = {}
-    quiet_openmp(environ)
-    assert environ == {"OMP_WAIT_POLICY": "PASSIVE"}
-    chosen = {"OMP_WAIT_POLICY": "ACTIVE"}
-    quiet_openmp(chosen)
-    assert chosen == {"OMP_WAIT_POLICY": "ACTIVE"}

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from sie.catalog.model_config import ModelConfigError
-from sie.core import allocator, cpus
+from sie.core import allocator
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="SIE inference server.")
 log = logging.getLogger("sie.server")
@@ -241,7 +241,6 @@ def install_weights(
 
 def main() -> None:
     if sys.argv[1:2] == ["serve"]:
-        cpus.quiet_openmp()  # before torch loads, and inherited by the allocator's re-exec
         try:
             allocator.reexec()  # returns when already on the chosen allocator, or on the system's
         except allocator.AllocatorError as exc:
