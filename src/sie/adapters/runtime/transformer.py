@@ -25,6 +25,7 @@ from transformers.utils import logging as hf_logging
 from sie.adapters.batch import ModelInput, Prepared, TokenBatch
 from sie.adapters.contract import NO_TRAITS, TEXT_ONLY, Forward, LoadSpec, Trait, texts_only
 from sie.adapters.runtime.attention import AttentionPlan, plan_attention
+from sie.adapters.runtime.cpu_threads import ThreadsPerBatch, flops_per_token
 from sie.adapters.runtime.packed_bert import PackedBert
 from sie.adapters.runtime.packing import PackedTokens, host_to_device
 from sie.adapters.runtime.pooling import unpad
@@ -229,6 +230,7 @@ class Transformer:
         autocast: torch.dtype | None = None,
         packed: PackedBert | None = None,
         whole_text: bool = False,
+        threads: int | None = None,
     ) -> None:
         self.model = model
         self.base = model.base_model
@@ -241,6 +243,9 @@ class Transformer:
         self._lora: str | None = None  # what the model's PEFT layers run now
         self._takes_types = "token_type_ids" in inspect.signature(self.base.forward).parameters
         self._whole_text = whole_text  # ``reads_whole_text``: the padded forward gets a full mask
+        # A CPU model's small batches run on one thread (``cpu_threads``); a GPU's never ask.
+        cpu = device.type == "cpu"
+        self._threads = ThreadsPerBatch(threads if cpu else None, flops_per_token(self.base) if cpu else 0.0)
 
     @classmethod
     def load(
@@ -289,7 +294,8 @@ class Transformer:
                 f"{spec.weights} embeds with full attention, which needs SDPA or eager attention, "
                 f"not {model.config._attn_implementation}"
             )
-        return cls(model, device, attention, pad_id, autocast, packed, whole_text)
+        threads = spec.threads if spec.device.startswith("cpu") else None
+        return cls(model, device, attention, pad_id, autocast, packed, whole_text, threads)
 
     @property
     def hidden_size(self) -> int:
@@ -364,15 +370,18 @@ class Transformer:
         """Last hidden states of every real token, ``[tokens, hidden]`` in batch order (call inside
         ``running``)."""
         tokens = PackedTokens.of(batch, self.device, self.packed.first_position if self.packed else 0)
-        if self.packed is not None:
-            return self.packed.hidden_states(tokens, self._lora), tokens
-        padded = self.pad(batch)
-        mask = padded["attention_mask"]
-        if self._whole_text:
-            dtype = self._autocast or next(self.base.parameters()).dtype
-            padded["attention_mask"] = full_attention_mask(mask, dtype, self.base.config._attn_implementation)
-        hidden = self.base(**padded).last_hidden_state
-        return unpad(hidden, mask), tokens
+        with self._threads.sized(int(tokens.ids.numel())):
+            if self.packed is not None:
+                return self.packed.hidden_states(tokens, self._lora), tokens
+            padded = self.pad(batch)
+            mask = padded["attention_mask"]
+            if self._whole_text:
+                dtype = self._autocast or next(self.base.parameters()).dtype
+                padded["attention_mask"] = full_attention_mask(
+                    mask, dtype, self.base.config._attn_implementation
+                )
+            hidden = self.base(**padded).last_hidden_state
+            return unpad(hidden, mask), tokens
 
     def pad(self, batch: Sequence[Prepared]) -> dict[str, torch.Tensor]:
         """The padded inputs of a transformers forward, on the device."""
