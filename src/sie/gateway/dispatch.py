@@ -32,7 +32,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final, cast
 
 import nats.errors
 from nats.aio.client import Client
@@ -40,6 +40,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import Header, StreamInfo
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
+from prometheus_client import Histogram
 
 from sie.gateway.errors import PublishFailed, QueueUnreachable, StreamBacklog
 from sie.gateway.metrics import GatewayMetrics, InboxSkip
@@ -200,118 +201,175 @@ class Dispatcher:
     async def run(
         self, request_id: str, subject: str, items: list[WorkItem], timeout_s: float
     ) -> list[WorkResult | None]:
-        """Publish every item, await every result; on timeout the slots still empty are None."""
+        """Publish every item, await every result; on timeout the slots still empty are None.
+
+        The first window of items is published here, inline (a publish only queues the message for
+        the client's flusher); a larger request's rest goes out from a task as acks make room. The
+        acks are counted beside the results, not awaited before them (a result may come back before
+        JetStream's ack does): a refusal, or no ack for ``PUBLISH_ACK_TIMEOUT_S``, ends the request
+        with ``PublishFailed``. One future per request (its collector's) is all this awaits."""
         loop = asyncio.get_running_loop()
         collector = Collector([None] * len(items), loop.create_future())
         self._collectors[request_id] = collector
-        # The acks are awaited beside the results, not before them: a result may come back before
-        # JetStream's ack does, and waiting for the ack first added its round trip to every request.
-        stop = asyncio.Event()
-        acks = asyncio.ensure_future(self._publish(subject, items, stop))
+        collector.published_at = time.monotonic()
+        histogram = self._metrics.publish_seconds.labels(items[0].operation) if items else None
+        tally = self._acks.expect(len(items), collector, histogram)
+        timer = loop.call_later(timeout_s, _time_up, collector.done)
+        rest: asyncio.Future[None] | None = None
         try:
-            collector.published_at = time.monotonic()
-            if items:
-                histogram = self._metrics.publish_seconds.labels(items[0].operation)
-                since = collector.published_at
-                acks.add_done_callback(
-                    lambda done: (
-                        None
-                        if done.cancelled() or done.exception()
-                        else histogram.observe(time.monotonic() - since)
-                    )
-                )
-            deadline = collector.published_at + timeout_s
-            waiting: set[asyncio.Future[Any]] = {acks, collector.done}
-            while not collector.done.done():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                finished, waiting = await asyncio.wait(
-                    waiting, timeout=left, return_when=asyncio.FIRST_COMPLETED
-                )
-                if acks in finished and acks.exception() is not None:
-                    exc = acks.exception()
-                    raise PublishFailed(str(exc) or type(exc).__name__) from exc
+            first = min(self._window, len(items))
+            try:
+                for item in items[:first]:
+                    await self.client.publish(subject, encode_message(item), reply=tally.subject)
+                    tally.sent += 1
+            except Exception as exc:
+                raise PublishFailed(str(exc) or type(exc).__name__) from exc
+            tally.arm()
+            if first < len(items):
+                rest = asyncio.ensure_future(self._publish_rest(subject, items[first:], tally))
+                rest.add_done_callback(tally.publishing_failed)
+            await collector.done  # None: every result in, or the time is up; else PublishFailed
             return collector.slots
         finally:
+            timer.cancel()
             del self._collectors[request_id]
-            if not acks.done():
-                if collector.done.done():
-                    acks.add_done_callback(_log_late_failure)  # every item is out; acks are late
-                else:  # timed out or cancelled: what is not out yet stays unpublished
-                    stop.set()
-                    acks.cancel()
+            complete = collector.missing == 0
+            tally.stop = not complete  # timed out, refused or cancelled: what is not out stays so
+            if rest is not None and not rest.done() and not complete:
+                rest.cancel()
+            self._acks.finished(tally, late=complete)
 
-    async def _publish(self, subject: str, items: list[WorkItem], stop: asyncio.Event) -> None:
-        """Every item, at most ``publish_concurrency`` unacknowledged at a time, each encoded only
-        when its turn comes, until ``stop``; the first publish JetStream refuses stops the others and
-        is raised (the items already stored are answered into a collector nobody reads, as after a
-        timeout). ``stop`` as well as the cancel: Python 3.11's ``wait_for`` can swallow a
-        cancellation that lands as an ack arrives, and the window would then publish on.
+    async def _publish_rest(self, subject: str, items: list[WorkItem], tally: AckTally) -> None:
+        """A large request's items past the first window, each once an ack leaves room for it (at
+        most ``publish_concurrency`` unacknowledged), each encoded only when its turn comes, until
+        the request stops (``tally.stop``: answered, refused, timed out, cancelled). ``stop`` as well
+        as the cancel: Python 3.11's ``wait_for`` can swallow a cancellation that lands as an ack
+        arrives, and the window would then publish on."""
+        for item in items:
+            if tally.sent - tally.acked >= self._window:
+                await tally.room(self._window)
+            if tally.stop or tally.failure is not None:
+                return
+            await self.client.publish(subject, encode_message(item), reply=tally.subject)
+            tally.sent += 1
 
-        Each item is the same JetStream publish as ``JetStreamContext.publish`` sends (a core PUB
-        with a reply subject for the ack), but the acks of a request are counted on one subscription
-        of this dispatcher's (``AckTally``) instead of one request future, one ``wait_for`` and one
-        parsed ``PubAck`` per item: that per-item round of awaits was a third of the gateway's CPU
-        at 32-item requests."""
-        tally = self._acks.expect()
-        try:
-            sent = 0
-            for item in items:
-                if stop.is_set():
-                    return
-                if sent - tally.acked >= self._window:
-                    await tally.reach(sent - self._window + 1, PUBLISH_ACK_TIMEOUT_S)
-                    if stop.is_set():
-                        return
-                await self.client.publish(subject, encode_message(item), reply=tally.subject)
-                sent += 1
-            await tally.reach(sent, PUBLISH_ACK_TIMEOUT_S)
-        except BaseException:
-            stop.set()
-            raise
-        finally:
-            self._acks.forget(tally)
+
+def _time_up(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
 
 
 class AckTally:
-    """One request's JetStream acks, counted as they arrive on its reply subject; the first refusal
-    (an error ack, or no stream answering) is kept and raised by ``reach``."""
+    """One request's JetStream acks, counted as they arrive on its reply subject. The first refusal
+    (an error ack, or no stream answering) or ``PUBLISH_ACK_TIMEOUT_S`` without an ack while some
+    are owed fails the request's collector with ``PublishFailed``; all acked, the publish time is
+    observed.
 
-    __slots__ = ("_waiter", "_wanted", "acked", "failure", "subject")
+    Each item is the same JetStream publish as ``JetStreamContext.publish`` sends (a core PUB with a
+    reply subject for the ack), but its ack is counted here instead of each item holding a request
+    future, a ``wait_for`` and a parsed ``PubAck``: that per-item round of awaits was a third of the
+    gateway's CPU at 32-item requests."""
 
-    def __init__(self, subject: str) -> None:
+    __slots__ = (
+        "_acks",
+        "_collector",
+        "_histogram",
+        "_seen",
+        "_timer",
+        "_waiter",
+        "acked",
+        "expected",
+        "failure",
+        "late",
+        "sent",
+        "stop",
+        "subject",
+    )
+
+    def __init__(
+        self, acks: Acks, subject: str, expected: int, collector: Collector, histogram: Histogram | None
+    ) -> None:
+        self._acks = acks
         self.subject = subject
+        self.expected = expected
+        self._collector = collector
+        self._histogram = histogram
+        self.sent = 0
         self.acked = 0
         self.failure: BaseException | None = None
-        self._wanted = 0
+        self.stop = False
+        self.late = False  # the request is over with every result in; the acks still count
+        self._seen = 0  # acks at the last look of the timer
+        self._timer: asyncio.TimerHandle | None = None
         self._waiter: asyncio.Future[None] | None = None
 
     def take(self, message: Msg) -> None:
-        if self.failure is None:
-            self.failure = _refusal(message)
-            if self.failure is None:
-                self.acked += 1
-        waiter = self._waiter
-        if waiter is not None and not waiter.done() and (self.failure or self.acked >= self._wanted):
-            waiter.set_result(None)
+        if self.failure is not None:
+            return
+        refused = _refusal(message)
+        if refused is not None:
+            self._fail(refused)
+            return
+        self.acked += 1
+        if self.acked >= self.expected:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self._histogram is not None:
+                self._histogram.observe(time.monotonic() - self._collector.published_at)
+            self._acks.forget(self)
+        self._wake()
 
-    async def reach(self, count: int, timeout_s: float) -> None:
-        """Until ``count`` items are acked; the refusal, or ``nats.errors.TimeoutError`` when no ack
-        came for ``timeout_s`` (what ``JetStreamContext.publish`` raises), otherwise."""
-        while self.failure is None and self.acked < count:
-            self._wanted = count
+    def arm(self) -> None:
+        """Watch for acks that stop coming (a stalled or unreachable JetStream)."""
+        if self._timer is None and self.acked < self.expected:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(PUBLISH_ACK_TIMEOUT_S, self._look)
+
+    def _look(self) -> None:
+        self._timer = None
+        if self.failure is not None or self.acked >= self.expected or self.stop:
+            return
+        if self.acked == self._seen and self.acked < self.sent:
+            self._fail(nats.errors.TimeoutError())
+            return
+        self._seen = self.acked
+        self.arm()
+
+    def _fail(self, error: BaseException) -> None:
+        self.failure = error
+        self._acks.forget(self)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.late:
+            log.warning("a JetStream ack failed after its results arrived: %s", error)
+        elif not self._collector.done.done():
+            self._collector.done.set_exception(PublishFailed(str(error) or type(error).__name__))
+        self._wake()
+
+    def publishing_failed(self, done: asyncio.Future[None]) -> None:
+        if not done.cancelled() and done.exception() is not None and self.failure is None:
+            self._fail(cast(BaseException, done.exception()))
+
+    async def room(self, window: int) -> None:
+        """Until fewer than ``window`` published items await their ack, or the request stops."""
+        while self.sent - self.acked >= window and self.failure is None and not self.stop:
             self._waiter = asyncio.get_running_loop().create_future()
-            before = self.acked
             try:
-                await asyncio.wait_for(self._waiter, timeout_s)
-            except TimeoutError:
-                if self.acked == before and self.failure is None:
-                    raise nats.errors.TimeoutError from None
+                await self._waiter
             finally:
                 self._waiter = None
-        if self.failure is not None:
-            raise self.failure
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._wake()
 
 
 class Acks:
@@ -327,14 +385,23 @@ class Acks:
     async def start(self) -> None:
         await self._client.subscribe(f"{self._prefix}*", cb=self._on_ack)
 
-    def expect(self) -> AckTally:
+    def expect(self, count: int, collector: Collector, histogram: Histogram | None) -> AckTally:
         self._next += 1
         token = str(self._next)
-        tally = self._tallies[token] = AckTally(self._prefix + token)
+        tally = self._tallies[token] = AckTally(self, self._prefix + token, count, collector, histogram)
         return tally
 
     def forget(self, tally: AckTally) -> None:
         self._tallies.pop(tally.subject[len(self._prefix) :], None)
+
+    def finished(self, tally: AckTally, *, late: bool) -> None:
+        """Its request is over: with every result in (``late``), the acks still owed are counted (a
+        refusal is logged); otherwise nothing more is read for it."""
+        if late and tally.failure is None and tally.acked < tally.expected:
+            tally.late = True
+            return
+        self.forget(tally)
+        tally.close()
 
     async def _on_ack(self, message: Msg) -> None:
         tally = self._tallies.get(message.subject[len(self._prefix) :])
@@ -363,9 +430,3 @@ def _refusal(message: Msg) -> BaseException | None:
     if isinstance(reply, dict) and "stream" in reply:
         return None
     return APIError(description=f"unexpected JetStream ack: {data[:80]!r}")
-
-
-def _log_late_failure(acks: asyncio.Future[Any]) -> None:
-    """An ack that fails after the results came back changes nothing for the caller."""
-    if not acks.cancelled() and acks.exception() is not None:
-        log.warning("a JetStream ack failed after its results arrived: %s", acks.exception())
