@@ -18,10 +18,12 @@ from __future__ import annotations
 import argparse
 import tempfile
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
 from bench import corpus, procs, random_models, stacks
+from bench.cluster import serves, start_gateway
 from bench.host_path import Cell, _cells, _print_cell, run_cell
 from bench.scaleout import Cluster
 
@@ -99,6 +101,16 @@ def profile(
     return summaries
 
 
+def before_gateway(cluster: Cluster, tree: Path, log_dir: Path) -> tuple[str, str, dict[str, int]]:
+    """A gateway run from ``tree``'s ``src`` (an earlier commit's checkout) beside the cluster's own:
+    gateways share nothing, so both serve the same worker through the same NATS."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = {"SIE_MODELS_DIR": str(cluster.models_dir), "PYTHONPATH": str(tree.resolve() / "src")}
+    gateway, url = start_gateway(cluster.nats_url, log_dir, serves(cluster.model), env)
+    pids = {"gateway": gateway.pid, "worker": cluster.workers[0].pid, "nats": cluster.nats.pid}
+    return "before: gateway", url, pids
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.host_path_cluster", description=__doc__)
     p.add_argument("--wires", type=lambda s: s.split(","), default=list(GATEWAY_WIRES))
@@ -113,6 +125,14 @@ def main(argv: list[str] | None = None) -> int:
         help="gateway,worker: whom --profile samples",
     )
     p.add_argument("--worker-env", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        metavar="TREE",
+        help="a second gateway from this source tree (an earlier commit's) on the same NATS and worker, "
+        "measured in turn with ours in every round",
+    )
     p.add_argument("--log-dir", type=Path, default=None)
     args = p.parse_args(argv)
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="sie-host-path-cluster-"))
@@ -125,11 +145,16 @@ def main(argv: list[str] | None = None) -> int:
     wires = [w for w in args.wires if w in GATEWAY_WIRES]
     cluster = start_cluster(built, log_dir, env)
     try:
-        pids = pids_of(cluster)
-        for _ in range(args.rounds):
+        gateways = [(TARGET, cluster.url, pids_of(cluster))]
+        if args.before is not None:
+            gateways.insert(0, before_gateway(cluster, args.before, log_dir / "before"))
+        for round_ in range(args.rounds):
             for cell in _cells(TARGET, wires, args.batch_requests, args.lone_requests):
                 pool = texts if cell.per_request > 1 else queries
-                _print_cell(run_cell(cluster.url, pids, cell, pool, built.model_id, None))
+                turn = gateways if round_ % 2 == 0 else gateways[::-1]  # drift hits both alike
+                for target, url, pids in turn:
+                    mine = replace(cell, target=target)
+                    _print_cell(run_cell(url, pids, mine, pool, built.model_id, None))
         if args.profile > 0:
             for cell in _cells(TARGET, wires[:1], args.batch_requests * 4, args.lone_requests * 4):
                 pool = texts if cell.per_request > 1 else queries
