@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="scripts/bench",
         description="Raw sentence-transformers limit vs our server (SDK msgpack and /v1/embeddings JSON) "
         "vs Infinity (--infinity), on one seeded corpus; correctness gate; with --device, the GPU "
-        "benchmark on random-weight models; see docs/benchmarks.md.",
+        "benchmark on random-weight models; first flag --host-path: the host path per item with a "
+        "near-free model (scripts/bench --host-path --help); see docs/benchmarks.md.",
     )
     p.add_argument("--model", default=DEFAULT_MODEL, help="model id our server preloads and serves")
     p.add_argument(
@@ -452,6 +453,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["--host-path"]:  # its own flags (bench/host_path.py)
+        from bench import host_path
+
+        return host_path.main(given[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _raise_on_sigterm)

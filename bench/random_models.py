@@ -56,6 +56,10 @@ SHAPES: Final = {
 }
 
 
+# A model whose forward costs next to nothing (bench/host_path.py): what is left is the host's work.
+TINY: Final = Shape("tiny", hidden=32, layers=1, heads=2, intermediate=64, max_seq=256)
+
+
 def shape_named(name: str) -> Shape:
     try:
         return SHAPES[name]

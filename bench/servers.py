@@ -68,6 +68,7 @@ def start_sie(
     device: str | None = None,
     models_dir: Path | None = None,
     log_name: str = "sie-server.log",
+    cpus: list[int] | None = None,
 ) -> Server:
     """``python -m sie.server serve --preload MODEL``: preload happens before the port opens, so ready
     means loaded. The server runs on this interpreter (``sys.executable``), so it works from a
@@ -78,6 +79,8 @@ def start_sie(
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(server_src), env.get("PYTHONPATH")) if p)
     argv = [sys.executable, "-m", "sie.server", "serve", "--host", "127.0.0.1", "--port", str(port)]
     argv += ["--preload", model]
+    if cpus is not None:  # taskset execs the server: the pid stays the server's
+        argv = ["taskset", "-c", ",".join(map(str, cpus)), *argv]
     if device is not None:
         argv += ["--device", device]
     if models_dir is not None:

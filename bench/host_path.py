@@ -1,0 +1,451 @@
+"""The host path per item: what our server spends around a model that costs next to nothing.
+
+Why a near-free model: on a GPU the forward of a small encoder takes microseconds per item, so what
+limits throughput is the CPU work around it (HTTP, decoding, tokenizing, batching, encoding the
+answer). A 1-layer, 32-wide random BERT with the MiniLM tokenizer (``random_models.TINY``) makes that
+work measurable on any CPU. The *floor* is what the work cannot go below: the Rust tokenizer's batch
+encode, the tiny forward and mean pooling in this process on one thread, measured in the same run.
+
+What is read: the server's CPU seconds from /proc (the load generator, a separate process, is not
+counted), items answered and round trips. Cells: 32-item requests of corpus texts at a few
+connections (CPU per item, items/s) and lone 1-item queries one at a time (CPU per request, round
+trip), on ``/v1/encode`` (msgpack and JSON) and ``/v1/embeddings``, with the server pinned to one
+core and then to every core (``taskset``); with ``--gateway``, the same through a gateway and a queue
+worker (bench/cluster.py) for the gateway's and the worker's CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, cast
+
+from bench import corpus, procs, random_models, servers
+from bench.loadgen import JSON, MSGPACK, run_load
+
+BATCH: Final = 32
+SATURATING_CONNECTIONS: Final = 4  # 32-item requests in flight: enough to keep every stage busy
+
+
+@dataclass(frozen=True)
+class Bodies:
+    """Request ``i`` carries ``per_request`` texts from ``texts`` starting at ``i * per_request``, as
+    msgpack or JSON for ``/v1/encode`` or JSON for ``/v1/embeddings`` (``openai``)."""
+
+    texts: tuple[str, ...]
+    per_request: int
+    wire: str  # "msgpack", "json" or "openai"
+    model: str = ""
+
+    @property
+    def content_type(self) -> str:
+        return MSGPACK if self.wire == "msgpack" else JSON
+
+    @property
+    def accept(self) -> str:
+        return self.content_type
+
+    def __call__(self, request: int) -> bytes:
+        start = request * self.per_request
+        batch = [self.texts[(start + j) % len(self.texts)] for j in range(self.per_request)]
+        if self.wire == "openai":
+            return json.dumps({"model": self.model, "input": batch}).encode()
+        body = {"items": [{"text": text} for text in batch]}
+        if self.wire == "json":
+            return json.dumps(body).encode()
+        import msgpack
+
+        return bytes(msgpack.packb(body, use_bin_type=True))
+
+
+def route_of(wire: str, model: str) -> str:
+    return "/v1/embeddings" if wire == "openai" else f"/v1/encode/{model}"
+
+
+# --- the floor ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Floor:
+    """CPU seconds on one thread, in this process, of what a request cannot avoid: per item of 32-item
+    batches of corpus texts (``batch_item_s``) and per lone query (``lone_s``), the cheaper of two
+    pipelines: the Rust tokenizer's batch encode, our packed forward and pooling (the adapter the server
+    runs, without the server around it), or the tokenizer, transformers' padded forward and mean pooling.
+    ``tokenize_*`` is the tokenizer's share alone."""
+
+    batch_item_s: float
+    lone_s: float
+    tokenize_item_s: float
+    tokenize_lone_s: float
+    packed_item_s: float
+    packed_lone_s: float
+    padded_item_s: float
+    padded_lone_s: float
+
+
+def _cpu_per_call(call: Callable[[Any], Any], inputs: Sequence[Any], rounds: int) -> float:
+    """The least CPU seconds per input over ``rounds`` passes (the first call warms up)."""
+    call(inputs[0])
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.process_time()
+        for one in inputs:
+            call(one)
+        best = min(best, (time.process_time() - started) / len(inputs))
+    return best
+
+
+def measure_floor(folder: Path, texts: Sequence[str], queries: Sequence[str], rounds: int = 3) -> Floor:
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModel
+
+    from bench.packed_ab import FORWARD, GROUP
+    from sie.adapters.contract import Adapter, LoadSpec
+    from sie.adapters.dense_torch import TorchDenseEncoder
+    from sie.core.options import ComputePrecision
+    from sie.engine.runner import ModelRunner
+
+    torch.set_num_threads(1)
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.enable_truncation(corpus.MAX_TOKENS)
+    model = AutoModel.from_pretrained(str(folder)).eval()
+    encoder = TorchDenseEncoder.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, corpus.MAX_TOKENS))
+    runner = ModelRunner(cast(Adapter, encoder), random_models.MAX_BATCH_TOKENS)
+
+    def padded(batch: list[str]) -> Any:
+        encodings = tokenizer.encode_batch_fast(batch)
+        longest = max(len(e.ids) for e in encodings)
+        ids = torch.tensor([[*e.ids, *[0] * (longest - len(e.ids))] for e in encodings])
+        mask = (ids != 0).long()
+        with torch.inference_mode():
+            hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
+            summed = (hidden * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True)
+            return torch.nn.functional.normalize(summed, dim=-1).numpy()
+
+    def packed(batch: list[str]) -> Any:
+        prepared = sorted(encoder.prepare(batch, FORWARD), key=lambda item: item.cost)
+        return runner.run(prepared, [GROUP] * len(prepared))
+
+    batches = [list(texts[i * BATCH : (i + 1) * BATCH]) for i in range(len(texts) // BATCH)]
+    lone = [[query] for query in queries]
+    per_item = {
+        name: _cpu_per_call(call, batches, rounds) / BATCH
+        for name, call in (("tokenize", tokenizer.encode_batch_fast), ("packed", packed), ("padded", padded))
+    }
+    per_lone = {
+        name: _cpu_per_call(call, lone, rounds)
+        for name, call in (("tokenize", tokenizer.encode_batch_fast), ("packed", packed), ("padded", padded))
+    }
+    return Floor(
+        min(per_item["packed"], per_item["padded"]),
+        min(per_lone["packed"], per_lone["padded"]),
+        per_item["tokenize"],
+        per_lone["tokenize"],
+        per_item["packed"],
+        per_lone["packed"],
+        per_item["padded"],
+        per_lone["padded"],
+    )
+
+
+# --- cells ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Cell:
+    """One load shape against one server setting: ``per_request`` items per request over
+    ``connections`` keep-alive connections; the server's CPU per item and per request, items/s and
+    the round trip's median and 90th percentile."""
+
+    target: str  # "server 1 core", "server 2 cores", "gateway"
+    wire: str
+    per_request: int
+    connections: int
+    requests: int
+    items_per_s: float = 0.0
+    cpu_per_item_s: float = 0.0
+    cpu_per_request_s: float = 0.0
+    p50_s: float = 0.0
+    p90_s: float = 0.0
+    cpu_by_process: dict[str, float] = field(default_factory=dict)  # seconds per request, per process
+    failed: int = 0
+
+
+def run_cell(
+    base_url: str,
+    pids: dict[str, int],
+    cell: Cell,
+    texts: Sequence[str],
+    model: str,
+    generator_cpus: set[int] | None,
+) -> Cell:
+    bodies = Bodies(tuple(texts), cell.per_request, cell.wire, model)
+    before: dict[str, float] = {}
+
+    def on_release() -> None:
+        before.update({name: procs.cpu_seconds(pid) for name, pid in pids.items()})
+
+    with _affinity(generator_cpus):
+        report = run_load(
+            base_url,
+            route_of(cell.wire, model),
+            bodies,
+            cell.connections,
+            min(cell.connections, 2),
+            cell.requests,
+            on_release=on_release,
+        )
+    spent = {name: procs.cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+    answered = len(report.answered)
+    cell.failed = report.failed
+    if answered == 0:
+        raise RuntimeError(f"no request answered in {cell}: {report.error_sample}")
+    items = answered * cell.per_request
+    total = sum(spent.values())
+    cell.items_per_s = items / report.elapsed_s
+    cell.cpu_per_item_s = total / items
+    cell.cpu_per_request_s = total / answered
+    cell.cpu_by_process = {name: seconds / answered for name, seconds in spent.items()}
+    latencies = sorted(report.latencies_s)
+    cell.p50_s = statistics.median(latencies)
+    cell.p90_s = latencies[int(0.9 * (len(latencies) - 1))]
+    return cell
+
+
+@contextmanager
+def _affinity(cpus: set[int] | None) -> Iterator[None]:
+    """The load generator's processes inherit this process's CPUs (they are spawned from it)."""
+    if cpus is None:
+        yield
+        return
+    old = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, old)
+
+
+# --- the run --------------------------------------------------------------------------------------
+
+
+@dataclass
+class HostPathRun:
+    floor: Floor
+    cells: list[Cell]
+    cpus: int
+    notes: list[str] = field(default_factory=list)
+
+
+def _cells(target: str, wires: Sequence[str], batch_requests: int, lone_requests: int) -> list[Cell]:
+    cells = []
+    for wire in wires:
+        cells.append(Cell(target, wire, BATCH, SATURATING_CONNECTIONS, batch_requests))
+        cells.append(Cell(target, wire, 1, 1, lone_requests))
+    return cells
+
+
+def _server_cells(
+    built: random_models.BuiltModel,
+    texts: Sequence[str],
+    queries: Sequence[str],
+    cpus: list[int],
+    args: argparse.Namespace,
+    log_dir: Path,
+) -> list[Cell]:
+    """Our server pinned to ``cpus``, and with ``--before`` a second one from that source tree (an
+    earlier commit) pinned beside it; the load generator on the other cores when there are any. Each
+    round runs every cell on each server in turn, so both see the same machine; a cell's numbers are
+    the medians of its rounds (this VM swings 10-20 % between identical runs)."""
+    rest = set(os.sched_getaffinity(0)) - set(cpus)
+    env = {"SIE_DEFAULT_COMPUTE_PRECISION": "float32", **dict(args.server_env)}
+    cores = f"{len(cpus)} core{'s' if len(cpus) > 1 else ''}"
+    sources: list[Path | None] = [args.before, None] if args.before else [None]
+    started: list[tuple[str, servers.Server]] = []
+    try:
+        for source in sources:
+            server = servers.start_sie(
+                built.model_id,
+                "float32",
+                env,
+                log_dir,
+                source / "src" if source is not None else None,
+                models_dir=built.yaml_path.parent,
+                log_name=f"sie-server-{len(cpus)}cpu{'-before' if source else ''}.log",
+                cpus=cpus,
+            )
+            started.append((f"{'before: ' if source else ''}server {cores}", server))
+        rounds: dict[tuple[str, str, int], list[Cell]] = {}
+        for _ in range(args.rounds):
+            for spec in _cells("", args.wires, args.batch_requests, args.lone_requests):
+                pool = texts if spec.per_request > 1 else queries
+                for target, server in started:
+                    cell = Cell(target, spec.wire, spec.per_request, spec.connections, spec.requests)
+                    run_cell(
+                        server.base_url, {"server": server.pid}, cell, pool, built.model_id, rest or None
+                    )
+                    _print_cell(cell)
+                    rounds.setdefault((target, spec.wire, spec.per_request), []).append(cell)
+    finally:
+        for _, server in started:
+            server.stop()
+    return [median_cell(cells) for cells in rounds.values()]
+
+
+def median_cell(cells: Sequence[Cell]) -> Cell:
+    """One cell whose every measured number is the median of ``cells``' (the same cell's rounds)."""
+    first = cells[0]
+
+    def med(name: str) -> float:
+        return float(statistics.median(getattr(c, name) for c in cells))
+
+    by_process = {
+        name: statistics.median(c.cpu_by_process[name] for c in cells) for name in first.cpu_by_process
+    }
+    return Cell(
+        first.target,
+        first.wire,
+        first.per_request,
+        first.connections,
+        first.requests,
+        items_per_s=med("items_per_s"),
+        cpu_per_item_s=med("cpu_per_item_s"),
+        cpu_per_request_s=med("cpu_per_request_s"),
+        p50_s=med("p50_s"),
+        p90_s=med("p90_s"),
+        cpu_by_process=by_process,
+        failed=sum(c.failed for c in cells),
+    )
+
+
+def _print_cell(cell: Cell) -> None:
+    by = ", ".join(f"{n} {s * 1e6:.0f}" for n, s in cell.cpu_by_process.items())
+    print(
+        f"  {cell.target:15} {cell.wire:8} {cell.per_request:2} x c{cell.connections}: "
+        f"{cell.items_per_s:8.0f} items/s, CPU {cell.cpu_per_item_s * 1e6:6.0f} us/item "
+        f"{cell.cpu_per_request_s * 1e6:6.0f} us/request ({by}), "
+        f"round trip p50 {cell.p50_s * 1e3:.2f} ms p90 {cell.p90_s * 1e3:.2f} ms"
+        + (f", {cell.failed} failed" if cell.failed else ""),
+        flush=True,
+    )
+
+
+def run(args: argparse.Namespace) -> HostPathRun:
+    log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="sie-host-path-"))
+    tokenizer_folder = corpus.default_model_folder()
+    built = random_models.build([random_models.TINY], tokenizer_folder, log_dir / "models")[0]
+    texts = corpus.build_corpus(tokenizer_folder, size=512).texts
+    queries = corpus.build_corpus(tokenizer_folder, queries=64, size=64).queries
+    floor = measure_floor(built.folder, texts, queries)
+    print(_floor_line(floor), flush=True)
+    all_cpus = sorted(os.sched_getaffinity(0))
+    cells: list[Cell] = []
+    settings = [all_cpus[:1], all_cpus] if len(all_cpus) > 1 else [all_cpus]
+    for cpus in settings:
+        if args.cores and len(cpus) not in args.cores:
+            continue
+        cells += _server_cells(built, texts, queries, cpus, args, log_dir)
+    if args.gateway:
+        from bench import host_path_cluster
+
+        cells += host_path_cluster.gateway_cells(built, texts, queries, args, log_dir)
+    return HostPathRun(floor, cells, len(all_cpus))
+
+
+def _floor_line(floor: Floor) -> str:
+    us = 1e6
+    return (
+        f"Floor (in process, one thread): {floor.batch_item_s * us:.0f} us/item in 32-item batches, "
+        f"{floor.lone_s * us:.0f} us per lone query (tokenizer alone {floor.tokenize_item_s * us:.0f} / "
+        f"{floor.tokenize_lone_s * us:.0f}; with our packed forward {floor.packed_item_s * us:.0f} / "
+        f"{floor.packed_lone_s * us:.0f}; with transformers' padded forward {floor.padded_item_s * us:.0f} / "
+        f"{floor.padded_lone_s * us:.0f})."
+    )
+
+
+def summary_markdown(result: HostPathRun) -> str:
+    floor = result.floor
+    lines = [
+        _floor_line(floor),
+        "",
+        "| target | wire | items x connections | items/s | CPU us/item | x floor | CPU us/request "
+        "| above floor | p50 ms | p90 ms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in result.cells:
+        floor_s = floor.batch_item_s if c.per_request > 1 else floor.lone_s
+        above = c.cpu_per_request_s - floor_s * c.per_request
+        lines.append(
+            f"| {c.target} | {c.wire} | {c.per_request} x {c.connections} | {c.items_per_s:.0f} | "
+            f"{c.cpu_per_item_s * 1e6:.0f} | {c.cpu_per_item_s / floor_s:.2f} | "
+            f"{c.cpu_per_request_s * 1e6:.0f} | {above * 1e6:.0f} | {c.p50_s * 1e3:.2f} | {c.p90_s * 1e3:.2f} |"
+        )
+    scaling = _scaling(result.cells)
+    if scaling:
+        lines += ["", scaling]
+    return "\n".join(lines)
+
+
+def _scaling(cells: Sequence[Cell]) -> str:
+    """Items/s on every core over items/s on one, per wire, at 32-item requests."""
+    one = {c.wire: c.items_per_s for c in cells if c.target == "server 1 core" and c.per_request > 1}
+    many = {
+        c.wire: c
+        for c in cells
+        if c.target.startswith("server") and c.target.endswith("cores") and c.per_request > 1
+    }
+    parts = [f"{w} {many[w].items_per_s / one[w]:.2f}x" for w in one if w in many]
+    return f"Every core over one core (32-item requests): {', '.join(parts)}." if parts else ""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--wires", type=lambda s: s.split(","), default=["msgpack", "json", "openai"])
+    p.add_argument("--batch-requests", type=int, default=150, help="32-item requests per cell")
+    p.add_argument("--lone-requests", type=int, default=400, help="1-item requests per cell")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of every cell; medians are reported")
+    p.add_argument("--cores", type=lambda s: [int(x) for x in s.split(",")], default=None)
+    p.add_argument("--gateway", action="store_true", help="also through a gateway and a queue worker")
+    p.add_argument("--server-env", type=lambda s: tuple(s.split("=", 1)), action="append", default=[])
+    p.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        metavar="TREE",
+        help="also run the server from this source tree (a checkout of an earlier commit), before ours",
+    )
+    p.add_argument("--log-dir", type=Path, default=None)
+    p.add_argument("--json", type=Path, default=None)
+
+
+def main(argv: list[str] | None = None, write: Callable[[str], Any] = print) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/bench --host-path", description=__doc__)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        result = run(args)
+    finally:
+        procs.stop_all()
+    write("\n== summary (markdown) ==\n")
+    write(summary_markdown(result))
+    if args.json:
+        args.json.write_text(json.dumps(_jsonable(result), indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+def _jsonable(result: HostPathRun) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(result)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
