@@ -235,8 +235,9 @@ async def _dispatch(
         finally:
             if keys and state.payloads is not None:
                 await state.payloads.delete(keys)
-    state.metrics.items_published.labels(operation).inc(len(items))
-    state.metrics.result_wait.labels(operation).observe(time.perf_counter() - publish_started)
+    metrics = state.metrics
+    metrics.labelled(metrics.items_published, operation).inc(len(items))
+    metrics.labelled(metrics.result_wait, operation).observe(time.perf_counter() - publish_started)
     if any(result is None for result in results):
         state.metrics.rejected.labels(
             lane.machine_profile, lane.bundle, "upstream_timeout_model_loading"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -16,6 +16,7 @@ from sie.gateway.workers import WorkerTable
 from sie.http.metrics import classify, run_recording_status
 
 OTHER: Final = "other"
+M = TypeVar("M", Counter, Gauge, Histogram)
 
 
 class AdvisoryIgnored(StrEnum):
@@ -40,6 +41,7 @@ _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 
 
 class GatewayMetrics:
     def __init__(self) -> None:
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry = CollectorRegistry()
         self.requests = Counter(
             "sie_gateway_requests_total",
@@ -147,6 +149,16 @@ class GatewayMetrics:
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
+    def labelled(self, metric: M, *values: str) -> M:
+        """``metric.labels(*values)``, looked up once per label set: ``labels`` checks and joins its
+        values and takes the metric's lock on every call, a few of them per request. Label sets are
+        the operator's (profiles, bundles, operations, status codes), so the memo stays small."""
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return cast(M, child)
+
 
 class ProfileLabel:
     """The ``machine_profile`` label of a value a caller chose (a header): a profile of
@@ -197,7 +209,8 @@ class RequestCounting:
         profile = self.profile(header)
 
         def record(status: int, seconds: float) -> None:
-            self.metrics.requests.labels(endpoint, str(status), profile).inc()
-            self.metrics.latency.labels(endpoint, profile).observe(seconds)
+            metrics = self.metrics
+            metrics.labelled(metrics.requests, endpoint, str(status), profile).inc()
+            metrics.labelled(metrics.latency, endpoint, profile).observe(seconds)
 
         await run_recording_status(self.app, scope, receive, send, record)
