@@ -17,6 +17,7 @@ worker (bench/cluster.py) for the gateway's and the worker's CPU.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -103,7 +104,10 @@ def _cpu_per_call(call: Callable[[Any], Any], inputs: Sequence[Any], rounds: int
     return best
 
 
-def measure_floor(folder: Path, texts: Sequence[str], queries: Sequence[str], rounds: int = 3) -> Floor:
+def floor_meter(folder: Path, texts: Sequence[str], queries: Sequence[str]) -> Callable[[int], Floor]:
+    """Loads the pipelines once; each call measures the floor (``rounds`` passes, the least CPU).
+    The run measures it before every round of cells, so it sees the machine the cells saw (this VM's
+    speed moved 1.7x between runs an hour apart, the pure Rust tokenizer included)."""
     import torch
     from tokenizers import Tokenizer
     from transformers import AutoModel
@@ -137,14 +141,20 @@ def measure_floor(folder: Path, texts: Sequence[str], queries: Sequence[str], ro
 
     batches = [list(texts[i * BATCH : (i + 1) * BATCH]) for i in range(len(texts) // BATCH)]
     lone = [[query] for query in queries]
-    per_item = {
-        name: _cpu_per_call(call, batches, rounds) / BATCH
-        for name, call in (("tokenize", tokenizer.encode_batch_fast), ("packed", packed), ("padded", padded))
-    }
-    per_lone = {
-        name: _cpu_per_call(call, lone, rounds)
-        for name, call in (("tokenize", tokenizer.encode_batch_fast), ("packed", packed), ("padded", padded))
-    }
+    pipelines = (("tokenize", tokenizer.encode_batch_fast), ("packed", packed), ("padded", padded))
+
+    def measure(rounds: int = 3) -> Floor:
+        torch.set_num_threads(1)
+        with _affinity({max(os.sched_getaffinity(0))}):  # one core, the last: a 1-core server is on the first
+            return _floor_of(
+                {name: _cpu_per_call(call, batches, rounds) / BATCH for name, call in pipelines},
+                {name: _cpu_per_call(call, lone, rounds) for name, call in pipelines},
+            )
+
+    return measure
+
+
+def _floor_of(per_item: dict[str, float], per_lone: dict[str, float]) -> Floor:
     return Floor(
         min(per_item["packed"], per_item["padded"]),
         min(per_lone["packed"], per_lone["padded"]),
@@ -155,6 +165,12 @@ def measure_floor(folder: Path, texts: Sequence[str], queries: Sequence[str], ro
         per_item["padded"],
         per_lone["padded"],
     )
+
+
+def median_floor(floors: Sequence[Floor]) -> Floor:
+    """Each number the median of ``floors``' (the floor of every round)."""
+    fields = [f.name for f in dataclasses.fields(Floor)]
+    return Floor(*(statistics.median(getattr(one, name) for one in floors) for name in fields))
 
 
 # --- cells ----------------------------------------------------------------------------------------
@@ -240,9 +256,10 @@ def _affinity(cpus: set[int] | None) -> Iterator[None]:
 
 @dataclass
 class HostPathRun:
-    floor: Floor
+    floor: Floor  # the median of every round's
     cells: list[Cell]
     cpus: int
+    floors_measured: int = 1
     notes: list[str] = field(default_factory=list)
 
 
@@ -261,6 +278,7 @@ def _server_cells(
     cpus: list[int],
     args: argparse.Namespace,
     log_dir: Path,
+    floors: tuple[Callable[[int], Floor], list[Floor]],
 ) -> list[Cell]:
     """Our server pinned to ``cpus``, and with ``--before`` a second one from that source tree (an
     earlier commit) pinned beside it; the load generator on the other cores when there are any. Each
@@ -285,7 +303,9 @@ def _server_cells(
             )
             started.append((f"{'before: ' if source else ''}server {cores}", server))
         rounds: dict[tuple[str, str, int], list[Cell]] = {}
+        meter, measured = floors
         for _ in range(args.rounds):
+            measured.append(meter(3))
             for spec in _cells("", args.wires, args.batch_requests, args.lone_requests):
                 pool = texts if spec.per_request > 1 else queries
                 for target, server in started:
@@ -345,20 +365,21 @@ def run(args: argparse.Namespace) -> HostPathRun:
     built = random_models.build([random_models.TINY], tokenizer_folder, log_dir / "models")[0]
     texts = corpus.build_corpus(tokenizer_folder, size=512).texts
     queries = corpus.build_corpus(tokenizer_folder, queries=64, size=64).queries
-    floor = measure_floor(built.folder, texts, queries)
-    print(_floor_line(floor), flush=True)
+    meter = floor_meter(built.folder, texts, queries)
+    measured = [meter(3)]
+    print(_floor_line(measured[0]), flush=True)
     all_cpus = sorted(os.sched_getaffinity(0))
     cells: list[Cell] = []
     settings = [all_cpus[:1], all_cpus] if len(all_cpus) > 1 else [all_cpus]
     for cpus in settings:
         if args.cores and len(cpus) not in args.cores:
             continue
-        cells += _server_cells(built, texts, queries, cpus, args, log_dir)
+        cells += _server_cells(built, texts, queries, cpus, args, log_dir, (meter, measured))
     if args.gateway:
         from bench import host_path_cluster
 
         cells += host_path_cluster.gateway_cells(built, texts, queries, args, log_dir)
-    return HostPathRun(floor, cells, len(all_cpus))
+    return HostPathRun(median_floor(measured), cells, len(all_cpus), floors_measured=len(measured))
 
 
 def _floor_line(floor: Floor) -> str:
@@ -375,7 +396,7 @@ def _floor_line(floor: Floor) -> str:
 def summary_markdown(result: HostPathRun) -> str:
     floor = result.floor
     lines = [
-        _floor_line(floor),
+        _floor_line(floor) + f" Median of {result.floors_measured} measurements, one before each round.",
         "",
         "| target | wire | items x connections | items/s | CPU us/item | x floor | CPU us/request "
         "| above floor | p50 ms | p90 ms |",

@@ -80,3 +80,4 @@ def test_a_smallest_run_measures_the_floor_and_the_server(tmp_path: Path) -> Non
         assert cell["cpu_by_process"]["server"] == pytest.approx(cell["cpu_per_request_s"])
     table = "\n".join(lines)
     assert "| server 1 core | openai | 1 x 1 |" in table and "Floor (in process, one thread)" in table
+    assert result["floors_measured"] == 2  # before the first cells, and before the one round
