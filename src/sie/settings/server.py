@@ -361,7 +361,9 @@ class Settings(Auth, Catalogue, Cluster, Logging, Tracing, Telemetry):
         "bfloat16), sdpa (fused SDPA kernels, no varlen), eager (reference math). Never cuDNN.",
     )
     intra_op_threads: int | None = Field(
-        None, ge=1, description="Threads for one forward pass (torch/ONNX Runtime); default: the cores this process may use (affinity, cgroup quota)."
+        None,
+        ge=1,
+        description="Threads for one forward pass (torch/ONNX Runtime); default: the cores this process may use (affinity, cgroup quota).",
     )
     drain_timeout_s: float = Field(
         25.0,
