@@ -44,6 +44,7 @@ class Inference:
     tokens: int
     images: int | None = None
     content: int | None = None
+    item_tokens: tuple[int, ...] = ()  # each input's billed tokens (0 when it failed), in input order
 
     def timing(self, started: float, postprocessed: bool) -> Timing:
         results = self.results
@@ -73,6 +74,7 @@ class Inference:
             sum(part.tokens for part in parts),
             sum(images) if images else None,
             None if None in contents else sum(c for c in contents if c is not None),
+            tuple(t for part in parts for t in part.item_tokens),
         )
 
 
@@ -174,16 +176,15 @@ def _billed(
     that takes images, 0 included) and its pair's ``content`` tokens when its family tells them. An
     item that failed (refused before the device, or given an ``error`` by its family's forward) is
     billed nothing, as the public server bills it."""
-    billed = [
-        (one, item)
-        for one, item, result in zip(inputs, prepared, results, strict=True)
-        if result.outputs.extraction is None or result.outputs.extraction.error is None
-    ]
+    ok = [r.outputs.extraction is None or r.outputs.extraction.error is None for r in results]
+    billed = [(one, item) for one, item, good in zip(inputs, prepared, ok, strict=True) if good]
     contents = [item.content for _, item in billed]
+    item_tokens = tuple(item.input_tokens if good else 0 for item, good in zip(prepared, ok, strict=True))
     return Inference(
         results,
         tokenization_ms,
-        sum(item.input_tokens for _, item in billed),
+        sum(item_tokens),
         len(images_of([one for one, _ in billed])) if takes_images else None,
         None if not contents or None in contents else sum(c for c in contents if c is not None),
+        item_tokens,
     )

@@ -62,6 +62,7 @@ from sie.queue.streams import (
 )
 from sie.wire.requests import EncodeRequest, ExtractRequest, ScoreRequest
 from sie.worker.adaptive import AdaptiveWait
+from sie.worker.grouping import EncodeGroups
 from sie.worker.pace import Pace
 from sie.worker.turned_away import TurnedAway
 from sie.worker.work import NakDelays, Outcome, answered, failed, retry_delay
@@ -109,6 +110,7 @@ class PullLoop:
         pace: Pace | None = None,
     ) -> None:
         self._engine = engine
+        self._groups = EncodeGroups(engine.encode)  # a request's items that arrive together: one call
         self._redelivery = redelivery
         self._skipped = (metrics or Metrics()).pull_skipped
         # With a config service, a model this worker does not know may be one its config has not
@@ -307,7 +309,7 @@ class PullLoop:
         try:
             work = await self._fetch_payloads(work)
             request = request_of(work)
-            answer = await self._call(work.model_id, request)
+            answer = await self._call(work.model_id, request, work.request_id)
         except ModelNotFound as exc:
             outcome = failed(work, exc, self._worker_id)
             if self._config_pending is not None and self._config_pending(work.model_id):
@@ -331,9 +333,9 @@ class PullLoop:
         score = await self._payloads.score(work.query_payload_ref)
         return replace(work, query_item=score.query, score_items=score.items, query_payload_ref=None)
 
-    def _call(self, model: str, request: WireRequest) -> Awaitable[Any]:
+    def _call(self, model: str, request: WireRequest, request_id: str) -> Awaitable[Any]:
         if isinstance(request, EncodeRequest):
-            return self._engine.encode(model, request)
+            return self._groups.encode(model, request, request_id)
         if isinstance(request, ScoreRequest):
             return self._engine.score(model, request)
         assert isinstance(request, ExtractRequest)

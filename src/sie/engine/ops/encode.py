@@ -60,7 +60,7 @@ async def encode(
     timing = inference.timing(started, postprocessed=plan.output_dtype is not OutputDType.FLOAT32)
     parts.observe(model, "encode", timing)
     response = EncodeResponse(model=name, items=results, timing=timing, usage=inference.usage())
-    return Answer(response, timing, inference.tokens)
+    return Answer(response, timing, inference.tokens, inference.item_tokens)
 
 
 def encode_result(

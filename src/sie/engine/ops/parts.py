@@ -24,6 +24,7 @@ class Answer(Generic[R]):
     response: R
     timing: Timing
     tokens: int
+    item_tokens: tuple[int, ...] = ()  # each item's share of ``tokens``, in request order (encode)
 
 
 @dataclass(frozen=True)
