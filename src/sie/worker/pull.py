@@ -71,8 +71,6 @@ log = logging.getLogger(__name__)
 
 DRAIN_S: Final = 30.0
 PULL_GRACE_S: Final = 1.0
-IDLE_AFTER: Final = 20  # empty pulls at the wait's ceiling (0.3 s at 15 ms) before long-polling
-IDLE_PULL_S: Final = 5.0
 STATUS_HEADER: Final = "Status"
 HEARTBEAT_STATUS: Final = "100"
 PAUSED_POLL_S: Final = 0.25
@@ -137,7 +135,6 @@ class PullLoop:
         self._inbox = ""
         self._next_subject = ""
         self._subscription: Any = None
-        self._idle_pulls = 0  # empty pulls in a row
         self._stopping = False
         self._max_deliver = 0  # the lane consumer's, read at start (0: unlimited)
         self.paused = False  # pool admission: a worker of an unleased pool pulls nothing
@@ -169,9 +166,9 @@ class PullLoop:
         """One pull request open at a time, for as many items as there is room for; every item is
         handed to the engine the moment it arrives (the engine batches what arrives together), so
         a lone item waits for no batch to fill. The request's expiry is the adaptive wait (how long
-        an empty pull lingers, never how long an item waits); a worker idle for ``IDLE_AFTER`` pulls
-        at the ceiling long-polls instead (``IDLE_PULL_S``), so an idle cluster costs NATS and the
-        worker next to nothing."""
+        an empty pull lingers, never how long an item waits). An idle worker keeps pulling at the
+        wait's ceiling (15 ms): a lost pull request is noticed within a second, at the cost of a few
+        per cent of a core for the worker and NATS while idle (a long-poll was never wired)."""
         wait = self._wait
         # ``_stopping`` as well as the cancel: Python 3.11's wait_for can swallow a cancellation that
         # lands as its future completes, and the loop would then run on.
@@ -204,11 +201,8 @@ class PullLoop:
                 await asyncio.sleep(wait.wait_s)
                 continue
             if self._delivered > before:
-                self._idle_pulls = 0
                 wait.worked()
             else:
-                if wait.wait_s >= wait.max_s:
-                    self._idle_pulls += 1
                 wait.idle()
 
     async def _on_delivery(self, message: Msg) -> None:
@@ -359,7 +353,6 @@ class PullLoop:
 
     def pull_again(self) -> None:
         """After a reconnect the open pull request is gone: open a new one now, not at its expiry."""
-        self._idle_pulls = 0
         self._pull_over.set()
 
 
