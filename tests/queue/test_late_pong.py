@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from pathlib import Path
 
 import nats
@@ -17,6 +18,14 @@ from sie.queue.connection import ping
 from tests.conftest import running_nats
 
 pytestmark = pytest.mark.asyncio
+
+
+async def stopped(pid: int, timeout_s: float = 5.0) -> None:
+    """Until the kernel reports ``pid`` stopped (state ``T`` in /proc/PID/stat)."""
+    deadline = time.monotonic() + timeout_s
+    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+        assert time.monotonic() < deadline, f"process {pid} did not stop"
+        await asyncio.sleep(0.01)
 
 
 async def test_a_late_pong_leaves_the_connection_reading(tmp_path: Path) -> None:
@@ -33,6 +42,7 @@ async def test_a_late_pong_leaves_the_connection_reading(tmp_path: Path) -> None
             await reader.subscribe("late.pong", cb=on_message)
             await reader.flush()
             os.kill(server.process.pid, signal.SIGSTOP)  # the PONG of the next PING waits
+            await stopped(server.process.pid)  # SIGSTOP lands asynchronously: a PING sent first is answered
             try:
                 with pytest.raises(nats.errors.FlushTimeoutError):
                     await ping(reader, 1)
