@@ -17,20 +17,14 @@ from nats.aio.msg import Msg
 from sie.gateway.dispatch import Dispatcher
 from sie.gateway.errors import PublishFailed
 from sie.gateway.metrics import GatewayMetrics
-from sie.queue.codec import Envelope, work_items
 from sie.queue.contract import (
-    WorkItem,
     WorkResult,
     decode_work_item,
     encode_message,
     pool_stream,
-    work_subject,
 )
 from sie.queue.streams import ensure_work_stream
-from sie.wire.requests import EncodeRequest, Item
-
-POOL = "default"
-SUBJECT = work_subject(POOL, "cpu", "default", "some/model")
+from tests.queue.dispatching import POOL, SUBJECT, requested
 
 
 @pytest.fixture
@@ -38,21 +32,6 @@ async def client(nats_url: str) -> AsyncIterator[Client]:
     connection = await nats.connect(nats_url)
     yield connection
     await connection.close()
-
-
-def requested(dispatcher: Dispatcher, request_id: str, count: int) -> list[WorkItem]:
-    now = time.time()
-    envelope = Envelope(
-        request_id,
-        "some/model",
-        POOL,
-        "cpu",
-        dispatcher.router_id,
-        dispatcher.reply_subject(request_id),
-        now,
-        now + 30,
-    )
-    return work_items(EncodeRequest(items=[Item(text=f"t{i}") for i in range(count)]), envelope)
 
 
 def observed(metrics: GatewayMetrics) -> float:

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 
 import nats
@@ -24,21 +23,15 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 from sie.gateway.dispatch import Dispatcher
 from sie.gateway.errors import PublishFailed
 from sie.gateway.metrics import GatewayMetrics, InboxSkip
-from sie.queue.codec import Envelope, work_items
 from sie.queue.contract import (
-    WorkItem,
     WorkResult,
     decode_work_item,
     encode_message,
     pool_stream,
     pool_stream_subjects,
-    work_subject,
 )
 from sie.queue.streams import ensure_work_stream
-from sie.wire.requests import EncodeRequest, Item
-
-POOL = "default"
-SUBJECT = work_subject(POOL, "cpu", "default", "some/model")
+from tests.queue.dispatching import POOL, SUBJECT, requested
 
 
 @pytest.fixture
@@ -51,21 +44,6 @@ async def client(nats_url: str) -> AsyncIterator[Client]:
 def skips(metrics: GatewayMetrics, reason: InboxSkip) -> float:
     value: float = metrics.inbox_skips.labels(reason.value)._value.get()
     return value
-
-
-def requested(dispatcher: Dispatcher, request_id: str, count: int) -> list[WorkItem]:
-    now = time.time()
-    envelope = Envelope(
-        request_id,
-        "some/model",
-        POOL,
-        "cpu",
-        dispatcher.router_id,
-        dispatcher.reply_subject(request_id),
-        now,
-        now + 30,
-    )
-    return work_items(EncodeRequest(items=[Item(text=f"t{i}") for i in range(count)]), envelope)
 
 
 def answer(request_id: str, index: int, worker: str, *, work_item_id: str | None = None) -> bytes:
