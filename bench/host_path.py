@@ -458,14 +458,8 @@ def main(argv: list[str] | None = None, write: Callable[[str], Any] = print) -> 
     write("\n== summary (markdown) ==\n")
     write(summary_markdown(result))
     if args.json:
-        args.json.write_text(json.dumps(_jsonable(result), indent=2) + "\n", encoding="utf-8")
+        args.json.write_text(json.dumps(dataclasses.asdict(result), indent=2) + "\n", encoding="utf-8")
     return 0
-
-
-def _jsonable(result: HostPathRun) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return asdict(result)
 
 
 if __name__ == "__main__":
