@@ -1475,3 +1475,101 @@ def gliformer(folder: Path, seed: int = 2, absolute_positions: bool = True) -> P
     model.save_pretrained(str(folder / "model"))
     shutil.rmtree(tokenizer_dir)
     return folder / "model"
+
+
+# A chat template in the ChatML layout of Qwen's generative models, with tools as Qwen3's template
+# lists them (a JSON line each in the system turn) and a tool call as ``<tool_call>`` JSON.
+CHATML_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n"
+    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}"
+    "# Tools\n<tools>{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n</tools>\n"
+    'For each function call, return {"name": <function-name>, "arguments": <args-json-object>} '
+    "within <tool_call></tool_call> tags.<|im_end|>\n"
+    "{% elif messages[0]['role'] == 'system' %}<|im_start|>system\n{{ messages[0]['content'] }}<|im_end|>\n"
+    "{% endif %}"
+    "{% for m in messages %}{% if m['role'] != 'system' %}"
+    "<|im_start|>{{ m['role'] }}\n{{ m['content'] or '' }}<|im_end|>\n"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+CHAT_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+_CORPUS = (
+    "Vector search finds the nearest embeddings of a query among millions of documents. "
+    'A reranker scores {"query": "a", "document": "b"} pairs; [1, 2, 3] and true, false, null. '
+    "The quick brown fox jumps over the lazy dog 0123456789 times. "
+    "<tool_call> get_weather city Paris </tool_call> Bonjour, ça va? ß ü é 東京 😀"
+)
+
+
+def byte_level_tokenizer(folder: Path, vocab_size: int = 400) -> Any:
+    """A byte-level BPE tokenizer trained here on a small corpus (every byte is a token, so any text
+    round-trips), with ChatML's special tokens and chat template, saved as a fast tokenizer."""
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(CHAT_SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator([_CORPUS] * 4, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+    )
+    fast.chat_template = CHATML_TEMPLATE
+    fast.save_pretrained(folder)
+    return fast
+
+
+def _generative_config(architecture: str, vocab_size: int, eos: int, pad: int) -> Any:
+    import transformers
+
+    common: dict[str, Any] = {
+        "vocab_size": vocab_size,
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+        "max_position_embeddings": 1024,
+        "eos_token_id": eos,
+        "pad_token_id": pad,
+        "bos_token_id": None,
+    }
+    if architecture in ("Qwen3", "Gemma3Text"):
+        common["head_dim"] = 16
+    if architecture == "Gemma3Text":
+        common["sliding_window"] = 64
+    return getattr(transformers, f"{architecture}Config")(**common)
+
+
+GENERATIVE_ARCHITECTURES = ("Qwen3", "Qwen2", "Llama", "Granite", "Gemma3Text")
+
+
+def generative(folder: Path, architecture: str = "Qwen3", seed: int = 0) -> Path:
+    """A small causal LM of ``architecture`` with seeded weights and the byte-level ChatML tokenizer
+    (``byte_level_tokenizer``), saved as a generative model ships (config, weights, generation
+    config, tokenizer)."""
+    import transformers
+    from transformers import GenerationConfig
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = byte_level_tokenizer(folder)
+    eos, pad = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.pad_token_id
+    config = _generative_config(architecture, len(tokenizer), eos, pad)
+    torch.manual_seed(seed)
+    name = "Gemma3ForCausalLM" if architecture == "Gemma3Text" else f"{architecture}ForCausalLM"
+    model = getattr(transformers, name)(config)
+    if not config.tie_word_embeddings:  # sharper logits: fewer near-ties between the top tokens
+        with torch.no_grad():
+            model.get_output_embeddings().weight.mul_(8.0)
+    model.save_pretrained(folder)
+    GenerationConfig(eos_token_id=eos, pad_token_id=pad, do_sample=False).save_pretrained(folder)
+    return folder

@@ -82,6 +82,7 @@ RULES: Final[dict[WireCode, ErrorRule]] = _rules(
     # A profile this cluster does not run: no retry helps, yet it is the cluster's answer (a 503).
     ErrorRule(ErrorCode.GPU_NOT_CONFIGURED, _GIVE_UP),
     ErrorRule(ErrorCode.INFERENCE_ERROR, _GIVE_UP),
+    ErrorRule(ErrorCode.MODEL_OUTPUT_PARSE_ERROR, _GIVE_UP),
     ErrorRule(ErrorCode.INTERNAL_ERROR, _GIVE_UP),
     # sie-config's API (the public service's codes); its refusals never travel on a queue. The two it
     # answers 503 (NATS down, an idempotent write whose first try was cancelled) carry no wait.

@@ -82,20 +82,36 @@ def test_default_bundle_lists_every_adapter_module_we_run_and_the_public_default
     default = load_bundle("default", PACKAGED_BUNDLES_DIR)
     assert default.default and default.name == "default" and default.engine == "pytorch"
     ours = {adapter_module(path) for path in KNOWN}
-    assert ours <= default.adapters
+    # Generation is the public SGLang bundles' (sie-config routes a generative config there, as the
+    # public service does), our generation module included.
+    sglang = {
+        m for name in ("sglang", "sglang-cu130") for m in load_bundle(name, PACKAGED_BUNDLES_DIR).adapters
+    }
+    assert "sie.adapters.generation.causal_lm" in sglang
+    assert ours - sglang <= default.adapters
     refused = default.adapters - ours
     assert "sie_server.adapters.whisper.adapter" in refused
     assert all(not_served(f"{module}:Any") for module in refused)
 
 
+GENERATOR = "sie.adapters.generation.causal_lm:CausalLmGenerator"
+
+
 def test_every_shipped_public_model_is_in_a_shipped_bundle_and_ours_run_in_default() -> None:
     """A public family we do not run is in the bundle the public server lists it in (sglang,
     transformers5...), so sie-config accepts its configs as the public one does; the families we run
-    are all in the default bundle, and no other bundle takes one of them."""
+    are all in the default bundle, and no other bundle takes one of them, but generation: the sglang
+    bundle's, as in the public cluster."""
     catalog = Catalog.from_directory(MODELS_DIR)
     bundles = [load_bundle(name, PACKAGED_BUNDLES_DIR) for name in bundle_names(PACKAGED_BUNDLES_DIR)]
     default = next(b for b in bundles if b.name == "default")
-    served = [e.name for e in catalog.entries() if not_served(e.profile.adapter_path) is None]
+    generative = {e.name for e in catalog.entries() if e.profile.adapter_path == GENERATOR}
+    assert "Qwen/Qwen3-0.6B" in generative
+    served = [
+        e.name
+        for e in catalog.entries()
+        if not_served(e.profile.adapter_path) is None and e.name not in generative
+    ]
     selected = default.select(catalog).names()
     assert [name for name in selected if name in served] == served
     for entry in catalog.entries():
@@ -104,7 +120,7 @@ def test_every_shipped_public_model_is_in_a_shipped_bundle_and_ours_run_in_defau
         if path.startswith(("sie_server.", "sie_server_rust.")):
             assert takers, entry.name
         if not_served(path) is None:
-            assert takers == ["default"], entry.name
+            assert takers == (["sglang"] if entry.name in generative else ["default"]), entry.name
     by_name = {b.name: b for b in bundles}
     assert by_name["candle"].engine == "candle" and by_name["sglang"].priority == 20
 

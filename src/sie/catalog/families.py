@@ -41,11 +41,12 @@ _JINA_COLBERT = "sie.adapters.jina_colbert:JinaColbertEncoder"
 _QWEN3_VL_EMBEDDING = "sie.adapters.qwen3_vl_embedding:Qwen3VlEmbedder"
 _QWEN3_VL_RERANKER = "sie.adapters.qwen3_vl_reranker:Qwen3VlReranker"
 _STABLEBRIDGE = "sie.adapters.stablebridge:StablebridgePruner"
+_GENERATOR = "sie.adapters.generation.causal_lm:CausalLmGenerator"
 
 # The public server splits a family over flash kernels and their fallbacks; here one class runs each
 # family, so every public name of it maps there. Public adapters for models that need code from the
-# Hub (rope_flash, nomic_flash, gte_sparse_flash) or another runtime (sglang's
-# generation) have no alias: they are refused by family (``NOT_SERVED``), any other unknown name fails its load
+# Hub (rope_flash, nomic_flash, gte_sparse_flash) or another runtime (CTranslate2, TensorRT-LLM)
+# have no alias: they are refused by family (``NOT_SERVED``), any other unknown name fails its load
 # with the known names listed.
 ALIASES: Final[dict[str, str]] = {
     "sie_server.adapters.sentence_transformer:SentenceTransformerDenseAdapter": _DENSE,
@@ -58,6 +59,13 @@ ALIASES: Final[dict[str, str]] = {
     # server; they are Mistral and Qwen3 models transformers runs, last-token pooled (``append_eos``).
     "sie_server.adapters.sglang.embedding:SGLangEmbeddingAdapter": _DENSE,
     "sie_server.adapters.splade_flash:SPLADEFlashAdapter": _SPLADE,
+    # The public server runs its generative models in an SGLang child process on a GPU; here
+    # transformers' continuous batching runs them in process (``sie.adapters.generation``), on any
+    # device, wherever transformers has the architecture (a checkpoint it cannot read fails its load).
+    "sie_server.adapters.sglang.generation:SGLangGenerationAdapter": _GENERATOR,
+    "sie_server.adapters.sglang.cuda13:SGLangCuda13Adapter": _GENERATOR,
+    "sie_server.adapters.sglang.cuda13:SGLangStrictThinkingAdapter": _GENERATOR,
+    "sie_server.adapters.sglang.gemma:SGLangGemmaAdapter": _GENERATOR,
     "sie_server.adapters.sentence_transformer:SentenceTransformerSparseAdapter": _SPLADE,
     "sie_server.adapters.colbert:ColBERTAdapter": _COLBERT,
     "sie_server.adapters.colpali:ColPaliAdapter": _COLPALI,
@@ -127,6 +135,7 @@ CANONICAL: Final = frozenset(
         _GLIREL,
         _GLINER_UNION,
         _STABLEBRIDGE,
+        _GENERATOR,
         _OWLV2,
         _GROUNDING_DINO,
         _DONUT,
@@ -177,6 +186,12 @@ NOT_SERVED: Final[dict[str, str]] = {
     "sie.adapters.not_built:HubCode": "a model whose architecture is code on the Hugging Face Hub",
     "sie.adapters.not_built:OpenClip": "an open_clip model",
     "sie.adapters.not_built:SparseMultivector": "a sparse multi-vector encoding (SMVE) of a ColBERT",
+    # Generative ids whose architecture transformers' continuous batching cannot run here: hybrid
+    # models whose linear-attention layers its paged cache does not hold (Qwen3.5 and later), and
+    # architectures not yet held to transformers' generate in tests/adapters/test_generation.py
+    # (vision-language ones, Gemma 4, GLM-5).
+    "sie.adapters.not_built:LinearAttention": "a generative model with linear-attention layers",
+    "sie.adapters.not_built:UnverifiedGenerator": "a generative architecture not yet verified here",
 }
 # Any other public adapter (a family of a later public release, say): refused by family too, never
 # imported, so a config sie-config accepted into the bundle that lists it is answered, not loaded.

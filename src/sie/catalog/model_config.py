@@ -57,9 +57,8 @@ class GenerateCapabilities(_Strict):
 
 
 class GenerateTask(_Strict):
-    """Text generation, as the public schema declares it. Parsed so that the public catalogue loads
-    and ``/v1/models`` reports the capabilities; this release serves no generative family
-    (``adapters.registry.NOT_SERVED``)."""
+    """Text generation, as the public schema declares it (``sie.adapters.generation``): the window,
+    the output cap, what the model's outputs may be held to, and its chat template's arguments."""
 
     context_length: int
     max_output_tokens: int
@@ -103,8 +102,7 @@ class Profile(_Strict):
     adapter_path: str | None = None
     adapter_options: AdapterOptions = Field(default_factory=AdapterOptions)
     adaptive_batching: AdaptiveBatching | None = None
-    # The generative families' profile fields (KV budget, output cap, chat template, grammar): parsed
-    # so their YAMLs load; this release serves none of those families.
+    # The generative families' profile fields (KV budget, output cap, chat template, grammar).
     kv_budget_tokens: int | None = None
     admission_enabled: bool | None = None
     max_output_tokens: int | None = Field(default=None, gt=0)
@@ -198,6 +196,9 @@ class ResolvedProfile(_Strict):
     adapter_path: str
     loadtime: dict[str, Any]
     runtime: dict[str, Any]
+    # A generative profile's paged KV cache (tokens) and chat template arguments (``enable_thinking``).
+    kv_budget_tokens: int | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
 
     @property
     def is_remote(self) -> bool:
@@ -290,6 +291,8 @@ class ModelConfig(_Strict):
             adapter_path=profile.adapter_path or base.adapter_path or "",
             loadtime=child.loadtime or parent.loadtime,
             runtime=child.runtime or parent.runtime,
+            kv_budget_tokens=profile.kv_budget_tokens or base.kv_budget_tokens,
+            chat_template_kwargs=profile.chat_template_kwargs or base.chat_template_kwargs,
         )
 
     @cached_property

@@ -6,7 +6,8 @@ assembly) sits behind this facade:
 
 - ``registry.ModelRegistry``: the served models, their states, loads, eviction, workers and LoRAs;
 - ``infer.Infer``: the one submit path (prepare on the loop or the pool, queue, await every item);
-- ``ops.encode`` / ``ops.score`` / ``ops.extract``: each operation from admission to its response.
+- ``ops.encode`` / ``ops.score`` / ``ops.extract``: each operation from admission to its response;
+- ``ops.generate``: a generative model's stream of text, for the generation routes.
 
 Use it as an async context manager (``async with Engine(...) as engine``), or call ``start`` and
 ``close`` where a framework's lifespan owns the order.
@@ -23,7 +24,8 @@ from sie.catalog.catalog import Catalog, CatalogEntry
 from sie.catalog.errors import InvalidInput
 from sie.engine.infer import Infer
 from sie.engine.loader import LoadSettings, ModelSlot
-from sie.engine.ops import encode, extract, score
+from sie.engine.ops import encode, extract, generate, score
+from sie.engine.ops.generate import GenerationAsk, Running
 from sie.engine.ops.parts import Answer, Parts
 from sie.engine.registry import EngineLimits, ModelRegistry
 from sie.observability import tracing
@@ -91,6 +93,12 @@ class Engine:
         if not tracing.enabled():
             return await call
         return await _traced("extract", call, model, len(request.items))
+
+    # -- generation ----------------------------------------------------------------------------------
+
+    async def generate(self, model: str, ask: GenerationAsk, *, wait_loaded: bool = False) -> Running:
+        """A generation checked and queued (every refusal is raised here); read its ``events``."""
+        return await generate.start(self._parts, model, ask, wait_loaded)
 
     # -- what front ends ask besides ------------------------------------------------------------------
 

@@ -137,3 +137,15 @@ class RefusedItem(Relayed):
     def shifted(self, offset: int) -> RefusedItem:
         """The same refusal, the item ``offset`` places further on (a work item's ``item_index``)."""
         return RefusedItem(self.error, None if self.index is None else self.index + offset)
+
+
+class InputTooLong(SieError):
+    """A generation prompt that leaves the model's window no room for the tokens asked for."""
+
+    code = ErrorCode.INPUT_TOO_LONG
+
+
+class OutputParseError(SieError):
+    """A ``strict`` grammar's finished output that does not parse or match."""
+
+    code = ErrorCode.MODEL_OUTPUT_PARSE_ERROR

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from sie.adapters.batch import AnnotatedText, ModelInput
 from sie.adapters.contract import Adapter, Forward, LoadSpec, Trait, output_dims
+from sie.adapters.generation.causal_lm import CausalLmGenerator
 from sie.adapters.loading import adapter_class
 from sie.adapters.runtime.device import effective_precision
 from sie.adapters.runtime.images import sample_image
@@ -104,6 +105,9 @@ def load_model(entry: CatalogEntry, settings: LoadSettings) -> LoadedModel:
         onnx=Trait.RUNS_ONNX in cls.traits,
     )
     loadtime = dict(profile.loadtime)
+    if profile.kv_budget_tokens:  # a generative model's paged cache (``adapters.generation``)
+        loadtime.setdefault("kv_budget_tokens", profile.kv_budget_tokens)
+        loadtime.setdefault("max_batch_tokens", profile.max_batch_tokens)
     tokenizer_id = loadtime.pop("tokenizer_id", None)
     tokenizer_folder = settings.weights.resolve(tokenizer_id, None) if tokenizer_id else folder
     precision = effective_precision(profile.compute_precision or settings.default_precision, settings.device)
@@ -140,7 +144,11 @@ def warm_up(adapter: Adapter) -> None:
     """One tiny forward of the adapter's main output, so lazy initialisation is not paid by a user:
     its embeddings when it has any (of a text, and of an image too for a model that takes images),
     else its pair scores, else an extraction with one label (of an image for an image-only model, of
-    a text naming two entities for a family that reads item metadata)."""
+    a text naming two entities for a family that reads item metadata); a generative model generates
+    one token."""
+    if isinstance(adapter, CausalLmGenerator):
+        adapter.warm_up()
+        return
     embeddings = adapter.capabilities - {Capability.SCORE, Capability.EXTRACT}
     inputs: list[ModelInput] = ["warm up"] if Modality.TEXT in adapter.inputs else [sample_image()]
     if embeddings:

@@ -29,7 +29,18 @@ from sie.observability import tracing
 from sie.observability.metrics import Metrics
 from sie.queue.contract import Heartbeat, lane_of
 from sie.server import openapi_docs
-from sie.server.api import encode, health, models, openai_compat, rerank, score_extract, status_page, ws
+from sie.server.api import (
+    encode,
+    generate,
+    health,
+    models,
+    openai_compat,
+    openai_generate,
+    rerank,
+    score_extract,
+    status_page,
+    ws,
+)
 from sie.server.lifecycle import Draining, Lifecycle
 from sie.server.remote.router import Router
 from sie.server.remote.setup import upstream_pool
@@ -188,7 +199,14 @@ def create_app(settings: Settings) -> FastAPI:
         version=__version__,
         lifespan=lifespan,
     )
-    inference = (*encode.ROUTES, *score_extract.ROUTES, *openai_compat.ROUTES, *rerank.ROUTES)
+    inference = (
+        *encode.ROUTES,
+        *score_extract.ROUTES,
+        *openai_compat.ROUTES,
+        *rerank.ROUTES,
+        *generate.ROUTES,
+        *openai_generate.ROUTES,
+    )
     app.router.routes.extend(route.route() for route in inference)
     for router in (health.router, models.router, ws.router, status_page.router):
         app.include_router(router)

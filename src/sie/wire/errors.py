@@ -30,6 +30,8 @@ class ErrorCode(StrEnum):
     FORBIDDEN = "FORBIDDEN"
     POOL_NOT_FOUND = "POOL_NOT_FOUND"
     BUNDLE_CONFLICT = "BUNDLE_CONFLICT"  # a ``bundle:/model`` path whose bundle does not serve the model
+    # A generation under a ``strict`` grammar whose finished output does not parse or match.
+    MODEL_OUTPUT_PARSE_ERROR = "MODEL_OUTPUT_PARSE_ERROR"
 
 
 class ConfigErrorCode(StrEnum):

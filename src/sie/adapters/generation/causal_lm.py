@@ -1,0 +1,262 @@
+"""Generative causal language models (Qwen3, Llama, Gemma, Granite, ... whatever transformers runs as
+``AutoModelForCausalLM``) on transformers' continuous batching.
+
+One ``ContinuousBatchingManager`` per loaded model: a paged KV cache sized from the profile's
+``kv_budget_tokens`` and a thread of the library's own that admits new requests into the running batch
+at every step. Requests reach it from the event loop (``start``); each answers through an asyncio queue
+fed on the loop by the manager's result handler, one ``Progress`` per token. The sampling of each
+request is ours (``sampling.RowSamplers``), the batching, the cache and the forward the library's.
+
+The manager's thread runs the forwards, not the engine's device thread: on a CPU host a generation and
+an embedding batch running at once share the cores. CUDA graphs and the asynchronous batching are off:
+a request's grammar needs the token just chosen before the next step's mask is computed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    ContinuousBatchingConfig,
+    GenerationConfig,
+)
+from transformers.generation.continuous_batching.requests import GenerationOutput, RequestStatus
+from transformers.utils import logging as hf_logging
+
+from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
+from sie.adapters.contract import NO_TRAITS, TEXT_ONLY, Forward, LoadSpec, Trait
+from sie.adapters.generation.grammar import Constraint, Grammars
+from sie.adapters.generation.sampling import RowSampler, RowSamplers, Sampling, TokenLogprob
+from sie.adapters.runtime.transformer import release_unloaded, weights_and_autocast
+from sie.core.options import Capability, Modality
+from sie.core.task import UnsupportedInput
+
+log = logging.getLogger(__name__)
+
+_BLOCK_TOKENS = 32  # the paged cache's block: small, so short requests waste little of the budget
+_DEFAULT_KV_TOKENS = 8192
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a request has produced so far: every generated token (the end-of-sequence token included
+    when it came), the logprobs of those not reported before, and whether it is over."""
+
+    tokens: list[int]
+    logprobs: list[TokenLogprob]
+    finished: bool
+    error: str | None = None
+
+
+class Generation:
+    """One request in the manager, read as an async iterator of ``Progress``; ``close`` cancels it
+    (a client that went away) and frees its slot."""
+
+    def __init__(self, owner: CausalLmGenerator, request_id: str, slot: int, sampler: RowSampler) -> None:
+        self.request_id = request_id
+        self.constraint = sampler.constraint
+        self._owner, self._slot, self._sampler = owner, slot, sampler
+        self._queue: asyncio.Queue[GenerationOutput] = asyncio.Queue()
+        self._reported = 0
+        self._done = False
+
+    def deliver(self, output: GenerationOutput) -> None:
+        self._queue.put_nowait(output)
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Progress:
+        if self._done:
+            raise StopAsyncIteration
+        output = await self._queue.get()
+        finished = output.is_finished() or output.status is RequestStatus.FAILED or output.error is not None
+        # The sampler may be tokens ahead of this output (outputs wait for the loop): only this output's.
+        logprobs = self._sampler.logprobs[self._reported : len(output.generated_tokens)]
+        self._reported += len(logprobs)
+        if finished:
+            self._done = True
+            self._owner.forget(self._slot)
+        return Progress(list(output.generated_tokens), logprobs, finished, output.error)
+
+    def close(self) -> None:
+        """Stop generating (idempotent); a finished request has nothing left to cancel."""
+        if not self._done:
+            self._done = True
+            self._owner.cancel(self.request_id, self._slot)
+
+
+class CausalLmGenerator:
+    """The adapter of a generative model: the contract's members for the registry (it loads, is held,
+    evicted and closed like every model), and ``start`` for the generation routes."""
+
+    family: ClassVar[str] = "CausalLmGenerator"
+    capabilities: ClassVar[frozenset[Capability]] = frozenset()
+    inputs: ClassVar[frozenset[Modality]] = TEXT_ONLY
+    request_options: ClassVar[frozenset[str]] = frozenset()
+    traits: ClassVar[frozenset[Trait]] = NO_TRAITS
+    packs_tokens = False
+
+    def __init__(self, spec: LoadSpec) -> None:
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+        if spec.threads and spec.device.startswith("cpu"):
+            torch.set_num_threads(spec.threads)
+        _check_layers(AutoConfig.from_pretrained(str(spec.weights)))
+        self.hf_tokenizer = AutoTokenizer.from_pretrained(str(spec.tokenizer_folder))
+        # bfloat16 on a CPU is float32 weights here: the manager's thread runs no autocast.
+        dtype, _ = weights_and_autocast(spec.precision, spec.device)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(spec.weights), dtype=dtype, attn_implementation="sdpa"
+        )
+        model.eval()  # type: ignore[no-untyped-call]
+        model.to(torch.device(spec.device))  # type: ignore[arg-type]  # transformers' own stub is wrong
+        self.model = model
+        config = self.model.generation_config
+        eos = config.eos_token_id if config.eos_token_id is not None else self.hf_tokenizer.eos_token_id
+        self.eos: tuple[int, ...] = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
+        positions = getattr(self.model.config, "max_position_embeddings", None)
+        self.context_length = int(spec.max_seq_length or positions or 4096)
+        self.tokenizer = _Vocabulary(self.hf_tokenizer)
+        self.grammars = Grammars(self.hf_tokenizer, self.eos)
+        self._samplers = RowSamplers()
+        self._ids = itertools.count()
+        self._manager = self._start_manager(spec)
+
+    @classmethod
+    def load(cls, spec: LoadSpec) -> Self:
+        return cls(spec)
+
+    def _start_manager(self, spec: LoadSpec) -> Any:
+        kv_tokens = int(spec.loadtime.get("kv_budget_tokens") or _DEFAULT_KV_TOKENS)
+        max_batch_tokens = int(spec.loadtime.get("max_batch_tokens") or min(kv_tokens, 2048))
+        generation = GenerationConfig(  # type: ignore[no-untyped-call]
+            do_sample=False,
+            eos_token_id=list(self.eos) or None,
+            pad_token_id=self.model.generation_config.pad_token_id or (self.eos[0] if self.eos else 0),
+        )
+        batching = ContinuousBatchingConfig(
+            block_size=_BLOCK_TOKENS,
+            num_blocks=math.ceil(kv_tokens / _BLOCK_TOKENS),
+            max_batch_tokens=max_batch_tokens,
+            max_memory_percent=0.9,
+            use_cuda_graph=False,
+            use_async_batching=False,
+            allow_block_sharing=False,
+        )
+        manager = self.model.init_continuous_batching(
+            generation_config=generation, continuous_batching_config=batching
+        )
+        # Our sampler joins the manager's processors before its first batch sizes their arguments.
+        processors = manager.logit_processor
+        processors.logits_processor.append(self._samplers)
+        processors.tensors_required += 1
+        processors.supported_keys.update(self._samplers.supported_kwargs)
+        processors.do_processing = True
+        manager.start()
+        return manager
+
+    # -- the generation routes' side ------------------------------------------------------------------
+
+    def piece(self, token: int) -> str:
+        return str(self.hf_tokenizer.decode([token]))
+
+    def encode(self, text: str) -> list[int]:
+        return [int(i) for i in self.hf_tokenizer.encode(text, add_special_tokens=False)]
+
+    def render_chat(
+        self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None, options: dict[str, Any]
+    ) -> str:
+        """The conversation through the model's own chat template, ending with the assistant's turn."""
+        if not getattr(self.hf_tokenizer, "chat_template", None):
+            raise UnsupportedInput("This model has no chat template; use /v1/completions with a prompt")
+        rendered = self.hf_tokenizer.apply_chat_template(
+            list(messages),
+            tools=list(tools or []) or None,
+            add_generation_prompt=True,
+            tokenize=False,
+            **options,
+        )
+        return str(rendered)
+
+    def start(
+        self, prompt: list[int], max_new_tokens: int, sampling: Sampling, constraint: Constraint | None
+    ) -> Generation:
+        """Queue a request (on the event loop: its results arrive there)."""
+        sampler = RowSampler(sampling, constraint, self.eos)
+        slot = self._samplers.add(sampler)
+        request_id = f"sie-{next(self._ids)}"
+        generation = Generation(self, request_id, slot, sampler)
+        self._manager.register_result_handler(request_id, generation.deliver)
+        self._manager.add_request(
+            prompt, request_id=request_id, max_new_tokens=max_new_tokens, streaming=True, sie_slot=slot
+        )
+        return generation
+
+    def forget(self, slot: int) -> None:
+        self._samplers.remove(slot)
+
+    def cancel(self, request_id: str, slot: int) -> None:
+        self._manager.cancel_request(request_id)
+        router = self._manager.output_router
+        with router._lock:  # a cancelled request gets no final output to remove its handler
+            router.result_handlers.pop(request_id, None)
+        self._samplers.remove(slot)
+
+    # -- the registry's side --------------------------------------------------------------------------
+
+    def prepare(self, inputs: Sequence[ModelInput], forward: Forward) -> list[Prepared]:
+        raise UnsupportedInput("Generative models answer /v1/generate and the chat routes only")
+
+    def run(self, batch: Sequence[Prepared], forward: Forward) -> BatchOutputs:
+        raise UnsupportedInput("Generative models answer /v1/generate and the chat routes only")
+
+    def warm_up(self) -> None:
+        """One token through the manager, so its cache and first batch are not paid by a user."""
+        request_id = self._manager.add_request(self.encode("warm up") or [0], max_new_tokens=1)
+        self._manager.get_result(request_id, timeout=120)
+
+    def close(self) -> None:
+        self._manager.stop(block=True, timeout=30)
+        self._manager.destroy()
+        del self._manager, self.model
+        release_unloaded()
+
+
+# The layers the paged cache of transformers' continuous batching holds; a model with others (Qwen3.5's
+# linear attention, Mamba's state) is refused at load instead of failing inside the batch.
+_PAGED_LAYERS = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
+
+
+def _check_layers(config: Any) -> None:
+    text = getattr(config, "text_config", None) or config
+    kinds = set(getattr(text, "layer_types", None) or ())
+    other = sorted(kinds - _PAGED_LAYERS)
+    if other:
+        raise ValueError(
+            f"{type(config).__name__} has {', '.join(other)} layers, which transformers' continuous "
+            "batching cannot cache; this server runs only attention-only generative models"
+        )
+
+
+class _Vocabulary:
+    """The engine's view of the tokenizer (``contract.Vocabulary``)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._tokenizer)
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self._tokenizer.decode(ids, skip_special_tokens=True))

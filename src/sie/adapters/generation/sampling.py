@@ -1,0 +1,170 @@
+"""Per-request sampling inside transformers' continuous batching.
+
+The batching manager has one sampler for every request it runs (``do_sample`` and the warpers are set
+when it is built), while each request of ours carries its own temperature, nucleus, seed, penalties,
+logit bias, logprobs and grammar. ``RowSamplers`` is a continuous-batching logits processor (the
+library's own extension point: a per-row ``int32`` argument, here the request's slot) that picks each
+row's next token the request's way and leaves the row with that token alone at the maximum; the
+manager runs greedy (``do_sample=False``), so its ``argmax`` takes exactly the token chosen here. A
+greedy request with none of the extras is left untouched: its token is the library's own ``argmax``,
+which is what makes greedy output equal to ``generate``'s token for token.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from transformers.generation.continuous_batching.cb_logits_processors import (
+    ContinuousBatchingLogitsProcessor,
+)
+
+NO_SLOT = -1
+
+
+class TokenConstraint(Protocol):
+    """A grammar the output must follow (``grammar.Constraint``): which tokens may come next, and the
+    token that was chosen."""
+
+    def allowed(self, vocab_size: int) -> torch.Tensor | None: ...
+
+    def accept(self, token: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """One request's decoding parameters, already checked (``None``: the model's default)."""
+
+    temperature: float = 0.0  # 0 is greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0: all tokens
+    seed: int | None = None
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    top_logprobs: int | None = None  # None: no logprobs; 0: the chosen token's alone
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+class RowSampler:
+    """The sampling state of one running request: its generator, token counts and grammar."""
+
+    def __init__(self, sampling: Sampling, constraint: TokenConstraint | None, eos: tuple[int, ...]) -> None:
+        self.sampling = sampling
+        self.constraint = constraint
+        self._eos = eos
+        self._counts: Counter[int] = Counter()
+        self._generator: torch.Generator | None = None
+        if not sampling.greedy and sampling.seed is not None:
+            self._generator = torch.Generator().manual_seed(sampling.seed & 0xFFFF_FFFF_FFFF_FFFF)
+        self.logprobs: list[TokenLogprob] = []  # read by the stream after each token
+        s = sampling
+        self.untouched = (
+            s.greedy
+            and constraint is None
+            and not s.logit_bias
+            and s.frequency_penalty == 0.0
+            and s.presence_penalty == 0.0
+            and s.top_logprobs is None
+        )
+
+    def choose(self, row: torch.Tensor) -> None:
+        """Pick this row's token and leave it the row's only finite value (in place)."""
+        s = self.sampling
+        if s.logit_bias:
+            ids = torch.tensor(list(s.logit_bias), dtype=torch.long, device=row.device)
+            row.index_add_(0, ids, torch.tensor(list(s.logit_bias.values()), device=row.device))
+        if self._counts and (s.frequency_penalty or s.presence_penalty):
+            ids = torch.tensor(list(self._counts), dtype=torch.long, device=row.device)
+            counts = torch.tensor(list(self._counts.values()), dtype=row.dtype, device=row.device)
+            row.index_add_(0, ids, -(counts * s.frequency_penalty + s.presence_penalty))
+        if self.constraint is not None:
+            allowed = self.constraint.allowed(row.numel())
+            if allowed is not None:
+                row.masked_fill_(~allowed.to(row.device), -math.inf)
+        token = self._pick(row)
+        if s.top_logprobs is not None:
+            self.logprobs.append(self._logprob(row, token, s.top_logprobs))
+        row.fill_(-math.inf)
+        row[token] = 0.0
+        self._counts[token] += 1
+        if self.constraint is not None:
+            self.constraint.accept(token)
+
+    def _pick(self, row: torch.Tensor) -> int:
+        s = self.sampling
+        if s.greedy:
+            return int(torch.argmax(row))
+        scores = row / s.temperature
+        if 0 < s.top_k < scores.numel():
+            kth = torch.topk(scores, s.top_k).values[-1]
+            scores = scores.masked_fill(scores < kth, -math.inf)
+        probs = torch.softmax(scores, dim=-1)
+        if s.top_p < 1.0:
+            ordered, order = torch.sort(probs, descending=True)
+            before = torch.cumsum(ordered, dim=-1) - ordered
+            ordered = ordered.masked_fill(before >= s.top_p, 0.0)
+            probs = torch.zeros_like(probs).scatter_(0, order, ordered)
+        return int(torch.multinomial(probs.float().cpu(), 1, generator=self._generator))
+
+    @staticmethod
+    def _logprob(row: torch.Tensor, token: int, top: int) -> TokenLogprob:
+        logprobs = torch.log_softmax(row.float(), dim=-1)
+        best: tuple[tuple[int, float], ...] = ()
+        if top:
+            values, ids = torch.topk(logprobs, top)
+            best = tuple(zip(ids.tolist(), values.tolist(), strict=True))
+        return TokenLogprob(token, float(logprobs[token]), best)
+
+
+class RowSamplers(ContinuousBatchingLogitsProcessor):
+    """Every running request's ``RowSampler`` by slot; installed once per batching manager."""
+
+    supported_kwargs: dict[str, type] = {"sie_slot": int}  # noqa: RUF012 (the library's class attribute)
+    ignored_kwargs: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        self._slots: dict[int, RowSampler] = {}
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def add(self, sampler: RowSampler) -> int:
+        with self._lock:
+            slot = self._next
+            self._next = (self._next + 1) % 2_000_000_000
+            self._slots[slot] = sampler
+            return slot
+
+    def remove(self, slot: int) -> None:
+        with self._lock:
+            self._slots.pop(slot, None)
+
+    def fill_defaults(self, int32_tensor: torch.Tensor) -> None:
+        int32_tensor.fill_(NO_SLOT)
+
+    def prepare_tensor_args(self, requests_with_new_token: list[Any]) -> torch.Tensor:
+        slots = [r.state.logit_processor_kwargs.get("sie_slot", NO_SLOT) for r in requests_with_new_token]
+        return torch.tensor(slots, dtype=torch.int32)
+
+    def __call__(self, scores: torch.FloatTensor, tensor_arg: torch.Tensor) -> torch.FloatTensor:
+        rows = tensor_arg[: scores.size(0)].tolist()
+        with self._lock:
+            samplers = [self._slots.get(slot) for slot in rows]
+        for i, sampler in enumerate(samplers):
+            if sampler is not None and not sampler.untouched:
+                sampler.choose(scores[i])
+        return scores

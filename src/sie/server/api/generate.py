@@ -1,0 +1,205 @@
+"""``POST /v1/generate/{model}``: the native generation route, one result or SIE-native SSE chunks.
+
+The path holds the SIE-safe id (``Qwen__Qwen3-0.6B``: ``/`` written ``__``), as the public gateway's
+contract has it; an id with a ``/`` is refused with 400. The body is the public request model
+(``wire.generation.GenerateRequest``), JSON or msgpack; the result is ``{model, text, finish_reason,
+usage, ttft_ms, tpot_ms}``, in JSON, or msgpack when the ``Accept`` header names it. With ``stream: true``
+every chunk is ``{request_id, seq, text_delta, done}`` and the last one carries ``finish_reason``,
+``usage`` and ``ttft_ms`` (or ``error``, when the generation failed after its first chunk).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+import msgspec
+from fastapi import Request, Response
+
+from sie import __version__
+from sie.adapters.generation.grammar import GrammarSpec
+from sie.adapters.generation.sampling import TokenLogprob
+from sie.catalog.errors import InvalidInput
+from sie.engine.ops.generate import Delta, Finished, GenerationAsk, Running
+from sie.errors import told
+from sie.http.parts import model_path
+from sie.http.routes import PostRoute
+from sie.server.api.native import engine_of, model_of
+from sie.server.api.sse import DONE, KEEP_ALIVE, data, event_stream, with_keep_alive
+from sie.wire import codec
+from sie.wire.generation import (
+    ChunkError,
+    GenerateChunk,
+    GenerateRequest,
+    GenerateResponse,
+    GenerateUsage,
+    GrammarBody,
+)
+
+# What ``options`` may set besides the typed fields (which win over it).
+_OPTIONS: Final = frozenset(
+    {"temperature", "top_p", "top_k", "seed", "frequency_penalty", "presence_penalty"}
+)
+
+
+def catalog_id(safe: str) -> str:
+    """The catalogue id of a SIE-safe path id."""
+    if "/" in safe:
+        raise InvalidInput(
+            f"Model id '{safe}' must use the SIE-safe form with '__' instead of '/' "
+            f"('{safe.replace('/', '__')}')"
+        )
+    return safe.replace("__", "/")
+
+
+def grammar_of(body: GrammarBody | None) -> tuple[GrammarSpec | None, bool]:
+    if body is None:
+        return None, False
+    given = [
+        spec
+        for spec in (
+            GrammarSpec.json_schema(body.json_schema) if body.json_schema is not None else None,
+            GrammarSpec("regex", body.regex) if body.regex is not None else None,
+            GrammarSpec("ebnf", body.ebnf) if body.ebnf is not None else None,
+        )
+        if spec is not None
+    ]
+    if len(given) != 1:
+        raise InvalidInput("'grammar' must set exactly one of 'json_schema', 'regex' and 'ebnf'")
+    if given[0].kind == "ebnf" and body.strict:
+        raise InvalidInput("'grammar.strict' is not supported with 'ebnf': its output cannot be verified")
+    return given[0], bool(body.strict)
+
+
+def logit_bias_of(bias: dict[str, float] | None) -> dict[int, float]:
+    """OpenAI's token-id strings as ids (the model's vocabulary is checked when the model is known)."""
+    if not bias:
+        return {}
+    try:
+        return {int(token): value for token, value in bias.items()}
+    except ValueError:
+        raise InvalidInput("'logit_bias' keys must be token ids (integers as strings)") from None
+
+
+def ask_of(body: GenerateRequest) -> GenerationAsk:
+    if body.images:
+        raise InvalidInput("Image inputs to generation are not supported by this server yet")
+    if body.lora_adapter is not None:
+        raise InvalidInput("'lora_adapter' is not supported for generation")
+    if (body.logprobs or body.top_logprobs is not None) and not body.stream:
+        raise InvalidInput("'logprobs' is supported only with 'stream': true")
+    if body.top_logprobs is not None and not body.logprobs:
+        raise InvalidInput("'top_logprobs' requires 'logprobs': true")
+    options = dict(body.options or {})
+    unknown = sorted(set(options) - _OPTIONS)
+    if unknown:
+        raise InvalidInput(f"Unknown generation options {unknown}; allowed: {sorted(_OPTIONS)}")
+    typed = {
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "seed": body.seed,
+        "frequency_penalty": body.frequency_penalty,
+        "presence_penalty": body.presence_penalty,
+        "logit_bias": logit_bias_of(body.logit_bias) or None,
+        "top_logprobs": (body.top_logprobs or 0) if body.logprobs else None,
+    }
+    grammar, strict = grammar_of(body.grammar)
+    return GenerationAsk(
+        max_new_tokens=body.max_new_tokens,
+        prompt=body.prompt,
+        sampling=options | {k: v for k, v in typed.items() if v is not None},
+        stop=tuple(body.stop or ()),
+        grammar=grammar,
+        strict=strict,
+    )
+
+
+def usage_of(finished: Finished) -> GenerateUsage:
+    total = finished.prompt_tokens + finished.completion_tokens
+    return GenerateUsage(finished.prompt_tokens, finished.completion_tokens, total)
+
+
+def per_token_ms(finished: Finished) -> float | None:
+    """The time per output token after the first (``tpot_ms``)."""
+    if finished.completion_tokens < 2:
+        return None
+    return (finished.elapsed_s - finished.ttft_s) * 1000 / (finished.completion_tokens - 1)
+
+
+async def generate(request: Request) -> Response:
+    engine = engine_of(request)
+    model = catalog_id(model_of(request))
+    engine.require(model)
+    raw = await request.body()
+    body = codec.decode(raw, request.headers.get("content-type"), GenerateRequest)
+    running = await engine.generate(model, ask_of(body))
+    headers = {"X-SIE-Server-Version": __version__}
+    if body.stream:
+        return event_stream(running, _Chunks().render, headers)
+    finished = await running.finished()
+    result = GenerateResponse(
+        model=model,
+        text=finished.text,
+        finish_reason=finished.finish_reason,
+        usage=usage_of(finished),
+        ttft_ms=finished.ttft_s * 1000,
+        tpot_ms=per_token_ms(finished),
+    )
+    as_json = not codec.is_msgpack(request.headers.get("accept"))  # JSON unless msgpack is asked for
+    return Response(
+        codec.encode(result, as_json=as_json), media_type=codec.media_type(as_json=as_json), headers=headers
+    )
+
+
+class _Chunks:
+    """The native chunks of one stream, numbered from 0."""
+
+    def __init__(self) -> None:
+        self._id = f"gen-{uuid.uuid4().hex}"
+        self._seq = 0
+
+    def _chunk(self, **fields: Any) -> bytes:
+        chunk = GenerateChunk(request_id=self._id, seq=self._seq, **fields)
+        self._seq += 1
+        return data(msgspec.json.encode(chunk))
+
+    @staticmethod
+    def _logprobs(running: Running, logprobs: tuple[TokenLogprob, ...]) -> list[dict[str, Any]] | None:
+        if not logprobs:
+            return None
+        piece = running.piece
+        return [
+            {
+                "token": piece(one.token),
+                "token_id": one.token,
+                "logprob": one.logprob,
+                "top_logprobs": [{"token": piece(t), "token_id": t, "logprob": lp} for t, lp in one.top],
+            }
+            for one in logprobs
+        ]
+
+    async def render(self, running: Running) -> AsyncIterator[bytes]:
+        try:
+            async for event in with_keep_alive(running.events()):
+                if event is None:
+                    yield KEEP_ALIVE
+                elif isinstance(event, Delta):
+                    yield self._chunk(
+                        text_delta=event.text, done=False, logprobs=self._logprobs(running, event.logprobs)
+                    )
+                else:
+                    yield self._chunk(
+                        text_delta="",
+                        done=True,
+                        finish_reason=event.finish_reason,
+                        usage=usage_of(event),
+                        ttft_ms=event.ttft_s * 1000,
+                    )
+        except Exception as exc:  # after the first chunk the status is sent: the error is a chunk
+            rule, message = told(exc)
+            yield self._chunk(text_delta="", done=True, error=ChunkError(str(rule.code), message))
+        yield DONE
+
+
+ROUTES = (PostRoute(model_path("/v1/generate"), generate, ("generate",), GenerateRequest, GenerateResponse),)
