@@ -1,0 +1,263 @@
+"""Generation through a real server: the native route and OpenAI's, with real clients.
+
+One server runs two generative ids of the shipped catalogue on small random models built from their
+architectures' configs (tests/builders.py): ``Qwen/Qwen3-0.6B`` (Qwen3) and ``defog/sqlcoder-7b-2``
+(Llama). Every answer is held to transformers' own greedy ``generate`` on the same weights; the
+``openai`` client streams a chat completion; the public ``sie-sdk`` 0.10.1 calls ``generate``,
+``stream_generate``, ``chat_completions`` and ``stream_chat_completions``; a JSON Schema response
+validates; bad requests get their 4xx and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import jsonschema
+import msgpack
+import pytest
+import torch
+from openai import OpenAI
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from tests import builders
+from tests.conftest import MODELS_DIR
+from tests.e2e.conftest import Server, run_server
+
+QWEN = "Qwen/Qwen3-0.6B"
+LLAMA = "defog/sqlcoder-7b-2"
+PROMPT = "Vector search finds"
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "The quick brown fox"}]
+SCHEMA = {
+    "type": "object",
+    "properties": {"color": {"enum": ["red", "green"]}, "n": {"type": "integer", "minimum": 0, "maximum": 9}},
+    "required": ["color", "n"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("generative")
+    return {
+        QWEN: builders.generative(root / "qwen3", "Qwen3"),
+        LLAMA: builders.generative(root / "llama", "Llama"),
+    }
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, weights) -> Iterator[Server]:
+    models = tmp_path_factory.mktemp("generative-models")
+    minilm = "sentence-transformers__all-MiniLM-L6-v2.yaml"  # the model every test server preloads
+    (models / minilm).write_text((MODELS_DIR / minilm).read_text())
+    for sie_id, folder in weights.items():
+        name = sie_id.replace("/", "__") + ".yaml"
+        text = (
+            (MODELS_DIR / name)
+            .read_text()
+            .replace("compute_precision: bfloat16", "compute_precision: float32")
+        )
+        (models / name).write_text(text + f"weights_path: {json.dumps(str(folder))}\n")
+    env = {"SIE_MODELS_DIR": str(models)}
+    with run_server(tmp_path_factory.mktemp("generate-server"), env) as running:
+        for sie_id in weights:  # the OpenAI routes load a cold model before answering
+            body = {"model": sie_id, "messages": MESSAGES, "max_tokens": 1}
+            assert running.client.post("/v1/chat/completions", json=body, timeout=120).status_code == 200
+        yield running
+
+
+def reference(folder: Path, text: str, new_tokens: int) -> str:
+    """transformers' greedy ``generate`` on the same weights, decoded as the server decodes."""
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa").eval()
+    ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=new_tokens, do_sample=False)
+    return str(tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True))
+
+
+def chat_prompt(folder: Path) -> str:
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    return str(tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False))
+
+
+def sse(response: httpx.Response) -> list[dict]:
+    events = []
+    for line in response.iter_lines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            events.append(json.loads(line[len("data: ") :]))
+    return events
+
+
+@pytest.mark.parametrize("sie_id", [QWEN, LLAMA])
+def test_native_generate_equals_transformers_whole_and_streamed(server, weights, sie_id) -> None:
+    want = reference(weights[sie_id], PROMPT, 20)
+    path = f"/v1/generate/{sie_id.replace('/', '__')}"
+    body = {"prompt": PROMPT, "max_new_tokens": 20}
+    whole = server.client.post(path, json=body, headers={"accept": "application/json"})
+    assert whole.status_code == 200, whole.text
+    result = whole.json()
+    assert result["model"] == sie_id and result["text"] == want
+    usage = result["usage"]
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    assert result["finish_reason"] in ("stop", "length") and result["ttft_ms"] > 0
+    packed = server.client.post(
+        path,
+        content=msgpack.packb(body),
+        headers={"content-type": "application/msgpack", "accept": "application/msgpack"},
+    )
+    assert packed.headers["content-type"] == "application/msgpack"
+    assert msgpack.unpackb(packed.content)["text"] == want
+    with server.client.stream("POST", path, json=body | {"stream": True}) as streamed:
+        assert streamed.headers["content-type"].startswith("text/event-stream")
+        chunks = sse(streamed)
+    assert [c["seq"] for c in chunks] == list(range(len(chunks)))
+    assert "".join(c["text_delta"] for c in chunks) == want
+    assert [c["done"] for c in chunks].count(True) == 1 and chunks[-1]["done"]
+    assert chunks[-1]["usage"] == usage and chunks[-1]["finish_reason"] == result["finish_reason"]
+
+
+def test_openai_client_streams_a_chat_completion_equal_to_the_whole_one(server, weights) -> None:
+    client = OpenAI(base_url=f"{server.url}/v1", api_key="unused")
+    want = reference(weights[QWEN], chat_prompt(weights[QWEN]), 16)
+    whole = client.chat.completions.create(model=QWEN, messages=MESSAGES, max_tokens=16)
+    assert whole.choices[0].message.content == want
+    assert whole.usage.completion_tokens == 16 or whole.choices[0].finish_reason == "stop"
+    stream = client.chat.completions.create(
+        model=QWEN, messages=MESSAGES, max_tokens=16, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == want
+    assert chunks[-1].choices == [] and chunks[-1].usage == whole.usage
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == whole.choices[0].finish_reason
+
+
+def test_a_json_schema_response_validates_and_tools_come_back_as_tool_calls(server) -> None:
+    client = OpenAI(base_url=f"{server.url}/v1", api_key="unused")
+    answer = client.chat.completions.create(
+        model=QWEN,
+        messages=MESSAGES,
+        max_tokens=40,
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "pick", "schema": SCHEMA, "strict": True},
+        },
+    )
+    jsonschema.validate(json.loads(answer.choices[0].message.content), SCHEMA)
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"enum": ["Paris", "Rome"]}},
+                    "required": ["city"],
+                    "additionalProperties": False,
+                },
+            },
+        }
+    ]
+    forced = client.chat.completions.create(
+        model=QWEN, messages=MESSAGES, max_tokens=60, tools=tools, tool_choice="required"
+    )
+    choice = forced.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments)["city"] in ("Paris", "Rome")
+    streamed = client.chat.completions.create(
+        model=QWEN, messages=MESSAGES, max_tokens=60, tools=tools, tool_choice="required", stream=True
+    )
+    deltas = [c.choices[0].delta for c in streamed if c.choices]
+    calls = [d.tool_calls[0] for d in deltas if d.tool_calls]
+    assert calls and calls[0].function.name == "get_weather"
+
+
+def test_completions_and_responses(server, weights) -> None:
+    client = OpenAI(base_url=f"{server.url}/v1", api_key="unused")
+    want = reference(weights[QWEN], PROMPT, 8)
+    completion = client.completions.create(model=QWEN, prompt=PROMPT, max_tokens=8)
+    assert completion.choices[0].text == want and completion.object == "text_completion"
+    streamed = client.completions.create(model=QWEN, prompt=PROMPT, max_tokens=8, stream=True)
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == want
+    response = client.responses.create(model=QWEN, input="The quick brown fox", max_output_tokens=8)
+    assert response.status in ("completed", "incomplete") and response.usage.output_tokens <= 8
+    with client.responses.stream(model=QWEN, input="The quick brown fox", max_output_tokens=8) as events:
+        deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+        final = events.get_final_response()
+    assert "".join(deltas) == final.output_text == response.output_text
+
+
+def test_bad_requests_are_refused_with_their_codes_and_the_server_keeps_serving(server) -> None:
+    post = server.client.post
+    native = f"/v1/generate/{QWEN.replace('/', '__')}"
+    cases = [
+        (f"/v1/generate/{QWEN}", {"prompt": "x", "max_new_tokens": 1}, 400, "INVALID_INPUT"),
+        (native, {"prompt": "", "max_new_tokens": 1}, 400, "INVALID_INPUT"),
+        (native, {"prompt": "x", "max_new_tokens": 0}, 400, "INVALID_INPUT"),
+        (native, {"prompt": "x", "max_new_tokens": 100000}, 400, "INVALID_INPUT"),
+        (native, {"prompt": "x " * 3000, "max_new_tokens": 1000}, 400, "INPUT_TOO_LONG"),
+        (
+            native,
+            {"prompt": "x", "max_new_tokens": 2, "grammar": {"regex": "[unclosed"}},
+            400,
+            "INVALID_INPUT",
+        ),
+        (native, {"prompt": "x", "max_new_tokens": 2, "logprobs": True}, 400, "INVALID_INPUT"),
+        (native, {"prompt": "x", "max_new_tokens": 2, "top_p": 0}, 400, "INVALID_INPUT"),
+        (native, {"prompt": "x", "max_new_tokens": 2, "options": {"nope": 1}}, 400, "INVALID_INPUT"),
+        ("/v1/generate/nope__missing", {"prompt": "x", "max_new_tokens": 1}, 404, "MODEL_NOT_FOUND"),
+        (f"/v1/encode/{QWEN}", {"items": [{"text": "x"}]}, 400, "INVALID_INPUT"),
+    ]
+    for path, body, status, code in cases:
+        answer = post(path, json=body, headers={"accept": "application/json"})
+        assert answer.status_code == status, (path, body, answer.text)
+        assert answer.json()["detail"]["code"] == code, (path, body, answer.text)
+    openai = post("/v1/chat/completions", json={"model": QWEN, "messages": [], "max_tokens": 1})
+    assert openai.status_code == 400 and openai.json()["error"]["code"] == "invalid_request"
+    missing = post("/v1/chat/completions", json={"model": "nope/missing", "messages": MESSAGES})
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+    assert post(native, json={"prompt": "x", "max_new_tokens": 2}).status_code == 200
+
+
+PUBLIC_SDK = textwrap.dedent(
+    """
+    import json, sys
+    from sie_sdk import SIEClient
+    url, model, prompt, messages = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+    client = SIEClient(url)
+    whole = client.generate(model, prompt, max_new_tokens=12)
+    chunks = list(client.stream_generate(model, prompt, max_new_tokens=12))
+    chat = client.chat_completions(model, messages, max_tokens=12)
+    chat_chunks = list(client.stream_chat_completions(model, messages, max_tokens=12))
+    def plain(value):
+        return json.loads(json.dumps(value, default=lambda o: getattr(o, "__dict__", str(o))))
+    print(json.dumps({
+        "whole": plain(dict(whole)),
+        "chunks": [plain(dict(c)) for c in chunks],
+        "chat": plain(chat),
+        "chat_chunks": [plain(c) for c in chat_chunks],
+    }))
+    """
+)
+
+
+def test_the_public_sdk_generates_streams_and_chats(server, weights, run_public_sdk) -> None:
+    got = run_public_sdk(PUBLIC_SDK, server.url, QWEN, PROMPT, json.dumps(MESSAGES))
+    want = reference(weights[QWEN], PROMPT, 12)
+    assert got["whole"]["text"] == want
+    assert got["whole"]["usage"]["completion_tokens"] <= 12
+    assert "".join(c["text_delta"] for c in got["chunks"]) == want
+    assert got["chunks"][-1]["done"] is True
+    chat_want = reference(weights[QWEN], chat_prompt(weights[QWEN]), 12)
+    assert got["chat"]["choices"][0]["message"]["content"] == chat_want
+    streamed = "".join(
+        (c["choices"][0]["delta"].get("content") or "") for c in got["chat_chunks"] if c.get("choices")
+    )
+    assert streamed == chat_want
