@@ -790,3 +790,40 @@ def run_integration(public_python: Path, tmp_path_factory: pytest.TempPathFactor
         "LANGSMITH_TRACING": "false",
     }
     return script_runner(public_python, tmp_path_factory.mktemp("integrations"), "integration", env, 300)
+
+
+# Two generative ids of the shipped catalogue on small random models of their architectures.
+GENERATIVE_QWEN = "Qwen/Qwen3-0.6B"
+GENERATIVE_LLAMA = "defog/sqlcoder-7b-2"
+
+
+@pytest.fixture(scope="session")
+def generative_weights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("generative")
+    return {
+        GENERATIVE_QWEN: builders.generative(root / "qwen3", "Qwen3"),
+        GENERATIVE_LLAMA: builders.generative(root / "llama", "Llama"),
+    }
+
+
+@pytest.fixture(scope="session")
+def generation_server(
+    tmp_path_factory: pytest.TempPathFactory, generative_weights: dict[str, Path]
+) -> Iterator[Server]:
+    models = tmp_path_factory.mktemp("generative-models")
+    minilm = "sentence-transformers__all-MiniLM-L6-v2.yaml"  # the model every test server preloads
+    (models / minilm).write_text((MODELS_DIR / minilm).read_text())
+    for sie_id, folder in generative_weights.items():
+        name = sie_id.replace("/", "__") + ".yaml"
+        text = (
+            (MODELS_DIR / name)
+            .read_text()
+            .replace("compute_precision: bfloat16", "compute_precision: float32")
+        )
+        (models / name).write_text(text + f"weights_path: {json.dumps(str(folder))}\n")
+    env = {"SIE_MODELS_DIR": str(models)}
+    with run_server(tmp_path_factory.mktemp("generate-server"), env) as running:
+        for sie_id in generative_weights:  # the OpenAI routes load a cold model before answering
+            body = {"model": sie_id, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+            assert running.client.post("/v1/chat/completions", json=body, timeout=120).status_code == 200
+        yield running

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -23,13 +22,23 @@ import torch
 from openai import OpenAI
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tests import builders
-from tests.conftest import MODELS_DIR
-from tests.e2e.conftest import Server, run_server
+from tests.e2e.conftest import GENERATIVE_LLAMA as LLAMA
+from tests.e2e.conftest import GENERATIVE_QWEN as QWEN
+from tests.e2e.conftest import Server
 
-QWEN = "Qwen/Qwen3-0.6B"
-LLAMA = "defog/sqlcoder-7b-2"
 PROMPT = "Vector search finds"
+
+
+@pytest.fixture(scope="module")
+def server(generation_server: Server) -> Server:
+    return generation_server
+
+
+@pytest.fixture(scope="module")
+def weights(generative_weights: dict[str, Path]) -> dict[str, Path]:
+    return generative_weights
+
+
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "The quick brown fox"}]
 SCHEMA = {
     "type": "object",
@@ -37,36 +46,6 @@ SCHEMA = {
     "required": ["color", "n"],
     "additionalProperties": False,
 }
-
-
-@pytest.fixture(scope="module")
-def weights(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("generative")
-    return {
-        QWEN: builders.generative(root / "qwen3", "Qwen3"),
-        LLAMA: builders.generative(root / "llama", "Llama"),
-    }
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory, weights) -> Iterator[Server]:
-    models = tmp_path_factory.mktemp("generative-models")
-    minilm = "sentence-transformers__all-MiniLM-L6-v2.yaml"  # the model every test server preloads
-    (models / minilm).write_text((MODELS_DIR / minilm).read_text())
-    for sie_id, folder in weights.items():
-        name = sie_id.replace("/", "__") + ".yaml"
-        text = (
-            (MODELS_DIR / name)
-            .read_text()
-            .replace("compute_precision: bfloat16", "compute_precision: float32")
-        )
-        (models / name).write_text(text + f"weights_path: {json.dumps(str(folder))}\n")
-    env = {"SIE_MODELS_DIR": str(models)}
-    with run_server(tmp_path_factory.mktemp("generate-server"), env) as running:
-        for sie_id in weights:  # the OpenAI routes load a cold model before answering
-            body = {"model": sie_id, "messages": MESSAGES, "max_tokens": 1}
-            assert running.client.post("/v1/chat/completions", json=body, timeout=120).status_code == 200
-        yield running
 
 
 def reference(folder: Path, text: str, new_tokens: int) -> str:
