@@ -214,3 +214,13 @@ def test_text_stream_holds_back_partial_characters_and_stop_sequences() -> None:
     held = TextStream(decode, stop=("lo!",))
     assert held.push([1]) == "He"  # the "l" may begin "lo!"
     assert held.push([1, 2]) == "llo "
+
+
+def test_repetition_penalty_equals_transformers(qwen3, qwen3_folder) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(qwen3_folder)
+    reference = AutoModelForCausalLM.from_pretrained(qwen3_folder, attn_implementation="sdpa").eval()
+    ids = tokenizer(PROMPTS[3], return_tensors="pt", add_special_tokens=False).input_ids
+    with torch.no_grad():
+        out = reference.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False, repetition_penalty=1.5)
+    ours = asyncio.run(_tokens(qwen3, PROMPTS[3], NEW_TOKENS, Sampling(repetition_penalty=1.5)))
+    assert ours.tokens == out[0, ids.shape[1] :].tolist()

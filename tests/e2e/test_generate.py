@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import time
 from pathlib import Path
 
 import httpx
@@ -240,3 +241,36 @@ def test_the_public_sdk_generates_streams_and_chats(server, weights, run_public_
         (c["choices"][0]["delta"].get("content") or "") for c in got["chat_chunks"] if c.get("choices")
     )
     assert streamed == chat_want
+
+
+def queue_depth(server: Server, model: str) -> float:
+    for line in server.client.get("/metrics").text.splitlines():
+        if line.startswith("sie_queue_depth{") and f'model="{model}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_client_that_goes_away_cancels_its_generation(server) -> None:
+    path = f"/v1/generate/{QWEN.replace('/', '__')}"
+    body = {"prompt": PROMPT, "max_new_tokens": 900, "stream": True}
+    with (
+        httpx.Client(base_url=server.url, timeout=30) as client,
+        client.stream("POST", path, json=body) as stream,
+    ):
+        lines = stream.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))
+        assert queue_depth(server, QWEN) == 1  # running, counted where KEDA and eviction look
+    deadline = time.monotonic() + 10
+    while queue_depth(server, QWEN) != 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert queue_depth(server, QWEN) == 0
+    answer = server.client.post(path, json={"prompt": PROMPT, "max_new_tokens": 2})
+    assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 2
+
+
+def test_an_unknown_openai_field_is_refused_by_name(server) -> None:
+    body = {"model": QWEN, "messages": MESSAGES, "max_tokens": 2, "reasoning_effort": "high"}
+    answer = server.client.post("/v1/chat/completions", json=body)
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert error["code"] == "unsupported_field" and "reasoning_effort" in error["message"]

@@ -22,6 +22,7 @@ from functools import partial
 from pathlib import Path
 
 from sie.adapters.contract import Adapter, TakesLora
+from sie.adapters.generation.causal_lm import CausalLmGenerator
 from sie.catalog.admission import RequestLimits
 from sie.catalog.catalog import Catalog, CatalogEntry
 from sie.catalog.errors import InvalidInput, ModelNotFound
@@ -123,9 +124,15 @@ class ModelRegistry:
         return list(self._slots.values())
 
     def queue_depth(self, name: str) -> int:
-        """Items queued or running on the model's worker; 0 when it has none (not loaded)."""
+        """Items queued or running on the model's worker, and a generative model's generations
+        running; 0 when it has none (not loaded)."""
         worker = self._workers.get(name)
-        return worker.pending_items if worker is not None else 0
+        pending = worker.pending_items if worker is not None else 0
+        slot = self._slots.get(name)
+        adapter = slot.model.adapter if slot is not None and slot.model is not None else None
+        if isinstance(adapter, CausalLmGenerator):
+            pending += adapter.running
+        return pending
 
     def require(self, name: str) -> CatalogEntry:
         """The entry of a served id, else ``ModelNotFound``: routes call it before reading a body, so an
@@ -182,7 +189,7 @@ class ModelRegistry:
         )
         worker.start()
         self._workers[name] = worker
-        self._metrics.queue_depth.labels(name).set_function(lambda: worker.pending_items)
+        self._metrics.queue_depth.labels(name).set_function(lambda: self.queue_depth(name))
         self._residency.loaded(name)
         if self._limits.instrumentation:
             self._statistics[name] = BatchStatistics(name, model.adapter.packs_tokens)
@@ -286,8 +293,7 @@ class ModelRegistry:
         return sum(slot.model.memory_bytes for slot in self._slots.values() if slot.model is not None)
 
     def _busy(self, name: str) -> bool:
-        worker = self._workers.get(name)
-        return worker is not None and worker.pending_items > 0
+        return self.queue_depth(name) > 0
 
     def _under_pressure(self) -> bool:
         return self._gauge.used_percent() > self._limits.memory_threshold_percent

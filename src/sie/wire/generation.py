@@ -146,6 +146,9 @@ class _Sampled(msgspec.Struct):
     presence_penalty: _Penalty | None = None
     logit_bias: _LogitBias | None = None
     user: str | None = None
+    repetition_penalty: Annotated[float, msgspec.Meta(gt=0.0, le=2.0)] | None = None  # vLLM's, SGLang's
+    safety_identifier: str | None = None  # validated and dropped, as the public gateway does
+    lora_adapter: str | None = None
     # SGLang's structured-output extensions, beside ``response_format``.
     regex: str | None = None
     ebnf: str | None = None
@@ -162,6 +165,8 @@ class ChatCompletionRequest(_Sampled):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    best_of: int | None = None
+    include_reasoning: bool | None = None
 
 
 class CompletionRequest(_Sampled):

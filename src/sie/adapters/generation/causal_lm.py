@@ -87,6 +87,7 @@ class Generation:
         if finished:
             self._done = True
             self._owner.forget(self._slot)
+            self._owner.running -= 1
         return Progress(list(output.generated_tokens), logprobs, finished, output.error)
 
     def close(self) -> None:
@@ -94,6 +95,7 @@ class Generation:
         if not self._done:
             self._done = True
             self._owner.cancel(self.request_id, self._slot)
+            self._owner.running -= 1
 
 
 class CausalLmGenerator:
@@ -130,6 +132,7 @@ class CausalLmGenerator:
         self.grammars = Grammars(self.hf_tokenizer, self.eos)
         self._samplers = RowSamplers()
         self._ids = itertools.count()
+        self.running = 0  # generations started and not yet finished or cancelled (the queue depth)
         self._manager = self._start_manager(spec)
 
     @classmethod
@@ -192,14 +195,19 @@ class CausalLmGenerator:
         self, prompt: list[int], max_new_tokens: int, sampling: Sampling, constraint: Constraint | None
     ) -> Generation:
         """Queue a request (on the event loop: its results arrive there)."""
-        sampler = RowSampler(sampling, constraint, self.eos)
+        sampler = RowSampler(sampling, constraint, self.eos, prompt)
         slot = self._samplers.add(sampler)
         request_id = f"sie-{next(self._ids)}"
         generation = Generation(self, request_id, slot, sampler)
         self._manager.register_result_handler(request_id, generation.deliver)
-        self._manager.add_request(
-            prompt, request_id=request_id, max_new_tokens=max_new_tokens, streaming=True, sie_slot=slot
-        )
+        try:
+            self._manager.add_request(
+                prompt, request_id=request_id, max_new_tokens=max_new_tokens, streaming=True, sie_slot=slot
+            )
+        except BaseException:
+            self.cancel(request_id, slot)
+            raise
+        self.running += 1
         return generation
 
     def forget(self, slot: int) -> None:

@@ -45,6 +45,7 @@ class Sampling:
     seed: int | None = None
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0  # transformers' (CTRL's): every token of the prompt and output
     logit_bias: dict[int, float] = field(default_factory=dict)
     top_logprobs: int | None = None  # None: no logprobs; 0: the chosen token's alone
 
@@ -63,8 +64,15 @@ class TokenLogprob:
 class RowSampler:
     """The sampling state of one running request: its generator, token counts and grammar."""
 
-    def __init__(self, sampling: Sampling, constraint: TokenConstraint | None, eos: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        sampling: Sampling,
+        constraint: TokenConstraint | None,
+        eos: tuple[int, ...],
+        prompt: list[int] | None = None,
+    ) -> None:
         self.sampling = sampling
+        self._prompt = frozenset(prompt or ()) if sampling.repetition_penalty != 1.0 else frozenset()
         self.constraint = constraint
         self._eos = eos
         self._counts: Counter[int] = Counter()
@@ -79,6 +87,7 @@ class RowSampler:
             and not s.logit_bias
             and s.frequency_penalty == 0.0
             and s.presence_penalty == 0.0
+            and s.repetition_penalty == 1.0
             and s.top_logprobs is None
         )
 
@@ -92,6 +101,13 @@ class RowSampler:
             ids = torch.tensor(list(self._counts), dtype=torch.long, device=row.device)
             counts = torch.tensor(list(self._counts.values()), dtype=row.dtype, device=row.device)
             row.index_add_(0, ids, -(counts * s.frequency_penalty + s.presence_penalty))
+        if s.repetition_penalty != 1.0:
+            ids = torch.tensor(
+                sorted(self._prompt | self._counts.keys()), dtype=torch.long, device=row.device
+            )
+            if ids.numel():
+                seen = row[ids]
+                row[ids] = torch.where(seen > 0, seen / s.repetition_penalty, seen * s.repetition_penalty)
         if self.constraint is not None:
             allowed = self.constraint.allowed(row.numel())
             if allowed is not None:

@@ -14,7 +14,7 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
@@ -106,7 +106,8 @@ async def start(parts: Parts, model: str, ask: GenerationAsk, wait_loaded: bool 
             )
         constraint = await _constraint(adapter, ask.grammar)
         generation = adapter.start(prompt, max_new, _sampling(entry, ask), constraint)
-        return Running(stack.pop_all(), adapter, generation, ask, len(prompt), started)
+        tokens = parts.metrics.tokens.labels(entry.name)
+        return Running(stack.pop_all(), adapter, generation, ask, len(prompt), started, tokens.inc)
     raise AssertionError("unreachable")
 
 
@@ -122,15 +123,19 @@ class Running:
         ask: GenerationAsk,
         prompt_tokens: int,
         started: float,
+        count_tokens: Callable[[int], None],
     ) -> None:
         self._held, self._adapter, self._generation = held, adapter, generation
         self._ask, self.prompt_tokens, self._started = ask, prompt_tokens, started
+        self._count_tokens = count_tokens  # ``sie_tokens_total``: the prompt and the output
 
     async def events(self) -> AsyncIterator[Event]:
         try:
             async for event in _events(
                 self._adapter, self._generation, self._ask, self.prompt_tokens, self._started
             ):
+                if isinstance(event, Finished):
+                    self._count_tokens(event.prompt_tokens + event.completion_tokens)
                 yield event
         finally:
             self.close()

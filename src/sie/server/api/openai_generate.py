@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 from fastapi import Request, Response
@@ -34,6 +34,7 @@ from sie.http.errors import openai_error_response
 from sie.http.routes import PostRoute
 from sie.server.api.generate import logit_bias_of
 from sie.server.api.native import engine_of
+from sie.server.api.openai_compat import OpenAIError
 from sie.server.api.sse import DONE, KEEP_ALIVE, data, event_stream, with_keep_alive
 from sie.wire import codec
 from sie.wire.generation import (
@@ -43,6 +44,8 @@ from sie.wire.generation import (
     ResponseFormat,
     ResponsesRequest,
 )
+
+T = TypeVar("T", bound=msgspec.Struct)
 
 _HEADERS: Final = {"X-SIE-Server-Version": __version__}
 _FINISH: Final = {"stop": "stop", "length": "length"}
@@ -59,6 +62,30 @@ def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
     if len(stops) > 4:
         raise InvalidInput("'stop' takes at most 4 sequences")
     return stops
+
+
+def _decoded(raw: bytes, into: type[T]) -> T:
+    """The body as ``into``; a field the route does not know is refused (400 ``unsupported_field``,
+    as the public gateway does) rather than silently ignored."""
+    try:
+        fields = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        fields = None
+    if isinstance(fields, dict):
+        known = {f.encode_name for f in msgspec.structs.fields(into)}
+        unknown = sorted(set(fields) - known)
+        if unknown:
+            raise OpenAIError(400, f"Unsupported field '{unknown[0]}'", "unsupported_field")
+    return codec.decode(raw, codec.JSON, into, strict=False)
+
+
+def _refuse_unsupported(lora_adapter: str | None, best_of: int | None = None) -> None:
+    if lora_adapter is not None:
+        raise OpenAIError(
+            400, "Unsupported field 'lora_adapter': generation runs the base model", "unsupported_field"
+        )
+    if best_of not in (None, 1):
+        raise OpenAIError(400, "'best_of' must be 1", "unsupported_field")
 
 
 def _one_choice(n: int | None) -> None:
@@ -94,6 +121,7 @@ def _sampling(body: ChatCompletionRequest | CompletionRequest, top_logprobs: int
         "seed": body.seed,
         "frequency_penalty": body.frequency_penalty,
         "presence_penalty": body.presence_penalty,
+        "repetition_penalty": body.repetition_penalty,
         "logit_bias": logit_bias_of(body.logit_bias) or None,
         "top_logprobs": top_logprobs,
     }
@@ -142,6 +170,7 @@ def _arguments(call: dict[str, Any]) -> Any:
 
 def _chat_ask(body: ChatCompletionRequest) -> GenerationAsk:
     _one_choice(body.n)
+    _refuse_unsupported(body.lora_adapter, body.best_of)
     grammar, strict = _format_grammar(body.response_format, body.regex, body.ebnf)
     tools = body.tools if body.tools and body.tool_choice != "none" else None
     choice = body.tool_choice
@@ -193,9 +222,11 @@ def _chat_logprobs(running: Running, logprobs: list[TokenLogprob]) -> dict[str, 
 async def chat_completions(request: Request) -> Response:
     engine = engine_of(request)
     try:
-        body = codec.decode(await request.body(), codec.JSON, ChatCompletionRequest, strict=False)
+        body = _decoded(await request.body(), ChatCompletionRequest)
         ask = _chat_ask(body)
         running = await engine.generate(body.model, ask, wait_loaded=True)
+    except OpenAIError as exc:
+        return exc.response()
     except Exception as exc:
         return openai_error_response(exc)
     reply = _Reply(running, body.model, "chatcmpl", with_tools=ask.tools is not None)
@@ -370,12 +401,11 @@ def _error_body(exc: Exception) -> dict[str, Any]:
 async def completions(request: Request) -> Response:
     engine = engine_of(request)
     try:
-        body = codec.decode(await request.body(), codec.JSON, CompletionRequest, strict=False)
+        body = _decoded(await request.body(), CompletionRequest)
         _one_choice(body.n)
+        _refuse_unsupported(body.lora_adapter, body.best_of)
         if body.suffix:
-            raise InvalidInput("'suffix' is not supported")
-        if body.best_of not in (None, 1):
-            raise InvalidInput("'best_of' must be 1")
+            raise OpenAIError(400, "Unsupported field 'suffix'", "unsupported_field")
         prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
         if len(prompts) != 1 or not prompts[0]:
             raise InvalidInput("'prompt' must be one non-empty string")
@@ -391,6 +421,8 @@ async def completions(request: Request) -> Response:
         if body.logprobs:
             raise InvalidInput("'logprobs' is not supported on /v1/completions; use /v1/chat/completions")
         running = await engine.generate(body.model, ask, wait_loaded=True)
+    except OpenAIError as exc:
+        return exc.response()
     except Exception as exc:
         return openai_error_response(exc)
     reply = _Reply(running, body.model, "cmpl")
@@ -475,8 +507,10 @@ def _response_object(reply: _Reply, text: str, status: str, finished: Finished |
 async def responses(request: Request) -> Response:
     engine = engine_of(request)
     try:
-        body = codec.decode(await request.body(), codec.JSON, ResponsesRequest, strict=False)
+        body = _decoded(await request.body(), ResponsesRequest)
         running = await engine.generate(body.model, _responses_ask(body), wait_loaded=True)
+    except OpenAIError as exc:
+        return exc.response()
     except Exception as exc:
         return openai_error_response(exc)
     reply = _Reply(running, body.model, "resp")
