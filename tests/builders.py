@@ -1543,14 +1543,14 @@ def _generative_config(architecture: str, vocab_size: int, eos: int, pad: int) -
         "pad_token_id": pad,
         "bos_token_id": None,
     }
-    if architecture in ("Qwen3", "Gemma3Text"):
+    if architecture in ("Qwen3", "Gemma3Text", "HunYuanDenseV1"):
         common["head_dim"] = 16
     if architecture == "Gemma3Text":
         common["sliding_window"] = 64
     return getattr(transformers, f"{architecture}Config")(**common)
 
 
-GENERATIVE_ARCHITECTURES = ("Qwen3", "Qwen2", "Llama", "Granite", "Gemma3Text")
+GENERATIVE_ARCHITECTURES = ("Qwen3", "Qwen2", "Llama", "Granite", "Gemma3Text", "HunYuanDenseV1")
 
 
 def generative(folder: Path, architecture: str = "Qwen3", seed: int = 0) -> Path:
