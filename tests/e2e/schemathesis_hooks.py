@@ -55,6 +55,8 @@ CAPABILITY_REFUSALS: Final = re.compile(
             # ``options`` is an open object on every model's route.
             r"^Unknown options? '.*' for model '.*'\. Allowed: ",
             r"^Model '.*' does not take output_schema: ",
+            # The generation routes serve every model id; an embedder generates nothing.
+            r"^Model '.*' does not support generation$",
         )
     ),
     re.DOTALL,

@@ -96,6 +96,11 @@ class Engine:
 
     # -- generation ----------------------------------------------------------------------------------
 
+    def require_generator(self, model: str) -> None:
+        """``model`` is a served generative id, else its refusal (routes check before the body's own
+        rules, as the other routes check the model first)."""
+        generate.generator_entry(self._parts, model)
+
     async def generate(self, model: str, ask: GenerationAsk, *, wait_loaded: bool = False) -> Running:
         """A generation checked and queued (every refusal is raised here); read its ``events``."""
         return await generate.start(self._parts, model, ask, wait_loaded)

@@ -134,6 +134,12 @@ class ModelRegistry:
             pending += adapter.running
         return pending
 
+    @property
+    def max_pending(self) -> int:
+        """How many items (or generations) one model may have queued and running
+        (``SIE_MAX_CONCURRENT_REQUESTS``)."""
+        return self._limits.max_pending_items
+
     def require(self, name: str) -> CatalogEntry:
         """The entry of a served id, else ``ModelNotFound``: routes call it before reading a body, so an
         unknown model answers 404 without the body being decoded."""

@@ -38,16 +38,28 @@ class GenerateImage(msgspec.Struct):
     format: str | None = None
 
 
+class GenerateOptions(msgspec.Struct, forbid_unknown_fields=True):
+    """The sampler fields ``options`` may carry (the typed top-level fields win)."""
+
+    temperature: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
+    top_p: _TopP | None = None
+    top_k: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    seed: _Seed | None = None
+    frequency_penalty: _Penalty | None = None
+    presence_penalty: _Penalty | None = None
+
+
 class GenerateRequest(msgspec.Struct):
-    """``POST /v1/generate/{model}``."""
+    """``POST /v1/generate/{model}``. ``images`` and ``lora_adapter`` are in the public model and not
+    served here: the schema says so (no image, a null adapter)."""
 
     prompt: Annotated[str, msgspec.Meta(min_length=1)]
     max_new_tokens: _Tokens
-    images: list[GenerateImage] | None = None
+    images: Annotated[list[GenerateImage], msgspec.Meta(max_length=0)] | None = None
     grammar: GrammarBody | None = None
     temperature: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
     top_p: _TopP | None = None
-    options: dict[str, Any] | None = None
+    options: GenerateOptions | None = None
     stop: list[Annotated[str, msgspec.Meta(min_length=1)]] | None = None
     stream: bool | None = None
     frequency_penalty: _Penalty | None = None
@@ -59,7 +71,7 @@ class GenerateRequest(msgspec.Struct):
     routing_key: str | None = None
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
-    lora_adapter: str | None = None
+    lora_adapter: None = None
 
 
 class GenerateUsage(msgspec.Struct, omit_defaults=True):
@@ -75,6 +87,9 @@ class GenerateResponse(msgspec.Struct):
     usage: GenerateUsage
     ttft_ms: float | None = None
     tpot_ms: float | None = None
+    logprobs: list[dict[str, Any]] | None = (
+        None  # asked for with ``logprobs`` (ours: the public streams them only)
+    )
 
 
 class ChunkError(msgspec.Struct, omit_defaults=True):
@@ -130,17 +145,18 @@ class StreamOptions(msgspec.Struct):
     include_usage: bool | None = None
 
 
-class _Sampled(msgspec.Struct):
-    """What every OpenAI generation body shares."""
+class _Sampled(msgspec.Struct, forbid_unknown_fields=True):
+    """What every OpenAI generation body shares. A field the route does not know is refused (the
+    public gateway's ``unsupported_field``), so the schema says ``additionalProperties: false``."""
 
     model: str
     temperature: _Temperature | None = None
     top_p: _TopP | None = None
-    top_k: int | None = None  # vLLM's and SGLang's extension
-    n: int | None = None
+    top_k: Annotated[int, msgspec.Meta(ge=0)] | None = None  # vLLM's and SGLang's extension
+    n: Annotated[int, msgspec.Meta(ge=1, le=1)] | None = None  # one choice per request
     stream: bool | None = None
     stream_options: StreamOptions | None = None
-    stop: str | list[str] | None = None
+    stop: str | Annotated[list[str], msgspec.Meta(max_length=4)] | None = None
     seed: _Seed | None = None
     frequency_penalty: _Penalty | None = None
     presence_penalty: _Penalty | None = None
@@ -148,14 +164,14 @@ class _Sampled(msgspec.Struct):
     user: str | None = None
     repetition_penalty: Annotated[float, msgspec.Meta(gt=0.0, le=2.0)] | None = None  # vLLM's, SGLang's
     safety_identifier: str | None = None  # validated and dropped, as the public gateway does
-    lora_adapter: str | None = None
+    lora_adapter: None = None  # generation runs the base model
     # SGLang's structured-output extensions, beside ``response_format``.
     regex: str | None = None
     ebnf: str | None = None
 
 
 class ChatCompletionRequest(_Sampled):
-    messages: list[ChatMessage] = msgspec.field(default_factory=list)
+    messages: Annotated[list[ChatMessage], msgspec.Meta(min_length=1)] = msgspec.field(default_factory=list)
     max_tokens: _Tokens | None = None
     max_completion_tokens: _Tokens | None = None
     logprobs: bool | None = None
@@ -165,17 +181,20 @@ class ChatCompletionRequest(_Sampled):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     chat_template_kwargs: dict[str, Any] | None = None
-    best_of: int | None = None
+    best_of: Annotated[int, msgspec.Meta(ge=1, le=1)] | None = None
     include_reasoning: bool | None = None
 
 
 class CompletionRequest(_Sampled):
-    prompt: str | list[str] = ""
+    prompt: (
+        Annotated[str, msgspec.Meta(min_length=1)]
+        | Annotated[list[str], msgspec.Meta(min_length=1, max_length=1)]
+    ) = ""
     max_tokens: _Tokens | None = 16
-    logprobs: Annotated[int, msgspec.Meta(ge=0, le=5)] | None = None
+    logprobs: None = None  # not served here; chat completions carry logprobs
     echo: bool | None = None
-    suffix: str | None = None
-    best_of: int | None = None
+    suffix: None = None
+    best_of: Annotated[int, msgspec.Meta(ge=1, le=1)] | None = None
     response_format: ResponseFormat | None = None
 
 
@@ -196,7 +215,7 @@ class ResponseText(msgspec.Struct):
     format: ResponseTextFormat | None = None
 
 
-class ResponsesRequest(msgspec.Struct):
+class ResponsesRequest(msgspec.Struct, forbid_unknown_fields=True):
     model: str
     input: str | list[ResponseInputMessage]
     instructions: str | None = None

@@ -195,6 +195,8 @@ class CausalLmGenerator:
         self, prompt: list[int], max_new_tokens: int, sampling: Sampling, constraint: Constraint | None
     ) -> Generation:
         """Queue a request (on the event loop: its results arrive there)."""
+        if not self._manager.is_running():  # its thread died of an error it logged: nothing would answer
+            raise RuntimeError(f"the generation loop of this model has stopped: {self._manager.fatal_error}")
         sampler = RowSampler(sampling, constraint, self.eos, prompt)
         slot = self._samplers.add(sampler)
         request_id = f"sie-{next(self._ids)}"

@@ -29,7 +29,7 @@ from sie.catalog.catalog import CatalogEntry
 from sie.catalog.errors import InvalidInput, ModelNotServed
 from sie.catalog.families import not_served
 from sie.core.task import UnsupportedInput
-from sie.engine.errors import InferenceFailed, InputTooLong, OutputParseError
+from sie.engine.errors import InferenceFailed, InputTooLong, OutputParseError, Overloaded
 from sie.engine.ops.parts import Parts
 
 FinishReason = Literal["stop", "length"]
@@ -92,6 +92,11 @@ async def start(parts: Parts, model: str, ask: GenerationAsk, wait_loaded: bool 
         adapter = held.model.adapter
         if not isinstance(adapter, CausalLmGenerator):
             raise InvalidInput(f"Model '{entry.name}' does not support generation")
+        if adapter.running >= parts.registry.max_pending:  # every waiting one holds its prompt
+            raise Overloaded(
+                f"Model '{entry.name}' has {adapter.running} generations running or queued "
+                f"(limit {parts.registry.max_pending}); retry later"
+            )
         started = time.perf_counter()
         prompt = await asyncio.to_thread(_prompt_ids, adapter, entry, ask)
         cap = task.max_output_tokens
@@ -140,11 +145,15 @@ class Running:
         finally:
             self.close()
 
-    async def finished(self) -> Finished:
-        """The whole generation, read to its end (the non-streaming answers)."""
+    async def finished_with_logprobs(self) -> tuple[Finished, list[TokenLogprob]]:
+        """The whole generation read to its end (the non-streaming answers), with every token's
+        logprobs when they were asked for."""
+        logprobs: list[TokenLogprob] = []
         async for event in self.events():
-            if isinstance(event, Finished):
-                return event
+            if isinstance(event, Delta):
+                logprobs += event.logprobs
+            else:
+                return event, logprobs
         raise InferenceFailed("The generation ended without a result")
 
     def piece(self, token: int) -> str:

@@ -1,7 +1,7 @@
 """``POST /v1/generate/{model}``: the native generation route, one result or SIE-native SSE chunks.
 
 The path holds the SIE-safe id (``Qwen__Qwen3-0.6B``: ``/`` written ``__``), as the public gateway's
-contract has it; an id with a ``/`` is refused with 400. The body is the public request model
+contract has it, or the catalogue id itself (the public server refuses that with 400). The body is the public request model
 (``wire.generation.GenerateRequest``), JSON or msgpack; the result is ``{model, text, finish_reason,
 usage, ttft_ms, tpot_ms}``, in JSON, or msgpack when the ``Accept`` header names it. With ``stream: true``
 every chunk is ``{request_id, seq, text_delta, done}`` and the last one carries ``finish_reason``,
@@ -43,14 +43,10 @@ _OPTIONS: Final = frozenset(
 )
 
 
-def catalog_id(safe: str) -> str:
-    """The catalogue id of a SIE-safe path id."""
-    if "/" in safe:
-        raise InvalidInput(
-            f"Model id '{safe}' must use the SIE-safe form with '__' instead of '/' "
-            f"('{safe.replace('/', '__')}')"
-        )
-    return safe.replace("__", "/")
+def catalog_id(path_id: str) -> str:
+    """The catalogue id of a path id: the SIE-safe form (``Qwen__Qwen3-0.6B``), or the id itself
+    (the public server refuses a ``/`` here; this one takes it as every other route does)."""
+    return path_id.replace("__", "/")
 
 
 def grammar_of(body: GrammarBody | None) -> tuple[GrammarSpec | None, bool]:
@@ -83,18 +79,8 @@ def logit_bias_of(bias: dict[str, float] | None) -> dict[int, float]:
 
 
 def ask_of(body: GenerateRequest) -> GenerationAsk:
-    if body.images:
-        raise InvalidInput("Image inputs to generation are not supported by this server yet")
-    if body.lora_adapter is not None:
-        raise InvalidInput("'lora_adapter' is not supported for generation")
-    if (body.logprobs or body.top_logprobs is not None) and not body.stream:
-        raise InvalidInput("'logprobs' is supported only with 'stream': true")
-    if body.top_logprobs is not None and not body.logprobs:
-        raise InvalidInput("'top_logprobs' requires 'logprobs': true")
-    options = dict(body.options or {})
-    unknown = sorted(set(options) - _OPTIONS)
-    if unknown:
-        raise InvalidInput(f"Unknown generation options {unknown}; allowed: {sorted(_OPTIONS)}")
+    options = msgspec.structs.asdict(body.options) if body.options is not None else {}
+    logprobs = bool(body.logprobs) or body.top_logprobs is not None
     typed = {
         "temperature": body.temperature,
         "top_p": body.top_p,
@@ -102,13 +88,14 @@ def ask_of(body: GenerateRequest) -> GenerationAsk:
         "frequency_penalty": body.frequency_penalty,
         "presence_penalty": body.presence_penalty,
         "logit_bias": logit_bias_of(body.logit_bias) or None,
-        "top_logprobs": (body.top_logprobs or 0) if body.logprobs else None,
+        "top_logprobs": (body.top_logprobs or 0) if logprobs else None,
     }
     grammar, strict = grammar_of(body.grammar)
     return GenerationAsk(
         max_new_tokens=body.max_new_tokens,
         prompt=body.prompt,
-        sampling=options | {k: v for k, v in typed.items() if v is not None},
+        sampling={k: v for k, v in options.items() if v is not None}
+        | {k: v for k, v in typed.items() if v is not None},
         stop=tuple(body.stop or ()),
         grammar=grammar,
         strict=strict,
@@ -130,14 +117,14 @@ def per_token_ms(finished: Finished) -> float | None:
 async def generate(request: Request) -> Response:
     engine = engine_of(request)
     model = catalog_id(model_of(request))
-    engine.require(model)
+    engine.require_generator(model)
     raw = await request.body()
     body = codec.decode(raw, request.headers.get("content-type"), GenerateRequest)
     running = await engine.generate(model, ask_of(body))
     headers = {"X-SIE-Server-Version": __version__}
     if body.stream:
         return event_stream(running, _Chunks().render, headers)
-    finished = await running.finished()
+    finished, steps = await running.finished_with_logprobs()
     result = GenerateResponse(
         model=model,
         text=finished.text,
@@ -145,6 +132,9 @@ async def generate(request: Request) -> Response:
         usage=usage_of(finished),
         ttft_ms=finished.ttft_s * 1000,
         tpot_ms=per_token_ms(finished),
+        logprobs=_Chunks._logprobs(running, tuple(steps))
+        if body.logprobs or body.top_logprobs is not None
+        else None,
     )
     as_json = not codec.is_msgpack(request.headers.get("accept"))  # JSON unless msgpack is asked for
     return Response(

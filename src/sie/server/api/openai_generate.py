@@ -79,31 +79,17 @@ def _decoded(raw: bytes, into: type[T]) -> T:
     return codec.decode(raw, codec.JSON, into, strict=False)
 
 
-def _refuse_unsupported(lora_adapter: str | None, best_of: int | None = None) -> None:
-    if lora_adapter is not None:
-        raise OpenAIError(
-            400, "Unsupported field 'lora_adapter': generation runs the base model", "unsupported_field"
-        )
-    if best_of not in (None, 1):
-        raise OpenAIError(400, "'best_of' must be 1", "unsupported_field")
-
-
-def _one_choice(n: int | None) -> None:
-    if n not in (None, 1):
-        raise InvalidInput("'n' must be 1: this server returns one choice per request")
-
-
 def _format_grammar(
     fmt: ResponseFormat | None, regex: str | None, ebnf: str | None
 ) -> tuple[GrammarSpec | None, bool]:
     """``response_format`` and SGLang's ``regex`` / ``ebnf`` extensions: at most one constraint."""
     given: list[tuple[GrammarSpec, bool]] = []
-    if fmt is not None and fmt.type == "json_object":
+    schema = fmt.json_schema.schema if fmt is not None and fmt.json_schema is not None else None
+    if fmt is not None and fmt.type == "json_schema" and schema is not None:
+        assert fmt.json_schema is not None
+        given.append((GrammarSpec.json_schema(schema), bool(fmt.json_schema.strict)))
+    elif fmt is not None and fmt.type != "text":  # json_object, or a json_schema without its schema
         given.append((GrammarSpec("json_object", ""), False))
-    elif fmt is not None and fmt.type == "json_schema":
-        if fmt.json_schema is None or fmt.json_schema.schema is None:
-            raise InvalidInput("'response_format.json_schema.schema' is required for type 'json_schema'")
-        given.append((GrammarSpec.json_schema(fmt.json_schema.schema), bool(fmt.json_schema.strict)))
     if regex is not None:
         given.append((GrammarSpec("regex", regex), False))
     if ebnf is not None:
@@ -169,8 +155,6 @@ def _arguments(call: dict[str, Any]) -> Any:
 
 
 def _chat_ask(body: ChatCompletionRequest) -> GenerationAsk:
-    _one_choice(body.n)
-    _refuse_unsupported(body.lora_adapter, body.best_of)
     grammar, strict = _format_grammar(body.response_format, body.regex, body.ebnf)
     tools = body.tools if body.tools and body.tool_choice != "none" else None
     choice = body.tool_choice
@@ -223,6 +207,7 @@ async def chat_completions(request: Request) -> Response:
     engine = engine_of(request)
     try:
         body = _decoded(await request.body(), ChatCompletionRequest)
+        engine.require_generator(body.model)
         ask = _chat_ask(body)
         running = await engine.generate(body.model, ask, wait_loaded=True)
     except OpenAIError as exc:
@@ -247,20 +232,14 @@ class _Reply:
         self.id = f"{prefix}-{uuid.uuid4().hex}"
         self.created = int(time.time())
 
-    async def _collect(self) -> tuple[Finished, list[TokenLogprob]]:
-        logprobs: list[TokenLogprob] = []
+    async def collect(self) -> tuple[Finished, list[TokenLogprob]]:
         try:
-            async for event in self.running.events():
-                if isinstance(event, Delta):
-                    logprobs += event.logprobs
-                else:
-                    return event, logprobs
+            return await self.running.finished_with_logprobs()
         finally:
             self.running.close()
-        raise AssertionError("a generation ends with Finished")
 
     async def chat_whole(self, logprobs: bool) -> dict[str, Any]:
-        finished, steps = await self._collect()
+        finished, steps = await self.collect()
         message: dict[str, Any] = {"role": "assistant", "content": finished.text}
         reason = _FINISH[finished.finish_reason]
         if self.with_tools:
@@ -341,7 +320,7 @@ class _Reply:
         yield DONE
 
     async def completion_whole(self, prompt: str, echo: bool) -> dict[str, Any]:
-        finished, _ = await self._collect()
+        finished, _ = await self.collect()
         choice = {
             "text": (prompt if echo else "") + finished.text,
             "index": 0,
@@ -402,10 +381,7 @@ async def completions(request: Request) -> Response:
     engine = engine_of(request)
     try:
         body = _decoded(await request.body(), CompletionRequest)
-        _one_choice(body.n)
-        _refuse_unsupported(body.lora_adapter, body.best_of)
-        if body.suffix:
-            raise OpenAIError(400, "Unsupported field 'suffix'", "unsupported_field")
+        engine.require_generator(body.model)
         prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
         if len(prompts) != 1 or not prompts[0]:
             raise InvalidInput("'prompt' must be one non-empty string")
@@ -418,8 +394,6 @@ async def completions(request: Request) -> Response:
             grammar=grammar,
             strict=strict,
         )
-        if body.logprobs:
-            raise InvalidInput("'logprobs' is not supported on /v1/completions; use /v1/chat/completions")
         running = await engine.generate(body.model, ask, wait_loaded=True)
     except OpenAIError as exc:
         return exc.response()
@@ -457,10 +431,11 @@ def _responses_ask(body: ResponsesRequest) -> GenerationAsk:
     fmt = body.text.format if body.text else None
     if fmt is not None and fmt.type == "json_object":
         grammar = GrammarSpec("json_object", "")
-    elif fmt is not None and fmt.type == "json_schema":
+    elif fmt is not None and fmt.type == "json_schema":  # without a schema: any JSON object
         if fmt.schema is None:
-            raise InvalidInput("'text.format.schema' is required for type 'json_schema'")
-        grammar, strict = GrammarSpec.json_schema(fmt.schema), bool(fmt.strict)
+            grammar = GrammarSpec("json_object", "")
+        else:
+            grammar, strict = GrammarSpec.json_schema(fmt.schema), bool(fmt.strict)
     return GenerationAsk(
         max_new_tokens=body.max_output_tokens,
         messages=messages,
@@ -508,6 +483,7 @@ async def responses(request: Request) -> Response:
     engine = engine_of(request)
     try:
         body = _decoded(await request.body(), ResponsesRequest)
+        engine.require_generator(body.model)
         running = await engine.generate(body.model, _responses_ask(body), wait_loaded=True)
     except OpenAIError as exc:
         return exc.response()
@@ -517,7 +493,7 @@ async def responses(request: Request) -> Response:
     if body.stream:
         return event_stream(running, lambda r: _response_events(reply), _HEADERS)
     try:
-        finished, _ = await reply._collect()
+        finished, _ = await reply.collect()
     except Exception as exc:
         return openai_error_response(exc)
     return _json(_response_object(reply, finished.text, "completed", finished))
