@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Raw sentence-transformers limit vs our server (SDK msgpack and /v1/embeddings JSON) "
         "vs Infinity (--infinity), on one seeded corpus; correctness gate; with --device, the GPU "
         "benchmark on random-weight models; first flag --host-path: the host path per item with a "
-        "near-free model (scripts/bench --host-path --help); see docs/benchmarks.md.",
+        "near-free model (scripts/bench --host-path --help); first flag --generate: generation against raw "
+        "transformers generate (scripts/bench --generate --help); see docs/benchmarks.md.",
     )
     p.add_argument("--model", default=DEFAULT_MODEL, help="model id our server preloads and serves")
     p.add_argument(
@@ -458,6 +459,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import host_path
 
         return host_path.main(given[1:])
+    if given[:1] == ["--generate"]:  # its own flags (bench/generate.py)
+        from bench import generate
+
+        return generate.main(given[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _raise_on_sigterm)

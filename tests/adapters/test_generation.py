@@ -224,3 +224,36 @@ def test_repetition_penalty_equals_transformers(qwen3, qwen3_folder) -> None:
         out = reference.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False, repetition_penalty=1.5)
     ours = asyncio.run(_tokens(qwen3, PROMPTS[3], NEW_TOKENS, Sampling(repetition_penalty=1.5)))
     assert ours.tokens == out[0, ids.shape[1] :].tolist()
+
+
+def test_a_tokenizer_llguidance_cannot_read_loads_without_grammars(tmp_path, splade_dir) -> None:
+    """A WordPiece tokenizer (the packaged BERT's): the model generates; a grammar is refused."""
+    from transformers import BertTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = BertTokenizerFast.from_pretrained(splade_dir)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        intermediate_size=64,
+        eos_token_id=tokenizer.sep_token_id,
+    )
+    Qwen3ForCausalLM(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    generator = _load(tmp_path)
+    try:
+        assert (
+            len(
+                asyncio.run(
+                    _tokens(generator, "hello world", 3, Sampling(logit_bias={config.eos_token_id: -100.0}))
+                ).tokens
+            )
+            == 3
+        )
+        with pytest.raises(GrammarError, match="not available for this model's tokenizer"):
+            generator.grammars.check(GrammarSpec("regex", "[a-z]+"))
+    finally:
+        generator.close()

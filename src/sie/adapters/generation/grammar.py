@@ -65,11 +65,17 @@ class Grammars:
     matchers of its requests."""
 
     def __init__(self, tokenizer: Any, eos: tuple[int, ...]) -> None:
-        self._tokenizer = llguidance.hf.from_tokenizer(tokenizer, eos_token=list(eos) or None)
         self._eos = eos
+        self._unavailable: str | None = None
+        try:
+            self._tokenizer = llguidance.hf.from_tokenizer(tokenizer, eos_token=list(eos) or None)
+        except ValueError as exc:  # a tokenizer llguidance cannot read (WordPiece): no grammar, still a model
+            self._unavailable = f"structured output is not available for this model's tokenizer ({exc})"
 
     def check(self, spec: GrammarSpec) -> str:
         """The compiled grammar, or ``GrammarError`` (before the request is queued)."""
+        if self._unavailable is not None:
+            raise GrammarError(self._unavailable)
         grammar = _grammar(spec)
         is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, self._tokenizer)
         if is_error:
