@@ -41,6 +41,10 @@ EXPECTED_EXPORTS = {
     "CapacityInfo",
     "WorkerInfo",
     "PoolInfo",
+    # What the generation calls return (sie_sdk exports them too).
+    "GenerateResult",
+    "GenerateChunk",
+    "GenerationUsage",
     # sie.sdk.encoding's helpers, re-exported at top level as sie_sdk does (scoring is not).
     "SparseVector",
     "dense_embedding",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Self, overload
 
 import httpx
@@ -24,13 +24,26 @@ from sie.sdk._capacity import (
     pool_body,
     pool_info,
 )
-from sie.sdk._decode import model_info, model_list
+from sie.sdk._decode import decode_body, model_info, model_list, raise_for_error
 from sie.sdk._errors import ProvisioningError, SIEError
+from sie.sdk._generation import (
+    CHAT_PATH,
+    END,
+    RESPONSES_PATH,
+    chat_body,
+    generate_body,
+    generate_path,
+    generate_result,
+    responses_body,
+    sse_line,
+)
 from sie.sdk._retry import DEFAULT_PROVISION_TIMEOUT_S, RESOURCE_EXHAUSTED_MAX_RETRIES, RetryPolicy
 from sie.sdk._types import (
     CapacityInfo,
     EncodeResult,
     ExtractResult,
+    GenerateChunk,
+    GenerateResult,
     Item,
     ModelInfo,
     OutputType,
@@ -352,3 +365,194 @@ class SIEAsyncClient(BaseClient):
         if task is not None:
             task.cancel()
         return deleted(await self._call("DELETE", f"/v1/pools/{name}"), name)
+
+    # -- generation ---------------------------------------------------------------------------------
+
+    async def _stream(self, call: PreparedCall, policy: RetryPolicy) -> AsyncIterator[Any]:
+        """The chunks of a streamed call; a refusal before the stream began is retried or raised as
+        every call's is, an ``error`` chunk raises ``ServerError``."""
+        start = self._clock()
+        while True:
+            cap = policy.attempt_cap(self._clock() - start)
+            try:
+                async with (
+                    self._throttle,
+                    self._client.stream(
+                        "POST",
+                        self._url(call.path),
+                        content=call.body,
+                        headers=call.headers,
+                        timeout=self._timeout(cap),
+                    ) as response,
+                ):
+                    if 200 <= response.status_code < 300 and response.status_code != 202:
+                        self._check_server_version(response)
+                        async for line in response.aiter_lines():
+                            chunk = sse_line(line)
+                            if chunk is END:
+                                return
+                            if chunk is not None:
+                                yield chunk
+                        return
+                    await response.aread()
+                    delay = self._retry_delay(policy, response, self._clock() - start)
+                    if delay is None:
+                        raise_for_error(response, call.model)
+                        return  # unreachable: a final answer that is no stream raises
+            except httpx.TransportError as error:
+                delay = policy.after_transport_error(error, self._clock() - start)
+                if delay is None:
+                    raise self._connection_error(error) from error
+            await self._sleep(delay)
+
+    async def _generation_call(
+        self,
+        call: PreparedCall,
+        wait_for_capacity: bool,
+        provision_timeout_s: float | None,
+        max_oom_retries: int,
+    ) -> dict[str, Any]:
+        policy = self._policy(call, wait_for_capacity, provision_timeout_s, max_oom_retries)
+        response = await self._send(call, policy)
+        raise_for_error(response, call.model)
+        self._check_server_version(response)
+        return decode_body(response, call.operation)
+
+    async def generate(
+        self,
+        model: str,
+        prompt: str,
+        *,
+        max_new_tokens: int,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        stop: list[str] | None = None,
+        frequency_penalty: float | None = None,
+        presence_penalty: float | None = None,
+        grammar: Mapping[str, Any] | None = None,
+        seed: int | None = None,
+        logit_bias: dict[str, float] | None = None,
+        options: dict[str, Any] | None = None,
+        gpu: str | None = None,
+        wait_for_capacity: bool = True,
+        provision_timeout_s: float | None = None,
+        max_oom_retries: int = RESOURCE_EXHAUSTED_MAX_RETRIES,
+    ) -> GenerateResult:
+        """Text from ``prompt`` as it is (no chat template): ``{model, text, finish_reason, usage,
+        ttft_ms, tpot_ms}``. ``grammar`` is ``{"json_schema"|"regex"|"ebnf": ..., "strict": bool}``.
+        Not retried once it may have reached a generation (see ``_generation``)."""
+        body = generate_body(
+            prompt,
+            max_new_tokens,
+            stream=False,
+            temperature=temperature,
+            top_p=top_p,
+            stop=stop,
+            frequency_penalty=frequency_penalty,
+            presence_penalty=presence_penalty,
+            grammar=grammar,
+            seed=seed,
+            logit_bias=logit_bias,
+            options=options,
+        )
+        call = self._json_call(generate_path(model), model, body, gpu)
+        return generate_result(
+            await self._generation_call(call, wait_for_capacity, provision_timeout_s, max_oom_retries)
+        )
+
+    def stream_generate(
+        self,
+        model: str,
+        prompt: str,
+        *,
+        max_new_tokens: int,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        stop: list[str] | None = None,
+        frequency_penalty: float | None = None,
+        presence_penalty: float | None = None,
+        grammar: Mapping[str, Any] | None = None,
+        seed: int | None = None,
+        logit_bias: dict[str, float] | None = None,
+        logprobs: bool = False,
+        top_logprobs: int | None = None,
+        options: dict[str, Any] | None = None,
+        gpu: str | None = None,
+        wait_for_capacity: bool = True,
+        provision_timeout_s: float | None = None,
+        max_oom_retries: int = RESOURCE_EXHAUSTED_MAX_RETRIES,
+    ) -> AsyncIterator[GenerateChunk]:
+        """``generate``'s chunks as they come (``text_delta``); the last has ``done``,
+        ``finish_reason``, ``usage`` and ``ttft_ms``. A failure after the stream began is a chunk with
+        ``error``: it raises ``ServerError``. The request is sent when iteration starts."""
+        body = generate_body(
+            prompt,
+            max_new_tokens,
+            stream=True,
+            temperature=temperature,
+            top_p=top_p,
+            stop=stop,
+            frequency_penalty=frequency_penalty,
+            presence_penalty=presence_penalty,
+            grammar=grammar,
+            seed=seed,
+            logit_bias=logit_bias,
+            options=options,
+            logprobs=logprobs,
+            top_logprobs=top_logprobs,
+        )
+        call = self._json_call(generate_path(model), model, body, gpu, stream=True)
+        return self._stream(call, self._policy(call, wait_for_capacity, provision_timeout_s, max_oom_retries))
+
+    async def chat_completions(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        *,
+        gpu: str | None = None,
+        extra_body: dict[str, Any] | None = None,
+        wait_for_capacity: bool = True,
+        provision_timeout_s: float | None = None,
+        max_oom_retries: int = RESOURCE_EXHAUSTED_MAX_RETRIES,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """An OpenAI chat completion, as its JSON: OpenAI's fields (``max_tokens``, ``temperature``,
+        ``response_format``, ``tools``...) as keywords; ``extra_body`` is merged in last."""
+        call = self._json_call(CHAT_PATH, model, chat_body(model, messages, False, fields, extra_body), gpu)
+        return await self._generation_call(call, wait_for_capacity, provision_timeout_s, max_oom_retries)
+
+    def stream_chat_completions(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        *,
+        gpu: str | None = None,
+        extra_body: dict[str, Any] | None = None,
+        wait_for_capacity: bool = True,
+        provision_timeout_s: float | None = None,
+        max_oom_retries: int = RESOURCE_EXHAUSTED_MAX_RETRIES,
+        **fields: Any,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The ``chat.completion.chunk`` events of a streamed chat completion, as dicts."""
+        body = chat_body(model, messages, True, fields, extra_body)
+        call = self._json_call(CHAT_PATH, model, body, gpu, stream=True)
+        return self._stream(call, self._policy(call, wait_for_capacity, provision_timeout_s, max_oom_retries))
+
+    async def responses(
+        self,
+        model: str,
+        input: str | list[dict[str, Any]],
+        *,
+        max_output_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        gpu: str | None = None,
+        wait_for_capacity: bool = True,
+        provision_timeout_s: float | None = None,
+        max_oom_retries: int = RESOURCE_EXHAUSTED_MAX_RETRIES,
+    ) -> dict[str, Any]:
+        """One OpenAI Responses result (stateless, text), as its JSON."""
+        body = responses_body(model, input, max_output_tokens, temperature, top_p, seed)
+        call = self._json_call(RESPONSES_PATH, model, body, gpu)
+        return await self._generation_call(call, wait_for_capacity, provision_timeout_s, max_oom_retries)

@@ -8,6 +8,7 @@ a server sees no difference between the two SDKs.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -68,11 +69,12 @@ class PreparedCall:
     lora: str | None
     single: bool
     item_count: int
+    route: str | None = None  # a path of its own (the OpenAI routes name the model in the body)
 
     @property
     def path(self) -> str:
         # Model ids such as "BAAI/bge-m3" go into the path as they are: the server routes {model:path}.
-        return f"/v1/{self.operation}/{self.model}"
+        return self.route or f"/v1/{self.operation}/{self.model}"
 
 
 def version_skew(sdk_version: str, server_version: str) -> str | None:
@@ -183,13 +185,7 @@ class BaseClient:
         single: bool,
         item_count: int,
     ) -> PreparedCall:
-        headers = dict(self._headers)
-        profile = gpu if gpu is not None else self._default_gpu
-        if profile:
-            pool, profile = split_gpu(profile)
-            headers[PROFILE_HEADER] = profile
-            if pool:
-                headers[POOL_HEADER] = pool
+        headers, profile = self._routed(dict(self._headers), gpu)
         lora = (options or {}).get("lora_id") or (options or {}).get("lora")
         return PreparedCall(
             operation=operation,
@@ -201,6 +197,16 @@ class BaseClient:
             single=single,
             item_count=item_count,
         )
+
+    def _routed(self, headers: dict[str, str], gpu: str | None) -> tuple[dict[str, str], str | None]:
+        """``headers`` with the machine profile and pool a call asks for (its own, else the client's)."""
+        profile = gpu if gpu is not None else self._default_gpu
+        if profile:
+            pool, profile = split_gpu(profile)
+            headers[PROFILE_HEADER] = profile
+            if pool:
+                headers[POOL_HEADER] = pool
+        return headers, profile
 
     def _items_call(
         self, operation: str, model: str, items: Any, params: dict[str, Any], gpu: str | None
@@ -274,6 +280,16 @@ class BaseClient:
 
     # -- retrying and reading answers -------------------------------------------------------------
 
+    def _json_call(
+        self, route: str, model: str, body: dict[str, Any], gpu: str | None, *, stream: bool = False
+    ) -> PreparedCall:
+        """A JSON POST of the generation routes (``_generation.py`` builds the bodies); its retry policy
+        treats it as not idempotent (``operation`` "generate")."""
+        accept = "text/event-stream" if stream else JSON
+        headers, profile = self._routed({**self._headers, "Content-Type": JSON, "Accept": accept}, gpu)
+        content = json.dumps(body).encode()
+        return PreparedCall("generate", model, content, headers, profile or None, None, True, 1, route)
+
     def _policy(
         self,
         call: PreparedCall,
@@ -282,7 +298,9 @@ class BaseClient:
         max_oom_retries: int,
     ) -> RetryPolicy:
         budget = DEFAULT_PROVISION_TIMEOUT_S if provision_timeout_s is None else provision_timeout_s
-        limits = RetryLimits(wait_for_capacity, budget, max_oom_retries)
+        limits = RetryLimits(
+            wait_for_capacity, budget, max_oom_retries, idempotent=call.operation != "generate"
+        )
         return RetryPolicy(limits, model=call.model, gpu=call.gpu, lora=call.lora, jitter=self._jitter)
 
     @staticmethod

@@ -20,6 +20,11 @@ connect errors, broken connections             5 s, when ``wait_for_capacity``; 
                                                is never retried (the server may still be working)
 =============================================  ============================================
 
+A call that is not idempotent (generation: ``RetryLimits.idempotent`` False) keeps the first five rows
+and a connect error, and retries no other 503 than ``QUEUE_FULL`` and ``MODEL_NOT_LOADED`` (or the
+OpenAI routes' ``model_not_available`` / ``server_overloaded``): never a 504, an unknown 503 or a
+connection broken after the request went out, which may each have run a generation.
+
 Everything is bounded by ``provision_timeout_s`` (900 s by default). The LoRA and loading rows run
 whatever ``wait_for_capacity`` says: the server accepted the work and only asks for a moment.
 """
@@ -71,6 +76,11 @@ _TRANSIENT_ERRNOS: Final = frozenset(
     if hasattr(module, name)
 )
 _CONNECT_ERRORS: Final = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# The 503s that say a call was refused before any work began (native codes, and the OpenAI routes'
+# codes for the same refusals): all a non-idempotent call (generation) retries besides the rows above.
+_REFUSED_BEFORE_WORK: Final = frozenset(
+    {ErrorCode.QUEUE_FULL, ErrorCode.MODEL_NOT_LOADED, "model_not_available", "server_overloaded"}
+)
 _BROKEN_CONNECTION_ERRORS: Final = (
     httpx.WriteTimeout,
     httpx.WriteError,
@@ -130,6 +140,9 @@ class RetryLimits:
     wait_for_capacity: bool = True
     provision_timeout_s: float = DEFAULT_PROVISION_TIMEOUT_S
     max_oom_retries: int = RESOURCE_EXHAUSTED_MAX_RETRIES
+    # Generation is not: once a request was sent it may be running, so a 504 or a connection broken
+    # mid-call is never retried (a second call could bill a second, different completion).
+    idempotent: bool = True
 
 
 class RetryPolicy:
@@ -185,7 +198,11 @@ class RetryPolicy:
             return self._model_loading(retry_after, elapsed)
         if status == 503 and code == ErrorCode.RESOURCE_EXHAUSTED:
             return self._resource_exhausted(retry_after, elapsed)
-        if status in (503, 504) and self.limits.wait_for_capacity and elapsed < self.budget_s:
+        if self.limits.idempotent:
+            retried = status in (503, 504)
+        else:  # only a refusal before any work: a 504 or an unknown 503 may have run the generation
+            retried = status == 503 and code in _REFUSED_BEFORE_WORK
+        if retried and self.limits.wait_for_capacity and elapsed < self.budget_s:
             delay = min(CAPACITY_DELAY_S if retry_after is None else retry_after, self.budget_s - elapsed)
             logger.info("HTTP %d from the server, retrying in %.1fs", status, delay)
             self._final_attempt_owed = True  # so a wait cut short by the deadline ends in the server's answer
@@ -199,7 +216,7 @@ class RetryPolicy:
         if isinstance(error, _CONNECT_ERRORS):
             if not is_transient_connect_error(error):
                 return None
-        elif not isinstance(error, _BROKEN_CONNECTION_ERRORS):
+        elif not isinstance(error, _BROKEN_CONNECTION_ERRORS) or not self.limits.idempotent:
             return None  # read timeouts and the rest: the server may have done the work already
         delay = self._jitter(min(CAPACITY_DELAY_S, self.budget_s - elapsed))
         log = logger.warning if self.transport_retries == 0 else logger.info

@@ -244,3 +244,35 @@ class PoolInfo(TypedDict, total=False):
     name: str
     spec: dict[str, Any]
     status: dict[str, Any]
+
+
+class GenerationUsage(TypedDict, total=False):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class GenerateResult(TypedDict, total=False):
+    """``generate``'s answer: the text and why it ended, token counts and timings."""
+
+    model: str
+    text: str
+    finish_reason: str
+    usage: GenerationUsage
+    ttft_ms: float
+    tpot_ms: float
+    logprobs: list[dict[str, Any]]
+
+
+class GenerateChunk(TypedDict, total=False):
+    """One chunk of ``stream_generate``; the last has ``done``, ``finish_reason``, ``usage``, ``ttft_ms``
+    (an ``error`` chunk is raised as ``ServerError``, never yielded)."""
+
+    request_id: str
+    seq: int
+    text_delta: str
+    done: bool
+    finish_reason: str
+    usage: GenerationUsage
+    ttft_ms: float
+    logprobs: list[dict[str, Any]]
