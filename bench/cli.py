@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import gc
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +24,7 @@ from bench import corpus, correctness, gpu_options, infinity_env, paired, procs,
 from bench.clients import JsonSender, SdkSender, Sender
 from bench.load import Budget, run_cell
 from bench.machine import machine
+from bench.machine import server_version as _server_version
 from bench.results import SATURATED, SATURATED_JSON, RunResult, ServerRun, compute_ratios, same_precision
 from bench.stats import CellSpec
 
@@ -168,28 +168,6 @@ def _cells(clients: list[str], concurrency: list[int], request_items: list[int])
         cells.append(CellSpec(client, 1, 1, "queries"))  # the latency target, on an idle server
         cells += [CellSpec(client, c, b) for c in concurrency for b in request_items]
     return cells
-
-
-def _server_version(server_src: Path | None) -> str:
-    """The commit our server runs from (``-dirty`` when src/ has uncommitted changes)."""
-    if server_src is not None:
-        return f"src from {server_src}"
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--", "src"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return commit + ("-dirty" if dirty else "")
 
 
 def _say(text: str) -> None:

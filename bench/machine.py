@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from pathlib import Path
 from typing import Any
+
+_REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # torch's capability keys, widest first, and how the docs name them.
 _ISA: tuple[tuple[str, str], ...] = (
@@ -73,3 +76,25 @@ def machine(device: str = "cpu") -> dict[str, Any]:
     else:
         info["gpu"] = "none"
     return info
+
+
+def server_version(server_src: Path | None) -> str:
+    """The commit our server runs from (``-dirty`` when src/ has uncommitted changes)."""
+    if server_src is not None:
+        return f"src from {server_src}"
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(_REPO_ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(_REPO_ROOT), "status", "--porcelain", "--", "src"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("-dirty" if dirty else "")

@@ -183,3 +183,43 @@ def build(shapes: list[Shape], tokenizer_folder: Path, root: Path, seed: int = S
         yaml_path.write_text(yaml.safe_dump(model_yaml(shape, folder), sort_keys=False), encoding="utf-8")
         built.append(BuiltModel(shape, model_id(shape), folder, yaml_path))
     return built
+
+
+def build_causal_lm(folder: Path, hidden: int, layers: int, tokenizer_folder: Path, seed: int = SEED) -> Path:
+    """A seeded random-weight Qwen3 causal LM with ``tokenizer_folder``'s tokenizer (its vocabulary
+    sets the output head's width, e.g. 30,522 for MiniLM's), saved as a generative model ships
+    (config, weights, generation config, tokenizer): end-of-sequence is the tokenizer's [SEP],
+    padding its [PAD]. Heads are 64 wide, half as many key/value heads (grouped-query attention as
+    in Qwen3), the MLP 3x ``hidden``. The output head is scaled by 8 (as tests/builders.py does) for
+    sharper logits, so greedy choices have fewer near-ties between two implementations."""
+    import torch
+    from transformers import AutoTokenizer, GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder))
+    heads = max(1, hidden // 64)
+    eos, pad = tokenizer.sep_token_id, tokenizer.pad_token_id
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
+        head_dim=64,
+        intermediate_size=hidden * 3,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+        eos_token_id=eos,
+        pad_token_id=pad,
+        bos_token_id=None,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model: Any = Qwen3ForCausalLM(config)  # type: ignore[no-untyped-call]
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(8.0)
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    GenerationConfig(eos_token_id=eos, pad_token_id=pad, do_sample=False).save_pretrained(folder)  # type: ignore[no-untyped-call]
+    return folder
