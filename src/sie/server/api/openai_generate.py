@@ -37,6 +37,7 @@ from sie.server.api.native import engine_of
 from sie.server.api.openai_compat import OpenAIError
 from sie.server.api.sse import DONE, KEEP_ALIVE, data, event_stream, with_keep_alive
 from sie.wire import codec
+from sie.wire.codec import WireDecodeError
 from sie.wire.generation import (
     ChatCompletionRequest,
     ChatMessage,
@@ -58,25 +59,30 @@ def _json(value: Any, status: int = 200) -> Response:
 def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
     if stop is None:
         return ()
-    stops = (stop,) if isinstance(stop, str) else tuple(stop)
-    if len(stops) > 4:
-        raise InvalidInput("'stop' takes at most 4 sequences")
-    return stops
+    return (stop,) if isinstance(stop, str) else tuple(stop)  # at most 4: the wire struct's bound
 
 
 def _decoded(raw: bytes, into: type[T]) -> T:
     """The body as ``into``; a field the route does not know is refused (400 ``unsupported_field``,
-    as the public gateway does) rather than silently ignored."""
+    as the public gateway does) rather than silently ignored. The structs forbid unknown fields, so
+    only a body msgspec refused is read again, to name the field."""
+    try:
+        return codec.decode(raw, codec.JSON, into, strict=False)
+    except WireDecodeError:
+        unknown = _unknown_fields(raw, into)
+        if unknown:
+            raise OpenAIError(400, f"Unsupported field '{unknown[0]}'", "unsupported_field") from None
+        raise
+
+
+def _unknown_fields(raw: bytes, into: type[msgspec.Struct]) -> list[str]:
     try:
         fields = msgspec.json.decode(raw)
     except msgspec.DecodeError:
-        fields = None
-    if isinstance(fields, dict):
-        known = {f.encode_name for f in msgspec.structs.fields(into)}
-        unknown = sorted(set(fields) - known)
-        if unknown:
-            raise OpenAIError(400, f"Unsupported field '{unknown[0]}'", "unsupported_field")
-    return codec.decode(raw, codec.JSON, into, strict=False)
+        return []
+    if not isinstance(fields, dict):
+        return []
+    return sorted(set(fields) - {f.encode_name for f in msgspec.structs.fields(into)})
 
 
 def _format_grammar(
@@ -232,6 +238,16 @@ class _Reply:
         self.id = f"{prefix}-{uuid.uuid4().hex}"
         self.created = int(time.time())
 
+    def _object(self, kind: str, choices: list[dict[str, Any]], **rest: Any) -> dict[str, Any]:
+        """One OpenAI object of this answer: its id, kind, creation time and model, then ``rest``."""
+        return {
+            "id": self.id,
+            "object": kind,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        } | rest
+
     async def collect(self) -> tuple[Finished, list[TokenLogprob]]:
         try:
             return await self.running.finished_with_logprobs()
@@ -257,28 +273,11 @@ class _Reply:
             "logprobs": _chat_logprobs(self.running, steps) if logprobs else None,
             "finish_reason": reason,
         }
-        return {
-            "id": self.id,
-            "object": "chat.completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice],
-            "usage": _usage(finished),
-        }
+        return self._object("chat.completion", [choice], usage=_usage(finished))
 
     def _chunk(self, delta: dict[str, Any], reason: str | None = None, logprobs: Any = None) -> bytes:
         choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
-        return data(
-            msgspec.json.encode(
-                {
-                    "id": self.id,
-                    "object": "chat.completion.chunk",
-                    "created": self.created,
-                    "model": self.model,
-                    "choices": [choice],
-                }
-            )
-        )
+        return data(msgspec.json.encode(self._object("chat.completion.chunk", [choice])))
 
     async def chat_stream(self, include_usage: bool) -> AsyncIterator[bytes]:
         yield self._chunk({"role": "assistant", "content": ""})
@@ -306,14 +305,7 @@ class _Reply:
                             reason = "tool_calls"
                     yield self._chunk({}, reason)
                     if include_usage:
-                        usage = {
-                            "id": self.id,
-                            "object": "chat.completion.chunk",
-                            "created": self.created,
-                            "model": self.model,
-                            "choices": [],
-                            "usage": _usage(event),
-                        }
+                        usage = self._object("chat.completion.chunk", [], usage=_usage(event))
                         yield data(msgspec.json.encode(usage))
         except Exception as exc:
             yield data(msgspec.json.encode(_error_body(exc)))
@@ -327,23 +319,12 @@ class _Reply:
             "logprobs": None,
             "finish_reason": _FINISH[finished.finish_reason],
         }
-        return {
-            "id": self.id,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice],
-            "usage": _usage(finished),
-        }
+        return self._object("text_completion", [choice], usage=_usage(finished))
 
     def _text_chunk(self, text: str, reason: str | None = None) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": reason}],
-        }
+        return self._object(
+            "text_completion", [{"text": text, "index": 0, "logprobs": None, "finish_reason": reason}]
+        )
 
     async def completion_stream(self, include_usage: bool, echo: str) -> AsyncIterator[bytes]:
         try:
@@ -358,7 +339,7 @@ class _Reply:
                 else:
                     yield data(msgspec.json.encode(self._text_chunk("", _FINISH[event.finish_reason])))
                     if include_usage:
-                        last = self._text_chunk("") | {"choices": [], "usage": _usage(event)}
+                        last = self._object("text_completion", [], usage=_usage(event))
                         yield data(msgspec.json.encode(last))
         except Exception as exc:
             yield data(msgspec.json.encode(_error_body(exc)))
