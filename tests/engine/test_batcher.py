@@ -127,3 +127,22 @@ def test_batch_is_the_oldest_plus_its_closest_lengths():
     # Next oldest is 200: its closest neighbours in length are 199 and the short 11 or 10 (smaller spread: 11).
     assert [e.cost for e in batcher.next_batch(0.0) or []] == [11, 199, 200]
     assert [e.cost for e in batcher.next_batch(0.0) or []] == [10]
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 300), st.sampled_from("ab"), st.booleans()), min_size=1, max_size=20),
+    st.integers(1, 2000),
+    st.integers(1, 24),
+)
+def test_a_flush_takes_what_the_choice_would(specs, max_tokens, max_items):
+    """A flush that finds the whole queue fits one batch takes it all without choosing (the idle
+    device's path); it must be the very batch the choice by length would have made."""
+
+    def first(flush: bool) -> list[int]:
+        batcher: Batcher[int] = Batcher(BatchLimits(max_tokens, max_items, 0.0))
+        for i, (cost, group, dead) in enumerate(specs):
+            batcher.add(Entry(group, cost, 0.0, i, (lambda dead=dead: dead)))
+        batch = batcher.next_batch(0.0, flush=flush)
+        return [e.payload for e in batch or []]
+
+    assert first(flush=True) == first(flush=False)

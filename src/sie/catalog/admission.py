@@ -93,14 +93,16 @@ class Admission:
         require_items(items)
         if len(items) > self.limits.max_items:  # a body decoded elsewhere (a work item, a payload)
             raise TooManyItems(self.limits.max_items)
-        named = [("Query", query)] if query is not None else []
-        for label, item in [*named, *((f"Item {i}", item) for i, item in enumerate(items))]:
-            for kind in ("audio", "video", "document"):
-                if getattr(item, kind) is not None:
-                    raise InvalidInput(
-                        f"{label} carries {kind}: this release reads text and images; "
-                        "audio, video and document inputs are not served"
-                    )
+        named = [(None, query)] if query is not None else []
+        for index, item in [*named, *enumerate(items)]:
+            if item.audio is None and item.video is None and item.document is None:
+                continue
+            kind = next(k for k in ("audio", "video", "document") if getattr(item, k) is not None)
+            label = "Query" if index is None else f"Item {index}"
+            raise InvalidInput(
+                f"{label} carries {kind}: this release reads text and images; "
+                "audio, video and document inputs are not served"
+            )
         limit = self.limits.max_item_text_bytes
         error = item_size_error(query, "query", limit) if query is not None else None
         if error is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from sie.catalog.errors import InvalidInput
 from sie.catalog.options import lora_option, overflow_policy, overlay
@@ -46,6 +46,9 @@ class EncodePlan:
         return f"{self.instruction} {text}" if self.instruction and not instruction_placed else text
 
 
+_OUTPUT_TYPES: Final = frozenset(t.value for t in OutputType)
+
+
 def _typed(options: dict[str, Any], key: str, kind: type, default: Any) -> Any:
     value = options.get(key, default)
     if value is not None and not isinstance(value, kind):
@@ -69,16 +72,17 @@ def _output_types(model: str, raw: Sequence[Any], supported: frozenset[Capabilit
     """The encode outputs asked for, in the one vocabulary (``Capability``), checked against the
     model's YAML: the loaded adapter gives what its YAML declares (``ops.parts.check_outputs``)."""
     names = [str(v) for v in raw]
-    unknown = sorted(set(names) - {t.value for t in OutputType})
-    if unknown:
-        raise InvalidInput(f"Unknown output types: {unknown}. Allowed: {sorted(t.value for t in OutputType)}")
-    declared = {c.value for c in supported}
-    missing = set(names) - declared
-    if missing:
+    if not _OUTPUT_TYPES.issuperset(names):
+        unknown = sorted(set(names) - _OUTPUT_TYPES)
+        raise InvalidInput(f"Unknown output types: {unknown}. Allowed: {sorted(_OUTPUT_TYPES)}")
+    wanted = tuple(dict.fromkeys(Capability(n) for n in names))
+    if not supported.issuperset(wanted):
+        declared = {c.value for c in supported}
         raise InvalidInput(
-            f"Model '{model}' does not support output types: {missing}. Supported: {declared or set()}"
+            f"Model '{model}' does not support output types: {set(names) - declared}. "
+            f"Supported: {declared or set()}"
         )
-    return tuple(dict.fromkeys(Capability(n) for n in names))
+    return wanted
 
 
 def plan_encode(

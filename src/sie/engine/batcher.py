@@ -67,6 +67,10 @@ class Batcher(Generic[P]):
         if not self._queue:
             return None
         oldest = self._queue[0]
+        if flush and len(self._queue) <= self.limits.max_items and self._one_batch():
+            taken = sorted(self._queue, key=lambda e: e.cost)  # all of it: the choice below would be too
+            self._queue.clear()
+            return taken
         scan = self.limits.max_items * _SCAN_FACTOR
         pool = list(
             islice((e for e in self._queue if e.group == oldest.group and not e.is_cancelled()), scan)
@@ -78,6 +82,16 @@ class Batcher(Generic[P]):
         chosen = {id(e) for e in taken}
         self._queue = deque(e for e in self._queue if id(e) not in chosen)
         return taken
+
+    def _one_batch(self) -> bool:
+        """Every queued entry is live, of the oldest's group and together within the token budget."""
+        group = self._queue[0].group
+        cost = 0
+        for entry in self._queue:
+            if entry.group != group or entry.is_cancelled():
+                return False
+            cost += entry.cost
+        return cost <= self.limits.max_tokens
 
 
 _SCAN_FACTOR: Final = 4

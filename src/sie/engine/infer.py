@@ -121,7 +121,9 @@ class Infer:
         checked_ms = (time.perf_counter() - started) * 1000
         async with self._pixels.taken(pixels):
             preparing = time.perf_counter()
-            prepare = future_safe(adapter.prepare)
+            # On the loop a StopIteration is already a RuntimeError (a coroutine turns it into one);
+            # only a pool's future needs the guard.
+            prepare = adapter.prepare if where is None else future_safe(adapter.prepare)
             prepared = await self._prepared_on(where, prepare, inputs, group.forward)
             tokenization_ms = checked_ms + (time.perf_counter() - preparing) * 1000
             queued = [item for item in prepared if item.error is None]

@@ -15,12 +15,14 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 
 from sie.adapters.batch import ImageData
 from sie.adapters.runtime.images import MAX_PIXELS, image_size
 from sie.catalog.errors import InvalidInput
+
+_NOTHING: AbstractAsyncContextManager[None] = nullcontext()  # reusable: it holds no state
 
 
 @dataclass(frozen=True)
@@ -81,12 +83,13 @@ class PixelBudget:
         self.used = 0
         self._waiting: deque[tuple[int, asyncio.Future[None]]] = deque()
 
+    def taken(self, pixels: int) -> AbstractAsyncContextManager[None]:
+        """``pixels`` of the budget for the duration of the block; ``pixels`` is at most ``limit``. A
+        text request takes none, and pays no generator for it."""
+        return self._holding(pixels) if pixels else _NOTHING
+
     @asynccontextmanager
-    async def taken(self, pixels: int) -> AsyncIterator[None]:
-        """``pixels`` of the budget for the duration of the block; ``pixels`` is at most ``limit``."""
-        if not pixels:
-            yield
-            return
+    async def _holding(self, pixels: int) -> AsyncIterator[None]:
         await self._take(pixels)
         try:
             yield

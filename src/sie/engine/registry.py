@@ -214,9 +214,10 @@ class ModelRegistry:
         self._metrics.model_loaded.labels(name, model.device).set(1)
 
     def _record_batch(self, name: str, stats: BatchStats) -> None:
-        self._metrics.batch_size.labels(name).observe(stats.items)
-        self._metrics.batch_tokens.labels(name).observe(stats.tokens)
-        self._metrics.tokens.labels(name).inc(stats.tokens)
+        metrics = self._metrics
+        metrics.labelled(metrics.batch_size, name).observe(stats.items)
+        metrics.labelled(metrics.batch_tokens, name).observe(stats.tokens)
+        metrics.labelled(metrics.tokens, name).inc(stats.tokens)
         statistics = self._statistics.get(name)
         if statistics is not None:
             statistics.record(stats)

@@ -147,6 +147,7 @@ class ModelWorker:
     ) -> None:
         self.name = name
         self._runner = runner
+        self._guarded_run = future_safe(runner.run)  # made once: a batch is a hot path
         self._batcher: Batcher[Work] = Batcher(limits.batch)
         self._executor = executor
         self._max_pending = limits.max_pending_items
@@ -304,7 +305,7 @@ class ModelWorker:
         follows it). Out of memory after the last step, or with recovery off, is
         ``ResourceExhausted``."""
         prepared, groups = [e.payload.prepared for e in batch], [e.group for e in batch]
-        run = future_safe(self._runner.run)
+        run = self._guarded_run
         try:
             return await loop.run_in_executor(self._executor, run, prepared, groups)
         except OutOfMemory as exc:

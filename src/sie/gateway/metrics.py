@@ -7,16 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Any, Final, TypeVar, cast
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sie.gateway.workers import WorkerTable
 from sie.http.metrics import classify, run_recording_status
+from sie.observability.labels import LabelledChildren
 
 OTHER: Final = "other"
-M = TypeVar("M", Counter, Gauge, Histogram)
 
 
 class AdvisoryIgnored(StrEnum):
@@ -39,9 +39,9 @@ class InboxSkip(StrEnum):
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
-class GatewayMetrics:
+class GatewayMetrics(LabelledChildren):
     def __init__(self) -> None:
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        super().__init__()
         r = self.registry = CollectorRegistry()
         self.requests = Counter(
             "sie_gateway_requests_total",
@@ -148,16 +148,6 @@ class GatewayMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-    def labelled(self, metric: M, *values: str) -> M:
-        """``metric.labels(*values)``, looked up once per label set: ``labels`` checks and joins its
-        values and takes the metric's lock on every call, a few of them per request. Label sets are
-        the operator's (profiles, bundles, operations, status codes), so the memo stays small."""
-        key = (id(metric), values)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*values)
-        return cast(M, child)
 
 
 class ProfileLabel:

@@ -11,6 +11,7 @@ from enum import StrEnum
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from sie.observability.gpus import gpu_metrics
+from sie.observability.labels import LabelledChildren
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -25,8 +26,9 @@ class SkipReason(StrEnum):
     OUT_OF_TIME = "out_of_time"  # a planned retry would land past its deadline or MAX_DELIVER: answered
 
 
-class Metrics:
+class Metrics(LabelledChildren):
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        super().__init__()
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.requests = Counter(

@@ -198,6 +198,11 @@ def create_app(settings: Settings) -> FastAPI:
         description="Inference engine for search workloads: encode, score, extract.",
         version=__version__,
         lifespan=lifespan,
+        # Our spans are ``observability.tracing``'s (gateway -> worker -> engine -> phases) and our
+        # metrics the ``sie_*`` families. FastAPI's own OpenTelemetry layer would add HTTP spans and
+        # ``http.server.*`` metrics beside them whenever a provider is set, and asks the providers on
+        # every request when none is (a measurable share of a lone request's CPU).
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     inference = (
         *encode.ROUTES,
@@ -207,7 +212,8 @@ def create_app(settings: Settings) -> FastAPI:
         *generate.ROUTES,
         *openai_generate.ROUTES,
     )
-    app.router.routes.extend(route.route() for route in inference)
+    # First in the table: Starlette tries routes in order, and these carry nearly every request.
+    app.router.routes[0:0] = [route.route() for route in inference]
     for router in (health.router, models.router, ws.router, status_page.router):
         app.include_router(router)
     install_errors(app, Envelope.NATIVE)  # the table's errors, and the outermost catch-all: JSON 500

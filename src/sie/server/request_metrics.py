@@ -38,7 +38,8 @@ class RequestMetrics:
 
         def record(status: int, seconds: float) -> None:
             named = model_label(scope, model) if model else ""
-            self.metrics.requests.labels(named, endpoint, str(status)).inc()
-            self.metrics.request_duration.labels(named, endpoint, "total").observe(seconds)
+            metrics = self.metrics
+            metrics.labelled(metrics.requests, named, endpoint, str(status)).inc()
+            metrics.labelled(metrics.request_duration, named, endpoint, "total").observe(seconds)
 
         await run_recording_status(self.app, scope, receive, send, record)

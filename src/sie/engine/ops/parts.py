@@ -47,9 +47,10 @@ class Parts:
             "inference": timing.inference_ms,
             "postprocess": timing.postprocessing_ms,
         }
+        metrics = self.metrics
         for phase, ms in phases.items():
             if ms is not None:
-                self.metrics.request_duration.labels(model, operation, phase).observe(ms / 1000)
+                metrics.labelled(metrics.request_duration, model, operation, phase).observe(ms / 1000)
 
 
 def check_outputs(held: Held, needed: frozenset[Capability]) -> None:
