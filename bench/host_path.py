@@ -21,18 +21,20 @@ import dataclasses
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from bench import corpus, procs, random_models, servers
 from bench.loadgen import JSON, MSGPACK, run_load
 
 BATCH: Final = 32
+_ROOT: Final = Path(__file__).resolve().parent.parent  # the checkout: bench.lean_server's import root
 SATURATING_CONNECTIONS: Final = 4  # 32-item requests in flight: enough to keep every stage busy
 
 
@@ -112,18 +114,13 @@ def floor_meter(folder: Path, texts: Sequence[str], queries: Sequence[str]) -> C
     from tokenizers import Tokenizer
     from transformers import AutoModel
 
+    from bench.lean_server import load
     from bench.packed_ab import FORWARD, GROUP
-    from sie.adapters.contract import Adapter, LoadSpec
-    from sie.adapters.dense_torch import TorchDenseEncoder
-    from sie.core.options import ComputePrecision
-    from sie.engine.runner import ModelRunner
 
-    torch.set_num_threads(1)
+    encoder, runner = load(folder)  # one thread
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     tokenizer.enable_truncation(corpus.MAX_TOKENS)
     model = AutoModel.from_pretrained(str(folder)).eval()
-    encoder = TorchDenseEncoder.load(LoadSpec(folder, "cpu", ComputePrecision.FLOAT32, corpus.MAX_TOKENS))
-    runner = ModelRunner(cast(Adapter, encoder), random_models.MAX_BATCH_TOKENS)
 
     def padded(batch: list[str]) -> Any:
         encodings = tokenizer.encode_batch_fast(batch)
@@ -302,6 +299,8 @@ def _server_cells(
                 cpus=cpus,
             )
             started.append((f"{'before: ' if source else ''}server {cores}", server))
+        if args.lean:
+            started.append((f"lean ASGI {cores}", start_lean(built, cpus, log_dir)))
         rounds: dict[tuple[str, str, int], list[Cell]] = {}
         meter, measured = floors
         for _ in range(args.rounds):
@@ -309,6 +308,8 @@ def _server_cells(
             for spec in _cells("", args.wires, args.batch_requests, args.lone_requests):
                 pool = texts if spec.per_request > 1 else queries
                 for target, server in started:
+                    if target.startswith("lean") and spec.wire != "msgpack":
+                        continue  # the yardstick speaks msgpack only
                     cell = Cell(target, spec.wire, spec.per_request, spec.connections, spec.requests)
                     run_cell(
                         server.base_url, {"server": server.pid}, cell, pool, built.model_id, rest or None
@@ -319,6 +320,21 @@ def _server_cells(
         for _, server in started:
             server.stop()
     return [median_cell(cells) for cells in rounds.values()]
+
+
+def start_lean(built: random_models.BuiltModel, cpus: list[int], log_dir: Path) -> servers.Server:
+    """``bench.lean_server`` pinned like ours: the yardstick of what a Python front end costs."""
+    port = procs.free_port()
+    argv = ["taskset", "-c", ",".join(map(str, cpus)), sys.executable, "-m", "bench.lean_server"]
+    argv += [str(built.folder), str(port)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(_ROOT), os.environ.get("PYTHONPATH")) if p),
+    }
+    process = procs.ManagedProcess("lean-server", argv, env, log_dir / f"lean-server-{len(cpus)}cpu.log")
+    server = servers.Server("lean", process, f"http://127.0.0.1:{port}", built.model_id, "")
+    process.start()
+    return servers.ready(server, 120.0, f"/v1/models/{built.model_id}")
 
 
 def median_cell(cells: Sequence[Cell]) -> Cell:
@@ -435,6 +451,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=3, help="rounds of every cell; medians are reported")
     p.add_argument("--cores", type=lambda s: [int(x) for x in s.split(",")], default=None)
     p.add_argument("--gateway", action="store_true", help="also through a gateway and a queue worker")
+    p.add_argument(
+        "--lean",
+        action="store_true",
+        help="also the leanest Python server of the same forward (bench/lean_server.py), msgpack only",
+    )
     p.add_argument("--server-env", type=lambda s: tuple(s.split("=", 1)), action="append", default=[])
     p.add_argument(
         "--before",

@@ -48,7 +48,7 @@ def _offline_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _ready(server: Server, timeout_s: float, probe_path: str) -> Server:
+def ready(server: Server, timeout_s: float, probe_path: str) -> Server:
     def probe(client: httpx.Client) -> bool:
         return client.get(server.base_url + probe_path).status_code == 200
 
@@ -88,7 +88,7 @@ def start_sie(
     process = procs.ManagedProcess("sie-server", argv, env, log_dir / log_name)
     server = Server("sie", process, f"http://127.0.0.1:{port}", model, SIE_JSON_ROUTE, speaks_msgpack=True)
     process.start()
-    _ready(server, timeout_s, f"/v1/models/{model}")
+    ready(server, timeout_s, f"/v1/models/{model}")
     match = _LOADED.search(process.log_path.read_text(errors="replace"))
     if match:
         server.effective_precision = match.group(3)
@@ -137,7 +137,7 @@ def start_infinity(
     process = procs.ManagedProcess("infinity", argv, env, log_dir / "infinity.log")
     server = Server("infinity", process, f"http://127.0.0.1:{port}", model, INFINITY_JSON_ROUTE)
     process.start()
-    _ready(server, timeout_s, "/models")
+    ready(server, timeout_s, "/models")
     server.notes.append(
         f"infinity_emb v2 --engine torch --device cpu --dtype {dtype} --batch-size {batch_size} "
         f"--no-vector-disk-cache {' '.join(extra_args)}".strip()

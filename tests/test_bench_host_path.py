@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import msgpack
 import pytest
 
-from bench import host_path
+from bench import corpus, host_path, random_models
 from bench.host_path import Bodies, Cell, median_cell, route_of
 
 
@@ -59,21 +61,23 @@ def test_a_smallest_run_measures_the_floor_and_the_server(tmp_path: Path) -> Non
     out = tmp_path / "run.json"
     lines: list[str] = []
     argv = ["--cores", "1", "--wires", "msgpack,openai", "--rounds", "1", "--batch-requests", "6"]
-    argv += ["--lone-requests", "20", "--log-dir", str(tmp_path / "logs"), "--json", str(out)]
+    argv += ["--lone-requests", "20", "--log-dir", str(tmp_path / "logs"), "--json", str(out), "--lean"]
     assert host_path.main(argv, write=lines.append) == 0
     result = json.loads(out.read_text())
     floor = result["floor"]
     assert 0 < floor["tokenize_item_s"] < floor["batch_item_s"] <= floor["packed_item_s"]
     assert floor["lone_s"] == min(floor["packed_lone_s"], floor["padded_lone_s"])
     cells = result["cells"]
-    assert [(c["wire"], c["per_request"]) for c in cells] == [
-        ("msgpack", 32),
-        ("msgpack", 1),
-        ("openai", 32),
-        ("openai", 1),
+    assert [(c["target"], c["wire"], c["per_request"]) for c in cells] == [
+        ("server 1 core", "msgpack", 32),
+        ("lean ASGI 1 core", "msgpack", 32),  # the yardstick speaks msgpack only
+        ("server 1 core", "msgpack", 1),
+        ("lean ASGI 1 core", "msgpack", 1),
+        ("server 1 core", "openai", 32),
+        ("server 1 core", "openai", 1),
     ]
     for cell in cells:
-        assert cell["target"] == "server 1 core" and cell["failed"] == 0
+        assert cell["failed"] == 0
         assert cell["items_per_s"] > 0 and cell["p50_s"] <= cell["p90_s"]
         # per item x items per request is per request, and the server is the only process read
         assert cell["cpu_per_item_s"] * cell["per_request"] == pytest.approx(cell["cpu_per_request_s"])
@@ -81,3 +85,15 @@ def test_a_smallest_run_measures_the_floor_and_the_server(tmp_path: Path) -> Non
     table = "\n".join(lines)
     assert "| server 1 core | openai | 1 x 1 |" in table and "Floor (in process, one thread)" in table
     assert result["floors_measured"] == 2  # before the first cells, and before the one round
+
+
+@pytest.mark.parametrize("target", ["floor", "sie", "lean"])
+def test_the_instruction_counts_drive_each_target_to_answers(tmp_path: Path, target: str) -> None:
+    """``bench.instructions``' child without valgrind (``--plain``): the app's lifespan, the warm-up and
+    the counted requests, each of which must be answered 200 (the drive raises otherwise)."""
+    built = random_models.build([random_models.TINY], corpus.default_model_folder(), tmp_path / "m")[0]
+    argv = [sys.executable, "-m", "bench.instructions", "--child", target, str(built.folder)]
+    argv += [str(built.yaml_path.parent), "5", "--plain"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIE_")}
+    done = subprocess.run(argv, env={**env, "HF_HUB_OFFLINE": "1"}, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
