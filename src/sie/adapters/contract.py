@@ -173,6 +173,18 @@ class TakesLora(Protocol):
     def unload_lora(self, name: str) -> None: ...
 
 
+@runtime_checkable
+class SchedulesItsOwn(Protocol):
+    """An adapter that runs work outside the engine's batches, on a scheduler of its own (a generator's
+    continuous batching): the registry counts its ``running`` work with the queued items (eviction,
+    ``sie_queue_depth``, KEDA), and its warm-up is its own (the engine's is one encode forward)."""
+
+    @property
+    def running(self) -> int: ...
+
+    def warm_up(self) -> None: ...
+
+
 TEXT_ONLY: frozenset[Modality] = frozenset({Modality.TEXT})
 
 

@@ -21,8 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from sie.adapters.batch import AnnotatedText, ModelInput
-from sie.adapters.contract import Adapter, Forward, LoadSpec, Trait, output_dims
-from sie.adapters.generation.causal_lm import CausalLmGenerator
+from sie.adapters.contract import Adapter, Forward, LoadSpec, SchedulesItsOwn, Trait, output_dims
 from sie.adapters.loading import adapter_class
 from sie.adapters.runtime.device import effective_precision
 from sie.adapters.runtime.images import sample_image
@@ -146,7 +145,7 @@ def warm_up(adapter: Adapter) -> None:
     else its pair scores, else an extraction with one label (of an image for an image-only model, of
     a text naming two entities for a family that reads item metadata); a generative model generates
     one token."""
-    if isinstance(adapter, CausalLmGenerator):
+    if isinstance(adapter, SchedulesItsOwn):
         adapter.warm_up()
         return
     embeddings = adapter.capabilities - {Capability.SCORE, Capability.EXTRACT}

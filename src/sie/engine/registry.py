@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from sie.adapters.contract import Adapter, TakesLora
-from sie.adapters.generation.causal_lm import CausalLmGenerator
+from sie.adapters.contract import Adapter, SchedulesItsOwn, TakesLora
 from sie.catalog.admission import RequestLimits
 from sie.catalog.catalog import Catalog, CatalogEntry
 from sie.catalog.errors import InvalidInput, ModelNotFound
@@ -130,7 +129,7 @@ class ModelRegistry:
         pending = worker.pending_items if worker is not None else 0
         slot = self._slots.get(name)
         adapter = slot.model.adapter if slot is not None and slot.model is not None else None
-        if isinstance(adapter, CausalLmGenerator):
+        if isinstance(adapter, SchedulesItsOwn):
             pending += adapter.running
         return pending
 

@@ -132,7 +132,7 @@ async def generate(request: Request) -> Response:
         usage=usage_of(finished),
         ttft_ms=finished.ttft_s * 1000,
         tpot_ms=per_token_ms(finished),
-        logprobs=_Chunks._logprobs(running, tuple(steps))
+        logprobs=native_logprobs(running, tuple(steps))
         if body.logprobs or body.top_logprobs is not None
         else None,
     )
@@ -140,6 +140,23 @@ async def generate(request: Request) -> Response:
     return Response(
         codec.encode(result, as_json=as_json), media_type=codec.media_type(as_json=as_json), headers=headers
     )
+
+
+def native_logprobs(running: Running, logprobs: tuple[TokenLogprob, ...]) -> list[dict[str, Any]] | None:
+    """The native result's (and chunk's) ``logprobs``: each token with its text, id, log-probability
+    and its top alternatives; None when none were asked for or made."""
+    if not logprobs:
+        return None
+    piece = running.piece
+    return [
+        {
+            "token": piece(one.token),
+            "token_id": one.token,
+            "logprob": one.logprob,
+            "top_logprobs": [{"token": piece(t), "token_id": t, "logprob": lp} for t, lp in one.top],
+        }
+        for one in logprobs
+    ]
 
 
 class _Chunks:
@@ -154,21 +171,6 @@ class _Chunks:
         self._seq += 1
         return data(msgspec.json.encode(chunk))
 
-    @staticmethod
-    def _logprobs(running: Running, logprobs: tuple[TokenLogprob, ...]) -> list[dict[str, Any]] | None:
-        if not logprobs:
-            return None
-        piece = running.piece
-        return [
-            {
-                "token": piece(one.token),
-                "token_id": one.token,
-                "logprob": one.logprob,
-                "top_logprobs": [{"token": piece(t), "token_id": t, "logprob": lp} for t, lp in one.top],
-            }
-            for one in logprobs
-        ]
-
     async def render(self, running: Running) -> AsyncIterator[bytes]:
         try:
             async for event in with_keep_alive(running.events()):
@@ -176,7 +178,7 @@ class _Chunks:
                     yield KEEP_ALIVE
                 elif isinstance(event, Delta):
                     yield self._chunk(
-                        text_delta=event.text, done=False, logprobs=self._logprobs(running, event.logprobs)
+                        text_delta=event.text, done=False, logprobs=native_logprobs(running, event.logprobs)
                     )
                 else:
                     yield self._chunk(
