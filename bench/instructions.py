@@ -58,8 +58,10 @@ def _app(target: str, built: Path, models: Path) -> App:
     return create_app(settings())
 
 
-async def drive(app: App, model: str, requests: int, between: Callable[[str], None]) -> int:
-    """The app's lifespan, ``WARM_UP`` requests, ``between("on")``, ``requests`` requests,
+async def drive(
+    app: App, model: str, requests: int, between: Callable[[str], None], warm_up: int = WARM_UP
+) -> int:
+    """The app's lifespan, ``warm_up`` requests, ``between("on")``, ``requests`` requests,
     ``between("off")``; every answer must be a 200. Returns the requests answered."""
     import msgpack
 
@@ -113,7 +115,7 @@ async def drive(app: App, model: str, requests: int, between: Callable[[str], No
         if not sent or sent[0].get("status") != 200:
             raise RuntimeError(f"a request was not answered 200: {sent[:1]}")
 
-    for _ in range(WARM_UP):
+    for _ in range(warm_up):
         await one()
     between("on")
     for _ in range(requests):
@@ -125,7 +127,8 @@ async def drive(app: App, model: str, requests: int, between: Callable[[str], No
 
 
 def _child(argv: list[str]) -> None:
-    """Runs inside valgrind (or alone, ``--plain``): one target's app, instrumented around the load."""
+    """Runs inside valgrind (or alone, ``--plain``, with no warm-up: a check that it runs): one
+    target's app, instrumented around the load."""
     import uvloop
 
     target, built, models, requests = argv[0], Path(argv[1]), Path(argv[2]), int(argv[3])
@@ -139,13 +142,14 @@ def _child(argv: list[str]) -> None:
             )
 
     if target == "floor":
-        _floor(built, requests, between)
+        _floor(built, requests, between, 0 if plain else WARM_UP)
         return
     app = _app(target, built, models)
-    uvloop.run(drive(app, random_models.model_id(random_models.TINY), requests, between))
+    model = random_models.model_id(random_models.TINY)
+    uvloop.run(drive(app, model, requests, between, 0 if plain else WARM_UP))
 
 
-def _floor(built: Path, requests: int, between: Callable[[str], None]) -> None:
+def _floor(built: Path, requests: int, between: Callable[[str], None], warm_up: int) -> None:
     """What no server can skip, on one thread: the tokenizer and our packed forward and pooling
     (``bench.host_path``'s floor pipeline) for the same query."""
     from bench.lean_server import load
@@ -153,7 +157,7 @@ def _floor(built: Path, requests: int, between: Callable[[str], None]) -> None:
     encoder, runner = load(built)
     from bench.packed_ab import FORWARD, GROUP
 
-    for _ in range(WARM_UP):
+    for _ in range(warm_up):
         runner.run(encoder.prepare([QUERY], FORWARD), [GROUP])
     between("on")
     for _ in range(requests):

@@ -87,13 +87,22 @@ def test_a_smallest_run_measures_the_floor_and_the_server(tmp_path: Path) -> Non
     assert result["floors_measured"] == 2  # before the first cells, and before the one round
 
 
-@pytest.mark.parametrize("target", ["floor", "sie", "lean"])
-def test_the_instruction_counts_drive_each_target_to_answers(tmp_path: Path, target: str) -> None:
-    """``bench.instructions``' child without valgrind (``--plain``): the app's lifespan, the warm-up and
-    the counted requests, each of which must be answered 200 (the drive raises otherwise)."""
-    built = random_models.build([random_models.TINY], corpus.default_model_folder(), tmp_path / "m")[0]
-    argv = [sys.executable, "-m", "bench.instructions", "--child", target, str(built.folder)]
-    argv += [str(built.yaml_path.parent), "5", "--plain"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SIE_")}
-    done = subprocess.run(argv, env={**env, "HF_HUB_OFFLINE": "1"}, capture_output=True, timeout=300)
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
+def test_the_instruction_counts_drive_each_target_to_answers(tmp_path: Path) -> None:
+    """``bench.instructions``' child without valgrind (``--plain``) for each target at once: the
+    app's lifespan and the counted requests, each of which must be answered 200 (the drive raises
+    otherwise)."""
+    built = random_models.build([random_models.TINY], corpus.default_model_folder(), tmp_path)[0]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIE_")} | {"HF_HUB_OFFLINE": "1"}
+    paths = [str(built.folder), str(built.yaml_path.parent)]
+    children = {
+        target: subprocess.Popen(
+            [sys.executable, "-m", "bench.instructions", "--child", target, *paths, "5", "--plain"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for target in ("floor", "sie", "lean")
+    }
+    for target, child in children.items():
+        output, _ = child.communicate(timeout=300)
+        assert child.returncode == 0, (target, output.decode()[-2000:])
