@@ -24,7 +24,7 @@ from sie.sdk._capacity import (
     pool_body,
     pool_info,
 )
-from sie.sdk._decode import decode_body, model_info, model_list, raise_for_error
+from sie.sdk._decode import model_info, model_list, raise_for_error
 from sie.sdk._errors import ProvisioningError, SIEError
 from sie.sdk._generation import (
     CHAT_PATH,
@@ -397,10 +397,7 @@ class SIEClient(BaseClient):
         max_oom_retries: int,
     ) -> dict[str, Any]:
         policy = self._policy(call, wait_for_capacity, provision_timeout_s, max_oom_retries)
-        response = self._send(call, policy)
-        raise_for_error(response, call.model)
-        self._check_server_version(response)
-        return decode_body(response, call.operation)
+        return self._read(self._send(call, policy), call)
 
     def generate(
         self,
