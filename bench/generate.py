@@ -36,8 +36,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -115,19 +114,6 @@ def _eos(weights: Path) -> int:
 def _same_text(a: str, b: str) -> bool:
     """Equal but for whitespace (a stream's deltas and a whole decode may space word pieces apart)."""
     return "".join(a.split()) == "".join(b.split())
-
-
-@contextmanager
-def _affinity(cpus: Sequence[int] | None) -> Iterator[None]:
-    if not cpus:
-        yield
-        return
-    old = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, set(cpus))
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, old)
 
 
 class _Noise:
@@ -384,7 +370,7 @@ def run(args: argparse.Namespace, levels: list[int], say: Any = print) -> dict[s
     server_cpus, client_cpus = _cpus(args.cores)
     started = time.monotonic()
     cells: list[Cell] = []
-    with _affinity(server_cpus):  # the raw baseline on the server's cores, as many threads
+    with procs.pinned(server_cpus):  # the raw baseline on the server's cores, as many threads
         import torch
 
         threads = torch.get_num_threads()
@@ -410,7 +396,7 @@ def run(args: argparse.Namespace, levels: list[int], say: Any = print) -> dict[s
     )
     say(f"our server: ready in {server.startup_s:.1f} s, idle RSS {server.idle_rss_mb:.0f} MB")
     try:
-        with _affinity(client_cpus):
+        with procs.pinned(client_cpus):
             for c in levels:
                 cell = asyncio.run(
                     ours(

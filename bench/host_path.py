@@ -24,8 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -142,7 +141,8 @@ def floor_meter(folder: Path, texts: Sequence[str], queries: Sequence[str]) -> C
 
     def measure(rounds: int = 3) -> Floor:
         torch.set_num_threads(1)
-        with _affinity({max(os.sched_getaffinity(0))}):  # one core, the last: a 1-core server is on the first
+        # one core, the last: a 1-core server is on the first
+        with procs.pinned({max(os.sched_getaffinity(0))}):
             return _floor_of(
                 {name: _cpu_per_call(call, batches, rounds) / BATCH for name, call in pipelines},
                 {name: _cpu_per_call(call, lone, rounds) for name, call in pipelines},
@@ -207,7 +207,7 @@ def run_cell(
     def on_release() -> None:
         before.update({name: procs.cpu_seconds(pid) for name, pid in pids.items()})
 
-    with _affinity(generator_cpus):
+    with procs.pinned(generator_cpus):
         report = run_load(
             base_url,
             route_of(cell.wire, model),
@@ -232,20 +232,6 @@ def run_cell(
     cell.p50_s = statistics.median(latencies)
     cell.p90_s = latencies[int(0.9 * (len(latencies) - 1))]
     return cell
-
-
-@contextmanager
-def _affinity(cpus: set[int] | None) -> Iterator[None]:
-    """The load generator's processes inherit this process's CPUs (they are spawned from it)."""
-    if cpus is None:
-        yield
-        return
-    old = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cpus)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, old)
 
 
 # --- the run --------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import httpx
@@ -168,3 +168,19 @@ def machine_busy_seconds() -> float:
 def own_cpu_seconds() -> float:
     times = os.times()
     return times.user + times.system
+
+
+@contextlib.contextmanager
+def pinned(cpus: Iterable[int] | None) -> Iterator[None]:
+    """This process on ``cpus`` for the block (a load generator kept off a pinned server's cores, a
+    floor measured on one core), then back where it was; None or no cores leaves it where it is."""
+    wanted = set(cpus or ())
+    if not wanted:
+        yield
+        return
+    old = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, wanted)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, old)
