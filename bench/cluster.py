@@ -71,7 +71,7 @@ def start_gateway(
             "--port",
             str(port),
         ],
-        {**servers._offline_env({"SIE_NATS_URL": nats_url, **(extra or {})})},
+        {**servers.offline_env({"SIE_NATS_URL": nats_url, **(extra or {})})},
         log_dir / "gateway.log",
     )
     gateway.start()

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
 
-from bench import corpus, random_models
+from bench import corpus, random_models, servers
 
 QUERY: Final = "what is the capital city of france and why"
 WARM_UP: Final = 300
@@ -168,13 +168,7 @@ def _floor(built: Path, requests: int, between: Callable[[str], None], warm_up: 
 def count(target: str, src: Path | None, built: random_models.BuiltModel, requests: int, out: Path) -> float:
     """Instructions per request of ``target`` (``floor``, ``ours``, ``before`` or ``lean``) under
     callgrind."""
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-    env = {k: v for k, v in env.items() if not k.startswith("SIE_")}
+    env = servers.offline_env({"TOKENIZERS_PARALLELISM": "false"})  # no SIE_* of this shell
     paths = [str(src)] if src is not None else []
     env["PYTHONPATH"] = os.pathsep.join([*paths, str(_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     result = out / f"callgrind.{target}"

@@ -20,7 +20,7 @@ import httpx
 import msgspec
 
 from bench import procs
-from bench.servers import _offline_env, start_sie
+from bench.servers import offline_env, start_sie
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 ROUTE = f"/v1/encode/{MODEL}"
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             folder / "nats.log",
         )
         nats.start()
-        env = _offline_env({"SIE_NATS_URL": f"nats://127.0.0.1:{nats_port}"})
+        env = offline_env({"SIE_NATS_URL": f"nats://127.0.0.1:{nats_port}"})
         argv = [
             str(Path(sys.executable).with_name("sie-gateway")),
             "serve",

@@ -41,7 +41,9 @@ class Server:
         self.process.stop()
 
 
-def _offline_env(extra: dict[str, str]) -> dict[str, str]:
+def offline_env(extra: dict[str, str]) -> dict[str, str]:
+    """The environment of a process the bench starts: this shell's without any ``SIE_*`` (a run must
+    not inherit a developer's settings), offline for the Hub, then ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIE_")}
     env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     env.update(extra)
@@ -74,7 +76,7 @@ def start_sie(
     means loaded. The server runs on this interpreter (``sys.executable``), so it works from a
     virtualenv and from a bare ``python3`` whose PYTHONPATH holds the dependencies (a GPU machine)."""
     port = procs.free_port()
-    env = _offline_env({"SIE_DEFAULT_COMPUTE_PRECISION": precision, **server_env})
+    env = offline_env({"SIE_DEFAULT_COMPUTE_PRECISION": precision, **server_env})
     if server_src is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(server_src), env.get("PYTHONPATH")) if p)
     argv = [sys.executable, "-m", "sie.server", "serve", "--host", "127.0.0.1", "--port", str(port)]
@@ -111,7 +113,7 @@ def start_infinity(
     """``infinity_emb v2`` on the torch engine, CPU, offline; its disk cache of results is off (a cache
     would answer the round-robin corpus from SQLite instead of the model)."""
     port = procs.free_port()
-    env = _offline_env({"DO_NOT_TRACK": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0", "NO_COLOR": "1"})
+    env = offline_env({"DO_NOT_TRACK": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0", "NO_COLOR": "1"})
     argv = [
         str(cli),
         "v2",
