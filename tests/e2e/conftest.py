@@ -821,6 +821,10 @@ def generation_server(
             .replace("compute_precision: bfloat16", "compute_precision: float32")
         )
         (models / name).write_text(text + f"weights_path: {json.dumps(str(folder))}\n")
+    # A reranker beside them, for tools that retrieve before they generate (the public sie-mcp's
+    # answer_questions: encode, rerank, then chat); loaded only by the tests that score with it.
+    reranker = builders.bert_reranker(tiny_bert_dir(), tmp_path_factory.mktemp("generation-reranker"))
+    (models / "reranker.yaml").write_text(YAMLS["reranker.yaml"].replace("@reranker@", str(reranker)))
     env = {"SIE_MODELS_DIR": str(models)}
     with run_server(tmp_path_factory.mktemp("generate-server"), env) as running:
         for sie_id in generative_weights:  # the OpenAI routes load a cold model before answering

@@ -11,6 +11,7 @@ validates; bad requests get their 4xx and the server keeps serving.
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 import time
 from pathlib import Path
@@ -158,6 +159,33 @@ def test_a_json_schema_response_validates_and_tools_come_back_as_tool_calls(serv
     deltas = [c.choices[0].delta for c in streamed if c.choices]
     calls = [d.tool_calls[0] for d in deltas if d.tool_calls]
     assert calls and calls[0].function.name == "get_weather"
+
+
+def test_the_public_gateways_regex_and_grammar_formats_constrain_a_chat(server) -> None:
+    """``response_format`` types ``regex`` and ``grammar`` (EBNF), as the public sie-mcp sends them."""
+    post = server.client.post
+    body = {"model": QWEN, "messages": MESSAGES, "max_tokens": 16}
+    regex = {"type": "regex", "regex": "[a-z]{3,6}-[0-9]{2}"}
+    answer = post("/v1/chat/completions", json={**body, "response_format": regex})
+    assert answer.status_code == 200, answer.text
+    assert re.fullmatch(regex["regex"], answer.json()["choices"][0]["message"]["content"])
+    grammar = {"type": "grammar", "grammar": 'root ::= ("yes" | "no") " " [0-9]', "syntax": "ebnf"}
+    answer = post(
+        "/v1/completions", json={"model": QWEN, "prompt": PROMPT, "max_tokens": 8, "response_format": grammar}
+    )
+    assert answer.status_code == 200, answer.text
+    assert re.fullmatch("(yes|no) [0-9]", answer.json()["choices"][0]["text"])
+    for refused in (
+        {"type": "regex"},  # its pattern missing
+        {"type": "regex", "regex": "[unclosed"},
+        {"type": "grammar", "grammar": "root ::= undefined_rule", "syntax": "ebnf"},
+        {"type": "grammar", "grammar": 'root ::= "a"', "syntax": "lark"},
+    ):
+        answer = post("/v1/chat/completions", json={**body, "response_format": refused})
+        assert answer.status_code == 400, (refused, answer.text)
+        assert answer.json()["error"]["code"] == "invalid_request", answer.text
+    both = post("/v1/chat/completions", json={**body, "response_format": regex, "regex": "[a-z]+"})
+    assert both.status_code == 400 and "one of" in both.json()["error"]["message"]
 
 
 def test_completions_and_responses(server, weights) -> None:

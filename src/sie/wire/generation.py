@@ -137,8 +137,15 @@ class JsonSchemaFormat(msgspec.Struct):
 
 
 class ResponseFormat(msgspec.Struct):
-    type: Literal["text", "json_object", "json_schema"]
+    """OpenAI's ``response_format``, and the two more the public gateway takes (what the public
+    ``sie-mcp`` sends for them): ``{"type": "regex", "regex": ...}`` and ``{"type": "grammar",
+    "grammar": <EBNF>, "syntax": "ebnf"}``, bounded as the native ``grammar``'s."""
+
+    type: Literal["text", "json_object", "json_schema", "regex", "grammar"]
     json_schema: JsonSchemaFormat | None = None
+    regex: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
+    grammar: Annotated[str, msgspec.Meta(max_length=8192)] | None = None
+    syntax: Literal["ebnf"] | None = None
 
 
 class StreamOptions(msgspec.Struct):

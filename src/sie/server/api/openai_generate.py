@@ -4,8 +4,8 @@ work unchanged.
 
 The model is the catalogue id (``Qwen/Qwen3-0.6B``, a ``:profile`` variant included). Chat renders the
 messages through the model's own chat template (with the profile's ``chat_template_kwargs``, overlaid
-by the request's); ``response_format`` (JSON Schema, JSON object) and SGLang's ``regex`` and ``ebnf``
-fields are enforced while decoding; ``tools`` reach the template, calls in the model's
+by the request's); ``response_format`` (JSON Schema, JSON object, and the public gateway's ``regex``
+and ``grammar`` types) and SGLang's ``regex`` and ``ebnf`` fields are enforced while decoding; ``tools`` reach the template, calls in the model's
 ``<tool_call>`` format come back as ``tool_calls`` (``tool_choice`` ``required`` or a named function
 forces one, its arguments held to the tool's schema by the grammar). A stream sends the role first,
 then content deltas, then the finish reason, then (``stream_options.include_usage``) the usage on a
@@ -94,6 +94,11 @@ def _format_grammar(
     if fmt is not None and fmt.type == "json_schema" and schema is not None:
         assert fmt.json_schema is not None
         given.append((GrammarSpec.json_schema(schema), bool(fmt.json_schema.strict)))
+    elif fmt is not None and fmt.type in ("regex", "grammar"):
+        source = fmt.regex if fmt.type == "regex" else fmt.grammar
+        if source is None:
+            raise InvalidInput(f"response_format of type '{fmt.type}' needs its '{fmt.type}' field")
+        given.append((GrammarSpec("regex" if fmt.type == "regex" else "ebnf", source), False))
     elif fmt is not None and fmt.type != "text":  # json_object, or a json_schema without its schema
         given.append((GrammarSpec("json_object", ""), False))
     if regex is not None:
