@@ -7,9 +7,9 @@ before it publishes anything, so a bad request gets the standalone server's 4xx 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Final
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -19,6 +19,13 @@ from sie.catalog.families import not_served
 from sie.catalog.options import CustomOptions, check_lora
 from sie.wire import codec
 from sie.wire.requests import Item
+
+T = TypeVar("T")
+# Request shapes (an operation, a model, its encoded params) whose checked plan an ``Admission``
+# keeps, and the longest shape kept: a caller choosing new shapes, or huge options, costs a plan
+# each time, never memory.
+PLANS_KEPT: Final = 256
+PLAN_KEY_BYTES: Final = 1024
 
 
 @dataclass(frozen=True)
@@ -39,9 +46,27 @@ class TooManyItems(InvalidInput):
 
 @dataclass(frozen=True)
 class Admission:
+    """One catalogue's request checks. It also keeps the plans it made (``planned``): a plan is a
+    function of the catalogue and the request's shape, and rebuilding it was a tenth of a lone
+    request's CPU on the server; a new catalogue (hot reload) comes with a new ``Admission``."""
+
     catalog: Catalog
     limits: RequestLimits
     custom_options: CustomOptions | None = None  # a custom adapter's options (``options.check_known``)
+    _plans: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def planned(self, key: tuple[str, str, bytes] | None, plan: Callable[[], T]) -> T:
+        """``plan()`` once per ``key`` (an operation, a model, its encoded params), then what it
+        returned; a plan that raises is not kept, so a refused shape is refused alike each time. A key
+        of None, or one past ``PLAN_KEY_BYTES``, is planned afresh."""
+        if key is None or len(key[2]) > PLAN_KEY_BYTES:
+            return plan()
+        kept = self._plans.get(key)
+        if kept is None:
+            if len(self._plans) >= PLANS_KEPT:
+                self._plans.clear()
+            kept = self._plans[key] = plan()
+        return kept
 
     def count(
         self, body: bytes, content_type: str | None, field: str = "items", *, objects: bool = True
@@ -79,6 +104,10 @@ class Admission:
         """The entry that serves a request (the variant its ``profile`` option names), once the
         request's items passed their checks."""
         self.items(items, query)
+        return self.served(model, options)
+
+    def served(self, model: str, options: Mapping[str, Any] | None) -> CatalogEntry:
+        """``entry`` without the items' checks: the variant, a family this release runs, its LoRA."""
         entry = self.require(self.variant(model, (options or {}).get("profile")))
         family = not_served(entry.profile.adapter_path)
         if family is not None:

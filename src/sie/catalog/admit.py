@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+import msgspec
+
 from sie.catalog import options as request_options
 from sie.catalog.admission import Admission
 from sie.catalog.catalog import CatalogEntry
@@ -21,12 +23,13 @@ from sie.catalog.options import lora_option, overflow_policy, overlay
 from sie.catalog.score_plan import ScorePlan, plan_score
 from sie.core.options import Capability, OutputDType, OverflowPolicy
 from sie.core.task import Task, UnsupportedInput
-from sie.wire.requests import EncodeRequest, ExtractParams, ExtractRequest, ScoreRequest
+from sie.wire.requests import EncodeParams, EncodeRequest, ExtractParams, ExtractRequest, ScoreRequest
 
 # Sparse weights are not quantised to integers: their scale carries the ranking across documents.
 SPARSE_DTYPES: Final = frozenset({OutputDType.FLOAT32, OutputDType.FLOAT16})
 # Request options the engine itself reads; the rest of an extract request's options go to the adapter.
 ENGINE_OPTIONS: Final = frozenset({"profile", "lora_id"})
+_PARAMS: Final = msgspec.msgpack.Encoder()  # a request's params as the key of its plan
 EXTRACT_HINT: Final = (
     "does not support extraction. Use an extraction model like GLiNER, GLiClass, or Florence-2."
 )
@@ -39,9 +42,19 @@ class EncodeAdmitted:
 
 
 def admit_encode(admission: Admission, model: str, request: EncodeRequest) -> EncodeAdmitted:
-    """The request's checks, no model touched (the gateway runs exactly these before publishing)."""
-    items, params = request.items, request.params
-    entry = admission.entry(model, items, params.options if params else None)
+    """The request's checks, no model touched (the gateway runs exactly these before publishing):
+    its items' every time, its plan once per shape (``Admission.planned``)."""
+    admission.items(request.items)
+    params = request.params
+    try:
+        shape = b"" if params is None else _PARAMS.encode(params)
+    except OverflowError:  # an integer wider than 64 bits, which only a JSON body carries
+        return _plan_encode(admission, model, params)
+    return admission.planned(("encode", model, shape), lambda: _plan_encode(admission, model, params))
+
+
+def _plan_encode(admission: Admission, model: str, params: EncodeParams | None) -> EncodeAdmitted:
+    entry = admission.served(model, params.options if params else None)
     request_options.check_known(
         entry, request_options.ENCODE, params.options if params else None, admission.custom_options
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from sie.adapters.loading import custom_options
@@ -33,11 +33,17 @@ class Parts:
     infer: Infer
     metrics: Metrics
     limits: RequestLimits
+    # The catalogue's ``Admission``, kept while that catalogue is the registry's: it keeps the plans
+    # it made (``Admission.planned``).
+    _admission: list[Admission] = field(default_factory=list, compare=False, repr=False)
 
     @property
     def admission(self) -> Admission:
         """The request checks against the catalogue as it is now (hot reload replaces it)."""
-        return Admission(self.registry.catalog, self.limits, custom_options)
+        catalog, kept = self.registry.catalog, self._admission
+        if not kept or kept[0].catalog is not catalog:
+            kept[:] = [Admission(catalog, self.limits, custom_options)]
+        return kept[0]
 
     def observe(self, model: str, operation: str, timing: Timing) -> None:
         """The request's phases into ``sie_request_duration_seconds`` (the front end adds ``total``)."""
