@@ -9,15 +9,16 @@ import pytest
 
 from sie.catalog import admission as admission_module
 from sie.catalog.admission import Admission, RequestLimits
-from sie.catalog.admit import admit_encode
+from sie.catalog.admit import admit_encode, admit_score
 from sie.catalog.catalog import Catalog
 from sie.catalog.errors import InvalidInput, ModelNotFound
 from sie.core.options import Capability, OutputDType
 from sie.engine.ops.parts import Parts
 from sie.settings.common import PACKAGED_MODELS_DIR
-from sie.wire.requests import EncodeParams, EncodeRequest, Item
+from sie.wire.requests import EncodeParams, EncodeRequest, Item, ScoreRequest
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+RERANKER = "BAAI/bge-reranker-base"
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +71,23 @@ def test_the_memo_is_bounded_and_skips_huge_shapes(catalog: Catalog, monkeypatch
     kept = dict(admission._plans)
     planned = admit_encode(admission, MINILM, request(params=huge))
     assert planned.plan.instruction == "y" * 2000 and admission._plans == kept
+
+
+def test_a_score_keeps_its_plan_and_checks_its_items_every_time(catalog: Catalog) -> None:
+    admission = Admission(catalog, RequestLimits())
+    asked = ScoreRequest(query=Item(text="q"), items=[Item(text="d")])
+    first = admit_score(admission, RERANKER, asked)
+    again = admit_score(admission, RERANKER, ScoreRequest(query=Item(text="other"), items=[Item(text="e")]))
+    assert again is first and first.plan.pairs
+    with pytest.raises(InvalidInput, match="requires text"):
+        admit_score(admission, RERANKER, ScoreRequest(query=Item(text="q"), items=[Item()]))
+    with pytest.raises(InvalidInput, match="Unknown option"):
+        admit_score(
+            admission,
+            RERANKER,
+            ScoreRequest(query=Item(text="q"), items=[Item(text="d")], options={"nope": 1}),
+        )
+    assert len(admission._plans) == 1
 
 
 def test_the_engine_keeps_one_admission_per_catalogue(catalog: Catalog) -> None:

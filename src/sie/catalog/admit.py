@@ -9,7 +9,7 @@ the gateway light.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -29,7 +29,7 @@ from sie.wire.requests import EncodeParams, EncodeRequest, ExtractParams, Extrac
 SPARSE_DTYPES: Final = frozenset({OutputDType.FLOAT32, OutputDType.FLOAT16})
 # Request options the engine itself reads; the rest of an extract request's options go to the adapter.
 ENGINE_OPTIONS: Final = frozenset({"profile", "lora_id"})
-_PARAMS: Final = msgspec.msgpack.Encoder()  # a request's params as the key of its plan
+_PARAMS: Final = msgspec.msgpack.Encoder()  # a request's params (options) as the key of its plan
 EXTRACT_HINT: Final = (
     "does not support extraction. Use an extraction model like GLiNER, GLiClass, or Florence-2."
 )
@@ -83,17 +83,29 @@ class ScoreAdmitted:
 
 
 def admit_score(admission: Admission, model: str, request: ScoreRequest) -> ScoreAdmitted:
-    """The request's checks, no model touched (the gateway runs exactly these before publishing)."""
+    """The request's checks, no model touched (the gateway runs exactly these before publishing):
+    its items' every time, its plan once per shape (``Admission.planned``)."""
     query, items, options = request.query, request.items, request.options
-    entry = admission.entry(model, items, options, query)
+    admission.items(items, query)
+    try:
+        shape = b"" if options is None else _PARAMS.encode(options)
+    except OverflowError:  # an integer wider than 64 bits, which only a JSON body carries
+        admitted = _plan_score(admission, model, options)
+    else:
+        admitted = admission.planned(("score", model, shape), lambda: _plan_score(admission, model, options))
+    # A model that takes images scores images too: ColPali's pages by similarity, Qwen3-VL's reranker
+    # in its pairs.
+    images_count = admitted.entry.config.inputs.image
+    if any(item.text is None and not (images_count and item.images) for item in [query, *items]):
+        raise InvalidInput("Score requires text on the query and on every item")
+    return admitted
+
+
+def _plan_score(admission: Admission, model: str, options: dict[str, Any] | None) -> ScoreAdmitted:
+    entry = admission.served(model, options)
     request_options.check_known(entry, request_options.SCORE, options, admission.custom_options)
     merged = overlay(entry.profile.runtime, options)
     plan = plan_score(entry.name, entry.config.tasks.score is not None, entry.config.output_types(), merged)
-    # A model that takes images scores images too: ColPali's pages by similarity, Qwen3-VL's reranker
-    # in its pairs.
-    images_count = entry.config.inputs.image
-    if any(item.text is None and not (images_count and item.images) for item in [query, *items]):
-        raise InvalidInput("Score requires text on the query and on every item")
     return ScoreAdmitted(entry, plan, lora_option(merged), overflow_policy(merged))
 
 
