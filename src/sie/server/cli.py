@@ -106,14 +106,14 @@ def serve(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Start the HTTP server."""
+    _check_selectors(bundle, models)  # before the engine's imports: a bad command line fails at once
+    _check_upstreams(upstreams_file)
     import uvicorn
 
     from sie.observability.logging import configure_logging
     from sie.server.app import create_app
     from sie.server.graceful import GracefulServer
 
-    _check_selectors(bundle, models)
-    _check_upstreams(upstreams_file)
     settings = _settings(
         upstreams_file=upstreams_file,
         remote_serving=None if remote_serving is None else ("on" if remote_serving else "off"),

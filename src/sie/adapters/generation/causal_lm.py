@@ -5,7 +5,7 @@ One ``ContinuousBatchingManager`` per loaded model: a paged KV cache sized from 
 ``kv_budget_tokens`` and a thread of the library's own that admits new requests into the running batch
 at every step. Requests reach it from the event loop (``start``); each answers through an asyncio queue
 fed on the loop by the manager's result handler, one ``Progress`` per token. The sampling of each
-request is ours (``sampling.RowSamplers``), the batching, the cache and the forward the library's.
+request is ours (``row_samplers.RowSamplers``), the batching, the cache and the forward the library's.
 
 The manager's thread runs the forwards, not the engine's device thread: on a CPU host a generation and
 an embedding batch running at once share the cores. CUDA graphs and the asynchronous batching are off:
@@ -36,7 +36,8 @@ from transformers.utils import logging as hf_logging
 from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
 from sie.adapters.contract import NO_TRAITS, TEXT_ONLY, Forward, LoadSpec, Trait
 from sie.adapters.generation.grammar import Constraint, Grammars
-from sie.adapters.generation.sampling import RowSampler, RowSamplers, Sampling, TokenLogprob
+from sie.adapters.generation.row_samplers import RowSamplers
+from sie.adapters.generation.sampling import RowSampler, Sampling, TokenLogprob
 from sie.adapters.runtime.transformer import release_unloaded, weights_and_autocast
 from sie.core.options import Capability, Modality
 from sie.core.task import UnsupportedInput

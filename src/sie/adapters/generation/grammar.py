@@ -12,8 +12,6 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-import llguidance
-import llguidance.hf
 import numpy as np
 import torch
 
@@ -46,6 +44,8 @@ _JSON_OPTIONS: Final[Any] = {
 
 
 def _grammar(spec: GrammarSpec) -> str:
+    import llguidance  # with the generator only (``Grammars``): seconds of a server's start
+
     try:
         if spec.kind == "json_object":
             return str(llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, _JSON_OPTIONS))
@@ -65,6 +65,10 @@ class Grammars:
     matchers of its requests."""
 
     def __init__(self, tokenizer: Any, eos: tuple[int, ...]) -> None:
+        # Here, not at the top: llguidance's Hugging Face bridge imports transformers' GGUF and
+        # generation modules (about 1.5 s), which a server without a generative model never needs.
+        import llguidance.hf
+
         self._eos = eos
         self._unavailable: str | None = None
         try:
@@ -76,6 +80,8 @@ class Grammars:
         """The compiled grammar, or ``GrammarError`` (before the request is queued)."""
         if self._unavailable is not None:
             raise GrammarError(self._unavailable)
+        import llguidance
+
         grammar = _grammar(spec)
         is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, self._tokenizer)
         if is_error:
@@ -83,6 +89,8 @@ class Grammars:
         return grammar
 
     def constraint(self, grammar: str) -> Constraint:
+        import llguidance
+
         return Constraint(llguidance.LLMatcher(self._tokenizer, grammar, log_level=0), self._eos)
 
 

@@ -7,21 +7,19 @@ library's own extension point: a per-row ``int32`` argument, here the request's 
 row's next token the request's way and leaves the row with that token alone at the maximum; the
 manager runs greedy (``do_sample=False``), so its ``argmax`` takes exactly the token chosen here. A
 greedy request with none of the extras is left untouched: its token is the library's own ``argmax``,
-which is what makes greedy output equal to ``generate``'s token for token.
+which is what makes greedy output equal to ``generate``'s token for token. (``RowSamplers`` lives in
+``row_samplers``: it subclasses the library's processor, whose import pulls transformers' whole
+generation stack, and the server imports this module's types whether or not it serves a generator.)
 """
 
 from __future__ import annotations
 
 import math
-import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
-from transformers.generation.continuous_batching.cb_logits_processors import (
-    ContinuousBatchingLogitsProcessor,
-)
 
 NO_SLOT = -1
 
@@ -145,42 +143,3 @@ class RowSampler:
             values, ids = torch.topk(logprobs, top)
             best = tuple(zip(ids.tolist(), values.tolist(), strict=True))
         return TokenLogprob(token, float(logprobs[token]), best)
-
-
-class RowSamplers(ContinuousBatchingLogitsProcessor):
-    """Every running request's ``RowSampler`` by slot; installed once per batching manager."""
-
-    supported_kwargs: dict[str, type] = {"sie_slot": int}  # noqa: RUF012 (the library's class attribute)
-    ignored_kwargs: tuple[str, ...] = ()
-
-    def __init__(self) -> None:
-        self._slots: dict[int, RowSampler] = {}
-        self._next = 0
-        self._lock = threading.Lock()
-
-    def add(self, sampler: RowSampler) -> int:
-        with self._lock:
-            slot = self._next
-            self._next = (self._next + 1) % 2_000_000_000
-            self._slots[slot] = sampler
-            return slot
-
-    def remove(self, slot: int) -> None:
-        with self._lock:
-            self._slots.pop(slot, None)
-
-    def fill_defaults(self, int32_tensor: torch.Tensor) -> None:
-        int32_tensor.fill_(NO_SLOT)
-
-    def prepare_tensor_args(self, requests_with_new_token: list[Any]) -> torch.Tensor:
-        slots = [r.state.logit_processor_kwargs.get("sie_slot", NO_SLOT) for r in requests_with_new_token]
-        return torch.tensor(slots, dtype=torch.int32)
-
-    def __call__(self, scores: torch.FloatTensor, tensor_arg: torch.Tensor) -> torch.FloatTensor:
-        rows = tensor_arg[: scores.size(0)].tolist()
-        with self._lock:
-            samplers = [self._slots.get(slot) for slot in rows]
-        for i, sampler in enumerate(samplers):
-            if sampler is not None and not sampler.untouched:
-                sampler.choose(scores[i])
-        return scores

@@ -17,11 +17,10 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import jsonschema
 
-from sie.adapters.generation.causal_lm import CausalLmGenerator, Generation
 from sie.adapters.generation.grammar import Constraint, GrammarError, GrammarSpec
 from sie.adapters.generation.sampling import Sampling, TokenLogprob
 from sie.adapters.generation.text import TextStream
@@ -31,6 +30,9 @@ from sie.catalog.families import not_served
 from sie.core.task import UnsupportedInput
 from sie.engine.errors import InferenceFailed, InputTooLong, OutputParseError, Overloaded
 from sie.engine.ops.parts import Parts
+
+if TYPE_CHECKING:  # imported by ``start``: transformers' generation stack costs seconds at import
+    from sie.adapters.generation.causal_lm import CausalLmGenerator, Generation
 
 FinishReason = Literal["stop", "length"]
 
@@ -87,6 +89,8 @@ async def start(parts: Parts, model: str, ask: GenerationAsk, wait_loaded: bool 
     assert task is not None
     if wait_loaded:
         await parts.registry.wait_loaded(entry.name)
+    from sie.adapters.generation.causal_lm import CausalLmGenerator  # loaded with the model by now
+
     with ExitStack() as stack:
         held = stack.enter_context(parts.registry.hold(entry.name))
         adapter = held.model.adapter
