@@ -1547,10 +1547,50 @@ def _generative_config(architecture: str, vocab_size: int, eos: int, pad: int) -
         common["head_dim"] = 16
     if architecture == "Gemma3Text":
         common["sliding_window"] = 64
+    if architecture == "Gemma3":
+        return _gemma3_multimodal(common)
     return getattr(transformers, f"{architecture}Config")(**common)
 
 
-GENERATIVE_ARCHITECTURES = ("Qwen3", "Qwen2", "Llama", "Granite", "Gemma3Text", "HunYuanDenseV1")
+def _gemma3_multimodal(common: dict[str, Any]) -> Any:
+    """A Gemma 3 checkpoint as Gemma 3 4B (and TranslateGemma 4B, tuned from it) ships: the
+    multimodal ``gemma3`` config, its language model in ``text_config`` (sliding layers five to one
+    global, here three to one with a window shorter than the longest prompt) beside a SigLIP tower."""
+    from transformers import Gemma3Config, Gemma3TextConfig, SiglipVisionConfig
+
+    text = Gemma3TextConfig(
+        **{**common, "num_hidden_layers": 4},
+        head_dim=16,
+        sliding_window=16,
+        layer_types=["sliding_attention"] * 3 + ["full_attention"],
+    )
+    vision = SiglipVisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=28,
+        patch_size=14,
+    )
+    vocab = common["vocab_size"]
+    return Gemma3Config(
+        text_config=text,
+        vision_config=vision,
+        mm_tokens_per_image=4,
+        boi_token_index=vocab - 3,
+        eoi_token_index=vocab - 2,
+        image_token_index=vocab - 1,
+        eos_token_id=common["eos_token_id"],
+        pad_token_id=common["pad_token_id"],
+    )
+
+
+# Our names of the architectures whose model class is not ``{name}ForCausalLM``.
+_GENERATIVE_CLASSES = {
+    "Gemma3Text": "Gemma3ForCausalLM",
+    "Gemma3": "Gemma3ForConditionalGeneration",
+}
+GENERATIVE_ARCHITECTURES = ("Qwen3", "Qwen2", "Llama", "Granite", "Gemma3Text", "Gemma3", "HunYuanDenseV1")
 
 
 def generative(folder: Path, architecture: str = "Qwen3", seed: int = 0) -> Path:
@@ -1565,11 +1605,70 @@ def generative(folder: Path, architecture: str = "Qwen3", seed: int = 0) -> Path
     eos, pad = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.pad_token_id
     config = _generative_config(architecture, len(tokenizer), eos, pad)
     torch.manual_seed(seed)
-    name = "Gemma3ForCausalLM" if architecture == "Gemma3Text" else f"{architecture}ForCausalLM"
+    name = _GENERATIVE_CLASSES.get(architecture, f"{architecture}ForCausalLM")
     model = getattr(transformers, name)(config)
     if not config.tie_word_embeddings:  # sharper logits: fewer near-ties between the top tokens
         with torch.no_grad():
             model.get_output_embeddings().weight.mul_(8.0)
     model.save_pretrained(folder)
+    GenerationConfig(eos_token_id=eos, pad_token_id=pad, do_sample=False).save_pretrained(folder)
+    return folder
+
+
+def gemma4(folder: Path, seed: int = 0) -> Path:
+    """A small Gemma 4 shaped as google/gemma-4-E2B-it ships: the multimodal ``gemma4`` config
+    (``Gemma4ForConditionalGeneration``, vision and audio towers) whose language model has four sliding
+    layers to one global, global layers with a wider head (``global_head_dim``) and their own rotary
+    embedding, the last layers reading the keys and values of earlier ones (``num_kv_shared_layers``),
+    per-layer input embeddings, the double-wide MLP of the shared layers and a final logit soft cap;
+    with the byte-level ChatML tokenizer of ``generative``."""
+    from transformers import (
+        Gemma4AudioConfig,
+        Gemma4Config,
+        Gemma4ForConditionalGeneration,
+        Gemma4TextConfig,
+        Gemma4VisionConfig,
+        GenerationConfig,
+    )
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = byte_level_tokenizer(folder)
+    eos, pad, vocab = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.pad_token_id, len(tokenizer)
+    text = Gemma4TextConfig(
+        vocab_size=vocab,
+        vocab_size_per_layer_input=vocab,
+        hidden_size=64,
+        hidden_size_per_layer_input=8,
+        intermediate_size=128,
+        num_hidden_layers=10,
+        layer_types=(["sliding_attention"] * 4 + ["full_attention"]) * 2,
+        num_kv_shared_layers=5,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=16,
+        global_head_dim=32,
+        sliding_window=16,
+        use_double_wide_mlp=True,
+        final_logit_softcapping=30.0,
+        max_position_embeddings=1024,
+        eos_token_id=eos,
+        pad_token_id=pad,
+        bos_token_id=None,
+    )
+    vision = Gemma4VisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=16,
+        position_embedding_size=64,
+    )
+    audio = Gemma4AudioConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, output_proj_dims=32)
+    config = Gemma4Config(
+        text_config=text, vision_config=vision, audio_config=audio, eos_token_id=eos, pad_token_id=pad
+    )
+    torch.manual_seed(seed)
+    Gemma4ForConditionalGeneration(config).save_pretrained(folder)
     GenerationConfig(eos_token_id=eos, pad_token_id=pad, do_sample=False).save_pretrained(folder)
     return folder

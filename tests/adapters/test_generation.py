@@ -2,8 +2,10 @@
 
 Every architecture the catalogue's generative ids use and transformers runs (small random models built
 from each config, tests/builders.py): greedy output equal to ``generate`` token for token, a request
-alone equal to the same request inside a busy batch; then the per-request sampler (seeds, logit bias,
-logprobs), the grammars (regex, JSON Schema) and cancellation.
+alone equal to the same request inside a busy batch (a multimodal checkpoint, Gemma 3's, run as its
+language model alone); then the per-request sampler (seeds, logit bias, logprobs), the grammars (regex,
+JSON Schema) and cancellation; and what the paged cache cannot hold, refused at load (linear attention,
+Gemma 4's per-layer key/value shapes).
 """
 
 from __future__ import annotations
@@ -17,7 +19,16 @@ from pathlib import Path
 import jsonschema
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3_5TextConfig
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    ContinuousBatchingConfig,
+    Qwen3_5TextConfig,
+)
+from transformers.generation.continuous_batching.cache import PagedAttentionCache
+from transformers.generation.continuous_batching.distributed import DistributedHelper
+from transformers.integrations.heterogeneity.configuration_utils import AmbiguousGlobalPerLayerAttributeError
 
 from sie.adapters.contract import LoadSpec
 from sie.adapters.generation.causal_lm import CausalLmGenerator, _check_layers
@@ -195,6 +206,31 @@ def test_attention_free_layers_are_refused_at_load() -> None:
     config = Qwen3_5TextConfig(num_hidden_layers=2, layer_types=["linear_attention", "full_attention"])
     with pytest.raises(ValueError, match="linear_attention"):
         _check_layers(config)
+
+
+def test_gemma4_is_refused_at_load_for_its_per_layer_key_value_shapes(tmp_path) -> None:
+    """Gemma 4's global layers have a wider head than its sliding ones (and, in 26B-A4B and 31B, fewer
+    key/value heads): the paged cache cannot hold both, so the load says so before the batch fails."""
+    folder = builders.gemma4(tmp_path / "gemma4")
+    with pytest.raises(ValueError, match=r"sets head_dim per layer .*1x16, 1x32.* one key/value shape"):
+        _load(folder)
+
+
+def test_the_paged_cache_holds_one_key_value_shape_for_every_layer(tmp_path) -> None:
+    """Why Gemma 4 is refused, pinned to transformers: its paged cache reads a single ``head_dim`` from
+    the config, which a per-layer one refuses to give; read anyway, it is the sliding layers' (16),
+    narrower than the global layers' keys (32). An upgrade that lifts this fails here: serve Gemma 4."""
+    text = AutoConfig.from_pretrained(builders.gemma4(tmp_path / "gemma4")).get_text_config()
+    batching = ContinuousBatchingConfig(block_size=32, num_blocks=4, max_batch_tokens=64)
+
+    def cache() -> PagedAttentionCache:
+        return PagedAttentionCache(text, batching, "cpu", DistributedHelper(None, None), {}, torch.float32)
+
+    with pytest.raises(AmbiguousGlobalPerLayerAttributeError, match="head_dim"):
+        cache()
+    text.allow_global_per_layer_attribute_access = True
+    assert cache().key_cache[0].shape[-1] == 16
+    assert {text.per_layer_config[i].head_dim for i in range(text.num_hidden_layers)} == {16, 32}
 
 
 def test_text_stream_holds_back_partial_characters_and_stop_sequences() -> None:

@@ -20,10 +20,12 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from pathlib import Path
+from typing import Any, ClassVar, Final, Self
 
 import torch
 from transformers import (
+    MODEL_FOR_CAUSAL_LM_MAPPING,
     AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -114,15 +116,14 @@ class CausalLmGenerator:
         hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         if spec.threads and spec.device.startswith("cpu"):
             torch.set_num_threads(spec.threads)
-        _check_layers(AutoConfig.from_pretrained(str(spec.weights)))
+        checkpoint = AutoConfig.from_pretrained(str(spec.weights))
+        _check_layers(checkpoint)
         self.hf_tokenizer = AutoTokenizer.from_pretrained(str(spec.tokenizer_folder))
         # bfloat16 on a CPU is float32 weights here: the manager's thread runs no autocast.
         dtype, _ = weights_and_autocast(spec.precision, spec.device)
-        model = AutoModelForCausalLM.from_pretrained(
-            str(spec.weights), dtype=dtype, attn_implementation="sdpa"
-        )
-        model.eval()  # type: ignore[no-untyped-call]
-        model.to(torch.device(spec.device))  # type: ignore[arg-type]  # transformers' own stub is wrong
+        model = _language_model(spec.weights, checkpoint, dtype)
+        model.eval()
+        model.to(torch.device(spec.device))
         self.model = model
         config = self.model.generation_config
         eos = config.eos_token_id if config.eos_token_id is not None else self.hf_tokenizer.eos_token_id
@@ -246,10 +247,14 @@ class CausalLmGenerator:
 # The layers the paged cache of transformers' continuous batching holds; a model with others (Qwen3.5's
 # linear attention, Mamba's state) is refused at load instead of failing inside the batch.
 _PAGED_LAYERS = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
+# The cache's shape per token, which its tensors (one shape, shared by every layer) take from the config.
+_CACHE_SHAPE = ("num_key_value_heads", "head_dim")
 
 
 def _check_layers(config: Any) -> None:
-    text = getattr(config, "text_config", None) or config
+    """Refuse at load what the paged cache cannot hold, instead of the manager's thread dying on the
+    first batch: layers that are not attention, and attention whose key/value shape varies by layer."""
+    text = config.get_text_config()
     kinds = set(getattr(text, "layer_types", None) or ())
     other = sorted(kinds - _PAGED_LAYERS)
     if other:
@@ -257,6 +262,50 @@ def _check_layers(config: Any) -> None:
             f"{type(config).__name__} has {', '.join(other)} layers, which transformers' continuous "
             "batching cannot cache; this server runs only attention-only generative models"
         )
+    # Gemma 4's global layers have their own head_dim (global_head_dim) and, with attention_k_eq_v,
+    # their own number of key/value heads: the paged cache allocates one [heads, head_dim] for all.
+    varying = sorted(set(_CACHE_SHAPE) & set(getattr(text, "per_layer_attributes", None) or ()))
+    if varying and getattr(text, "is_heterogeneous", False):
+        shapes = sorted(
+            {
+                tuple(getattr(text.per_layer_config[i], name) for name in _CACHE_SHAPE)
+                for i in range(text.num_hidden_layers)
+            }
+        )
+        raise ValueError(
+            f"{type(config).__name__} sets {', '.join(varying)} per layer (key/value heads x head_dim "
+            f"{', '.join(f'{h}x{d}' for h, d in shapes)}), and the paged cache of transformers' continuous "
+            "batching holds one key/value shape for all layers"
+        )
+
+
+def _language_model(weights: Path, config: Any, dtype: torch.dtype) -> Any:
+    """The causal LM of a checkpoint, without the vision or audio towers of a multimodal one.
+
+    Only text is generated here, and the paged cache sizes itself from the model's config, which must
+    be the language model's (a multimodal config holds its heads and layers in ``text_config``). The
+    language model's weights are read under both names a checkpoint holds them by (transformers writes
+    ``language_model.model.*``, its modules are ``model.language_model.*``); the towers' are left unread.
+    """
+    text = config.get_text_config()
+    # the mapping's own annotation (pairs of classes) is not what it holds: one class per config
+    causal: Any = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(text), None) if text is not config else None
+    if causal is None:  # a text model, or a multimodal one with no text-only class: the whole model
+        return AutoModelForCausalLM.from_pretrained(str(weights), dtype=dtype, attn_implementation="sdpa")
+    return causal.from_pretrained(
+        str(weights),
+        config=text,
+        dtype=dtype,
+        attn_implementation="sdpa",
+        key_mapping=_LANGUAGE_MODEL_KEYS,
+    )
+
+
+_LANGUAGE_MODEL_KEYS: Final = {
+    r"^model\.language_model\.": "model.",
+    r"^language_model\.model\.": "model.",
+    r"^language_model\.lm_head\.": "lm_head.",
+}
 
 
 class _Vocabulary:
