@@ -68,6 +68,7 @@ EXPECTED = {
         "Qwen/Qwen3Guard-Gen-4B",
         "defog/sqlcoder-7b-2",
         "ibm-granite/granite-guardian-3.0-2b",
+        "google/translategemma-4b-it",
         "tencent/Hy-MT2-1.8B",
     },
     DENSE: {
@@ -264,7 +265,7 @@ EXPECTED = {
     },
 }
 # The public ids of families this release does not run: listed, refused with MODEL_NOT_SERVED.
-NOT_SERVED_COUNT = 45
+NOT_SERVED_COUNT = 44
 
 CONFIGS = [config for _, config in load_model_dir(MODELS_DIR)]
 BY_ID = {config.sie_id: config for config in CONFIGS}
