@@ -47,6 +47,7 @@ from sie.http.auth import Auth
 from sie.http.errors import Envelope
 from sie.http.errors import install as install_errors
 from sie.http.middleware import BodyLimit, IdentityHeaders
+from sie.http.routes import HotRoutes
 from sie.observability import tracing
 from sie.queue.connection import connect
 from sie.queue.contract import CONFIG_ALL_SUBJECT, HEALTH_SUBJECT_PREFIX, ContractError, decode_heartbeat
@@ -243,8 +244,9 @@ def create_app(settings: GatewaySettings) -> Starlette:
     async def openapi_json(_: Request) -> Response:
         return JSONResponse(document)
 
+    hot = [route.route() for route in inference.ROUTES]
     routes = [
-        *(route.route() for route in inference.ROUTES),
+        *hot,
         Route("/openapi.json", openapi_json),
         *cluster_api.ROUTES,
         *pools_api.ROUTES,
@@ -254,7 +256,9 @@ def create_app(settings: GatewaySettings) -> Starlette:
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.gateway = state
     install_errors(app, Envelope.GATEWAY)
-    # Added innermost first: auth sees a request before anything reads its body.
+    # Added innermost first: auth sees a request before anything reads its body; the inference routes
+    # are served from the innermost (``HotRoutes``), past Starlette's routing and exception layers.
+    app.add_middleware(HotRoutes, routes=hot, handlers=app.exception_handlers)
     app.add_middleware(BodyLimit, limit=settings.max_request_body_bytes, envelope=Envelope.GATEWAY)
     app.add_middleware(Auth, config=settings.auth_config(), envelope=Envelope.GATEWAY)
     app.add_middleware(RequestCounting, metrics=state.metrics, profile=state.router.profile_label)

@@ -25,6 +25,7 @@ from sie.http.auth import Auth
 from sie.http.errors import Envelope
 from sie.http.errors import install as install_errors
 from sie.http.middleware import BodyLimit, IdentityHeaders, SdkVersionSkew
+from sie.http.routes import HotRoutes
 from sie.observability import tracing
 from sie.observability.metrics import Metrics
 from sie.queue.contract import Heartbeat, lane_of
@@ -212,14 +213,16 @@ def create_app(settings: Settings) -> FastAPI:
         *generate.ROUTES,
         *openai_generate.ROUTES,
     )
-    # First in the table: Starlette tries routes in order, and these carry nearly every request.
-    app.router.routes[0:0] = [route.route() for route in inference]
+    # First in the table, where ``HotRoutes`` (below) serves them from: they carry nearly every request.
+    hot = [route.route() for route in inference]
+    app.router.routes[0:0] = hot
     for router in (health.router, models.router, ws.router, status_page.router):
         app.include_router(router)
     install_errors(app, Envelope.NATIVE)  # the table's errors, and the outermost catch-all: JSON 500
     # Added innermost first; a request meets them in the reverse order (identity headers outermost).
+    app.add_middleware(HotRoutes, routes=hot, handlers=app.exception_handlers)
     app.add_middleware(SdkVersionSkew, server_version=__version__)
-    openai_routes = [route.route() for route in inference if route.openai_errors]
+    openai_routes = [route for route, declared in zip(hot, inference, strict=True) if declared.openai_errors]
     app.add_middleware(BodyLimit, limit=settings.max_request_body_bytes, openai_routes=openai_routes)
     app.add_middleware(Auth, config=settings.auth_config(), envelope=Envelope.NATIVE)  # before a body is read
     app.add_middleware(RequestMetrics, metrics=metrics)
