@@ -31,6 +31,7 @@ from sie.sdk._decode import (
     score_result,
 )
 from sie.sdk._errors import SIEConnectionError
+from sie.sdk._fields import given
 from sie.sdk._media import prepare_item
 from sie.sdk._retry import (
     DEFAULT_PROVISION_TIMEOUT_S,
@@ -215,9 +216,9 @@ class BaseClient:
         single = not isinstance(items, list)
         wire_items = [prepare_item(item) for item in ([items] if single else items)]
         body: dict[str, Any] = {"items": wire_items}
-        given = {key: value for key, value in params.items() if value is not None}
-        if given:
-            body["params"] = given
+        set_params = given(params)
+        if set_params:
+            body["params"] = set_params
         return self._prepare(operation, model, body, params.get("options"), gpu, single, len(wire_items))
 
     def _encode_call(

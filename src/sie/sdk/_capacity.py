@@ -12,6 +12,7 @@ import httpx
 
 from sie.sdk._decode import raise_for_error
 from sie.sdk._errors import PoolError, RequestError
+from sie.sdk._fields import given
 from sie.sdk._types import CapacityInfo, PoolInfo, WorkerInfo
 
 LEASE_RENEWAL_S: Final = 60.0
@@ -62,7 +63,7 @@ def pool_body(
         "pinned_models": pinned_models,
         "queue_pool": queue_pool,
     }
-    return {"name": name, **{k: v for k, v in fields.items() if v is not None}}
+    return {"name": name, **given(fields)}
 
 
 def _message(response: httpx.Response) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, cast
 
 from sie.sdk._errors import RequestError, ServerError
+from sie.sdk._fields import given
 from sie.sdk._types import GenerateResult
 
 _DONE: Final = "[DONE]"
@@ -23,10 +24,6 @@ RESPONSES_PATH: Final = "/v1/responses"
 def generate_path(model: str) -> str:
     """``/v1/generate/{id}`` with the SIE-safe id (``/`` written ``__``), as the public SDK sends it."""
     return f"/v1/generate/{model.replace('/', '__')}"
-
-
-def given(fields: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in fields.items() if value is not None}
 
 
 def generate_body(
