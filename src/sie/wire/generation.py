@@ -116,9 +116,14 @@ class GenerateChunk(msgspec.Struct, omit_defaults=True):
 
 
 class ContentPart(msgspec.Struct):
+    """A chat message's part. ``source_lang_code`` / ``target_lang_code``: the fields TranslateGemma's
+    chat template reads from its one text part (its model card's request layout)."""
+
     type: str
     text: str | None = None
     image_url: dict[str, Any] | None = None
+    source_lang_code: str | None = None
+    target_lang_code: str | None = None
 
 
 class ChatMessage(msgspec.Struct):

@@ -124,15 +124,20 @@ def _sampling(body: ChatCompletionRequest | CompletionRequest, top_logprobs: int
     }
 
 
-def _content(message: ChatMessage) -> str | None:
+def _content(message: ChatMessage) -> str | list[dict[str, Any]] | None:
+    """Text parts joined into one string, as every template here reads them; parts that carry language
+    codes go to the template as parts, since that template (TranslateGemma's) reads them from there."""
     if message.content is None or isinstance(message.content, str):
         return message.content
-    texts = []
     for part in message.content:
         if part.type != "text":
             raise InvalidInput(f"Content parts of type '{part.type}' are not supported by this model")
-        texts.append(part.text or "")
-    return "".join(texts)
+    if any(p.source_lang_code is not None or p.target_lang_code is not None for p in message.content):
+        return [
+            {key: value for key, value in msgspec.structs.asdict(p).items() if value is not None}
+            for p in message.content
+        ]
+    return "".join(part.text or "" for part in message.content)
 
 
 def _messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
