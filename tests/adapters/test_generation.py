@@ -293,3 +293,17 @@ def test_a_tokenizer_llguidance_cannot_read_loads_without_grammars(tmp_path, spl
             generator.grammars.check(GrammarSpec("regex", "[a-z]+"))
     finally:
         generator.close()
+
+
+def test_qwen3_vl_has_no_causal_lm_class_in_transformers() -> None:
+    """Why Qwen3-VL-8B-Instruct is refused (``NoCausalLm``), pinned to transformers: continuous batching
+    runs a causal LM, and Qwen3-VL is only an image-text-to-text model there. An upgrade that adds
+    one fails here: hold it to ``generate`` and serve it."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+    )
+
+    assert "qwen3_vl" not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    assert "qwen3_vl_text" not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    assert MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES["qwen3_vl"] == "Qwen3VLForConditionalGeneration"

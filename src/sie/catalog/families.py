@@ -192,11 +192,17 @@ NOT_SERVED: Final[dict[str, str]] = {
     # transformers' defaults; with attention_k_eq_v, their own number of key/value heads too) while the
     # paged cache holds one key/value shape for all layers (a checkpoint with per-layer shapes is also
     # refused when it loads: tests/adapters/test_generation.py); and architectures not
-    # yet held to transformers' generate in tests/adapters/test_generation.py (Qwen3-VL, GLM-5).
+    # yet held to transformers' generate in tests/adapters/test_generation.py (GLM-5).
     "sie.adapters.not_built:LinearAttention": "a generative model with linear-attention layers",
     "sie.adapters.not_built:PerLayerKvShapes": (
         "a generative model whose layers differ in key/value shape (Gemma 4: wider global-attention "
         "heads), which transformers' paged cache cannot hold"
+    ),
+    # Qwen3-VL: transformers 5.16.1 runs it only as an image-text-to-text model, with no causal-LM
+    # class, and continuous batching runs a causal LM (tests/adapters/test_generation.py pins it).
+    "sie.adapters.not_built:NoCausalLm": (
+        "a vision-language generator transformers runs only whole (no causal-LM class), which its "
+        "continuous batching cannot"
     ),
     "sie.adapters.not_built:UnverifiedGenerator": "a generative architecture not yet verified here",
 }
