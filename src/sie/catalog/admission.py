@@ -7,7 +7,7 @@ before it publishes anything, so a bad request gets the standalone server's 4xx 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
@@ -53,14 +53,20 @@ class Admission:
     catalog: Catalog
     limits: RequestLimits
     custom_options: CustomOptions | None = None  # a custom adapter's options (``options.check_known``)
-    _plans: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
+    _plans: dict[tuple[str, str, bytes], Any] = field(default_factory=dict, compare=False, repr=False)
 
-    def planned(self, key: tuple[str, str, bytes] | None, plan: Callable[[], T]) -> T:
-        """``plan()`` once per ``key`` (an operation, a model, its encoded params), then what it
-        returned; a plan that raises is not kept, so a refused shape is refused alike each time. A key
-        of None, or one past ``PLAN_KEY_BYTES``, is planned afresh."""
-        if key is None or len(key[2]) > PLAN_KEY_BYTES:
+    def planned(self, operation: str, model: str, params: object, plan: Callable[[], T]) -> T:
+        """``plan()`` once per request shape (``operation``, ``model``, its ``params`` as msgpack), then
+        what it returned; a plan that raises is not kept, so a refused shape is refused alike each time.
+        Params past ``PLAN_KEY_BYTES``, or that msgpack cannot hold (an integer wider than 64 bits, which
+        only a JSON body carries), are planned afresh."""
+        try:
+            shape = b"" if params is None else _MSGPACK.encode(params)
+        except OverflowError:
             return plan()
+        if len(shape) > PLAN_KEY_BYTES:
+            return plan()
+        key = (operation, model, shape)
         kept = self._plans.get(key)
         if kept is None:
             if len(self._plans) >= PLANS_KEPT:

@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-import msgspec
-
 from sie.catalog import options as request_options
 from sie.catalog.admission import Admission
 from sie.catalog.catalog import CatalogEntry
@@ -29,7 +27,6 @@ from sie.wire.requests import EncodeParams, EncodeRequest, ExtractParams, Extrac
 SPARSE_DTYPES: Final = frozenset({OutputDType.FLOAT32, OutputDType.FLOAT16})
 # Request options the engine itself reads; the rest of an extract request's options go to the adapter.
 ENGINE_OPTIONS: Final = frozenset({"profile", "lora_id"})
-_PARAMS: Final = msgspec.msgpack.Encoder()  # a request's params (options) as the key of its plan
 EXTRACT_HINT: Final = (
     "does not support extraction. Use an extraction model like GLiNER, GLiClass, or Florence-2."
 )
@@ -46,11 +43,7 @@ def admit_encode(admission: Admission, model: str, request: EncodeRequest) -> En
     its items' every time, its plan once per shape (``Admission.planned``)."""
     admission.items(request.items)
     params = request.params
-    try:
-        shape = b"" if params is None else _PARAMS.encode(params)
-    except OverflowError:  # an integer wider than 64 bits, which only a JSON body carries
-        return _plan_encode(admission, model, params)
-    return admission.planned(("encode", model, shape), lambda: _plan_encode(admission, model, params))
+    return admission.planned("encode", model, params, lambda: _plan_encode(admission, model, params))
 
 
 def _plan_encode(admission: Admission, model: str, params: EncodeParams | None) -> EncodeAdmitted:
@@ -87,12 +80,7 @@ def admit_score(admission: Admission, model: str, request: ScoreRequest) -> Scor
     its items' every time, its plan once per shape (``Admission.planned``)."""
     query, items, options = request.query, request.items, request.options
     admission.items(items, query)
-    try:
-        shape = b"" if options is None else _PARAMS.encode(options)
-    except OverflowError:  # an integer wider than 64 bits, which only a JSON body carries
-        admitted = _plan_score(admission, model, options)
-    else:
-        admitted = admission.planned(("score", model, shape), lambda: _plan_score(admission, model, options))
+    admitted = admission.planned("score", model, options, lambda: _plan_score(admission, model, options))
     # A model that takes images scores images too: ColPali's pages by similarity, Qwen3-VL's reranker
     # in its pairs.
     images_count = admitted.entry.config.inputs.image
