@@ -5,9 +5,10 @@ work unchanged.
 The model is the catalogue id (``Qwen/Qwen3-0.6B``, a ``:profile`` variant included). Chat renders the
 messages through the model's own chat template (with the profile's ``chat_template_kwargs``, overlaid
 by the request's); ``response_format`` (JSON Schema, JSON object, and the public gateway's ``regex``
-and ``grammar`` types) and SGLang's ``regex`` and ``ebnf`` fields are enforced while decoding; ``tools`` reach the template, calls in the model's
-``<tool_call>`` format come back as ``tool_calls`` (``tool_choice`` ``required`` or a named function
-forces one, its arguments held to the tool's schema by the grammar). A stream sends the role first,
+and ``grammar`` types) and SGLang's ``regex`` and ``ebnf`` fields are enforced while decoding;
+``tools`` reach the template, calls in the model's ``<tool_call>`` format come back as ``tool_calls``
+(``tool_choice`` ``required`` or a named function forces one, its arguments held to the tool's schema
+by the grammar). A stream sends the role first,
 then content deltas, then the finish reason, then (``stream_options.include_usage``) the usage on a
 chunk with no choices, then ``[DONE]``, as OpenAI does. Errors are OpenAI's ``{"error": {...}}``.
 A cold model is loaded before answering: OpenAI clients do not honour ``Retry-After``.
