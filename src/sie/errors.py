@@ -83,6 +83,7 @@ RULES: Final[dict[WireCode, ErrorRule]] = _rules(
     ErrorRule(ErrorCode.GPU_NOT_CONFIGURED, _GIVE_UP),
     ErrorRule(ErrorCode.INFERENCE_ERROR, _GIVE_UP),
     ErrorRule(ErrorCode.MODEL_OUTPUT_PARSE_ERROR, _GIVE_UP),
+    ErrorRule(ErrorCode.GENERATION_TIMEOUT, _GIVE_UP),
     ErrorRule(ErrorCode.INTERNAL_ERROR, _GIVE_UP),
     # sie-config's API (the public service's codes); its refusals never travel on a queue. The two it
     # answers 503 (NATS down, an idempotent write whose first try was cancelled) carry no wait.

@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import httpx
 import msgpack
@@ -806,6 +806,29 @@ def generative_weights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
     }
 
 
+# Profiles of the generative Qwen whose deadlines any generation misses: a first token within a
+# millisecond of arrival (the prompt's own template and prefill take longer), or the end of 1,024 tokens
+# within 0.3 s (each token is a forward of its own). Each variant loads on its first request.
+DEADLINE_PROFILES: Final = {
+    "first-token-1ms": {"first_chunk_timeout_s": 0.001},
+    "overall-300ms": {"overall_timeout_s": 0.3, "inter_chunk_timeout_s": 10},
+}
+
+
+def with_deadline_profiles(text: str) -> str:
+    import yaml
+
+    config = yaml.safe_load(text)
+    default = config["profiles"]["default"]
+    for name, deadlines in DEADLINE_PROFILES.items():
+        profile = json.loads(json.dumps(default))
+        profile["adapter_options"]["runtime"] = {
+            k: v for k, v in profile["adapter_options"]["runtime"].items() if not k.endswith("_timeout_s")
+        } | deadlines
+        config["profiles"][name] = profile
+    return str(yaml.safe_dump(config, sort_keys=False))
+
+
 @pytest.fixture(scope="session")
 def generation_server(
     tmp_path_factory: pytest.TempPathFactory, generative_weights: dict[str, Path]
@@ -820,6 +843,8 @@ def generation_server(
             .read_text()
             .replace("compute_precision: bfloat16", "compute_precision: float32")
         )
+        if sie_id == GENERATIVE_QWEN:
+            text = with_deadline_profiles(text)
         (models / name).write_text(text + f"weights_path: {json.dumps(str(folder))}\n")
     # A reranker beside them, for tools that retrieve before they generate (the public sie-mcp's
     # answer_questions: encode, rerank, then chat); loaded only by the tests that score with it.

@@ -300,6 +300,43 @@ def test_a_client_that_goes_away_cancels_its_generation(server) -> None:
     assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 2
 
 
+def test_a_generation_past_its_profiles_deadline_is_cancelled_and_answered_504(server, weights) -> None:
+    """A profile's ``overall_timeout_s`` / ``first_chunk_timeout_s`` (``adapter_options.runtime``): a
+    whole answer is the public server's 504 (code ``GENERATION_TIMEOUT``), a stream ends with that
+    error as its last chunk, the generation leaves the batch, and the server serves on."""
+    eos = AutoTokenizer.from_pretrained(weights[QWEN]).eos_token_id
+    endless = {"max_new_tokens": 1024, "logit_bias": {str(eos): -100}}  # 1,024 forwards: past 0.3 s
+    overall = f"{QWEN}:overall-300ms"
+    chat = {"model": overall, "messages": MESSAGES, "max_tokens": 1024, "logit_bias": {str(eos): -100}}
+    openai = server.client.post("/v1/chat/completions", json=chat, timeout=120)  # loads the variant first
+    assert openai.status_code == 504, openai.text
+    assert openai.json()["error"]["code"] == "timeout"
+    assert "overall_timeout_s" in openai.json()["error"]["message"]
+    native = f"/v1/generate/{overall.replace('/', '__')}"
+    whole = server.client.post(
+        native, json={"prompt": PROMPT} | endless, headers={"accept": "application/json"}
+    )
+    assert whole.status_code == 504 and whole.headers["x-sie-error-code"] == "GENERATION_TIMEOUT"
+    assert whole.json()["detail"]["code"] == "GENERATION_TIMEOUT"
+    with server.client.stream("POST", native, json={"prompt": PROMPT, "stream": True} | endless) as stream:
+        assert stream.status_code == 200
+        chunks = sse(stream)
+    assert chunks[-1]["done"] and chunks[-1]["error"]["code"] == "GENERATION_TIMEOUT"
+    assert all(not c["done"] for c in chunks[:-1]) and len(chunks) > 1  # tokens came before the deadline
+    deadline = time.monotonic() + 10
+    while queue_depth(server, overall) != 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert queue_depth(server, overall) == 0
+    first = f"{QWEN}:first-token-1ms"
+    long_prompt = {"model": first, "prompt": "x " * 2000, "max_tokens": 4}  # its prefill alone takes longer
+    late = server.client.post("/v1/completions", json=long_prompt, timeout=120)
+    assert late.status_code == 504 and "first_chunk_timeout_s" in late.json()["error"]["message"]
+    answer = server.client.post(
+        f"/v1/generate/{QWEN.replace('/', '__')}", json={"prompt": PROMPT, "max_new_tokens": 2}
+    )
+    assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 2
+
+
 def test_an_unknown_openai_field_is_refused_by_name(server) -> None:
     body = {"model": QWEN, "messages": MESSAGES, "max_tokens": 2, "reasoning_effort": "high"}
     answer = server.client.post("/v1/chat/completions", json=body)

@@ -149,3 +149,12 @@ class OutputParseError(SieError):
     """A ``strict`` grammar's finished output that does not parse or match."""
 
     code = ErrorCode.MODEL_OUTPUT_PARSE_ERROR
+
+
+class GenerationTimeout(SieError):
+    """A generation past one of its profile's deadlines (``adapter_options.runtime``): no first token
+    within ``first_chunk_timeout_s``, a stream's next token not within ``inter_chunk_timeout_s``, or no
+    end within ``overall_timeout_s``. It is cancelled in its batch; what it made so far is dropped
+    (a stream's client has it already)."""
+
+    code = ErrorCode.GENERATION_TIMEOUT

@@ -74,6 +74,8 @@ HTTP: Final[dict[WireCode, HttpRule]] = {
     ErrorCode.INFERENCE_ERROR: HttpRule(500, OpenAIRule(500, "inference_error")),
     # The model answered outside the grammar it was held to: an invalid answer from upstream.
     ErrorCode.MODEL_OUTPUT_PARSE_ERROR: HttpRule(502, OpenAIRule(502, "model_output_parse_error")),
+    # A generation past its profile's deadline: the public server's 504 for a non-streaming one.
+    ErrorCode.GENERATION_TIMEOUT: HttpRule(504, OpenAIRule(504, "timeout")),
     ErrorCode.RESOURCE_EXHAUSTED: HttpRule(503, OpenAIRule(503, "server_overloaded")),
     ErrorCode.INTERNAL_ERROR: HttpRule(500, OpenAIRule(500, "internal_error")),
     ErrorCode.PROVISIONING: _plain(503),

@@ -32,6 +32,9 @@ class ErrorCode(StrEnum):
     BUNDLE_CONFLICT = "BUNDLE_CONFLICT"  # a ``bundle:/model`` path whose bundle does not serve the model
     # A generation under a ``strict`` grammar whose finished output does not parse or match.
     MODEL_OUTPUT_PARSE_ERROR = "MODEL_OUTPUT_PARSE_ERROR"
+    # Ours: a generation past its profile's ``first_chunk_timeout_s``, ``inter_chunk_timeout_s`` (a
+    # stream) or ``overall_timeout_s``; the public server documents the 504 and names no code.
+    GENERATION_TIMEOUT = "GENERATION_TIMEOUT"
 
 
 class ConfigErrorCode(StrEnum):

@@ -14,7 +14,7 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
@@ -28,11 +28,11 @@ from sie.catalog.catalog import CatalogEntry
 from sie.catalog.errors import InvalidInput, ModelNotServed
 from sie.catalog.families import not_served
 from sie.core.task import UnsupportedInput
-from sie.engine.errors import InferenceFailed, InputTooLong, OutputParseError, Overloaded
+from sie.engine.errors import GenerationTimeout, InferenceFailed, InputTooLong, OutputParseError, Overloaded
 from sie.engine.ops.parts import Parts
 
 if TYPE_CHECKING:  # imported by ``start``: transformers' generation stack costs seconds at import
-    from sie.adapters.generation.causal_lm import CausalLmGenerator, Generation
+    from sie.adapters.generation.causal_lm import CausalLmGenerator, Generation, Progress
 
 FinishReason = Literal["stop", "length"]
 
@@ -69,6 +69,31 @@ class Finished:
 
 
 Event = Delta | Finished
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """A profile's generation timeouts (``adapter_options.runtime``, the public field names), in
+    seconds: the first token within ``first_chunk_s`` of the request's arrival (its queueing, template
+    and prefill included), a stream's every next token within ``inter_chunk_s`` of the one before, and
+    the end within ``overall_s``. A non-streaming answer has no chunks between, so only the first and
+    the overall deadline hold it (the public server's 504). None is no limit."""
+
+    first_chunk_s: float | None = None
+    inter_chunk_s: float | None = None
+    overall_s: float | None = None
+
+    @classmethod
+    def of(cls, runtime: Mapping[str, Any]) -> Deadlines:
+        def seconds(key: str) -> float | None:
+            value = runtime.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+                return float(value)
+            return None  # absent (or not a positive number, which the catalogue's YAML should not hold)
+
+        return cls(
+            seconds("first_chunk_timeout_s"), seconds("inter_chunk_timeout_s"), seconds("overall_timeout_s")
+        )
 
 
 def generator_entry(parts: Parts, model: str) -> CatalogEntry:
@@ -116,7 +141,8 @@ async def start(parts: Parts, model: str, ask: GenerationAsk, wait_loaded: bool 
         constraint = await _constraint(adapter, ask.grammar)
         generation = adapter.start(prompt, max_new, _sampling(entry, ask), constraint)
         tokens = parts.metrics.tokens.labels(entry.name)
-        return Running(stack.pop_all(), adapter, generation, ask, len(prompt), started, tokens.inc)
+        deadlines = Deadlines.of(entry.profile.runtime)
+        return Running(stack.pop_all(), adapter, generation, ask, len(prompt), started, tokens.inc, deadlines)
     raise AssertionError("unreachable")
 
 
@@ -133,16 +159,18 @@ class Running:
         prompt_tokens: int,
         started: float,
         count_tokens: Callable[[int], None],
+        deadlines: Deadlines = Deadlines(),
     ) -> None:
         self._held, self._adapter, self._generation = held, adapter, generation
         self._ask, self.prompt_tokens, self._started = ask, prompt_tokens, started
         self._count_tokens = count_tokens  # ``sie_tokens_total``: the prompt and the output
+        self._deadlines = deadlines
 
-    async def events(self) -> AsyncIterator[Event]:
+    async def events(self, streamed: bool = True) -> AsyncIterator[Event]:
+        """``streamed``: the events go out as they come, so ``inter_chunk_timeout_s`` holds too."""
+        progress = within(self._generation, self._deadlines, self._started, streamed)
         try:
-            async for event in _events(
-                self._adapter, self._generation, self._ask, self.prompt_tokens, self._started
-            ):
+            async for event in _events(self._adapter, progress, self._ask, self.prompt_tokens, self._started):
                 if isinstance(event, Finished):
                     self._count_tokens(event.prompt_tokens + event.completion_tokens)
                 yield event
@@ -153,7 +181,7 @@ class Running:
         """The whole generation read to its end (the non-streaming answers), with every token's
         logprobs when they were asked for."""
         logprobs: list[TokenLogprob] = []
-        async for event in self.events():
+        async for event in self.events(streamed=False):
             if isinstance(event, Delta):
                 logprobs += event.logprobs
             else:
@@ -210,8 +238,58 @@ def _sampling(entry: CatalogEntry, ask: GenerationAsk) -> Sampling:
     return Sampling(**chosen)
 
 
+async def within(
+    generation: AsyncIterator[Progress], deadlines: Deadlines, started: float, streamed: bool
+) -> AsyncIterator[Progress]:
+    """``generation``'s progress, each awaited no longer than its deadline allows (``Deadlines``;
+    ``started`` on the ``time.perf_counter`` clock); past one, ``GenerationTimeout``. The wait is
+    bounded only around the await, never across a ``yield``: a slow reader is not the generation's
+    delay."""
+    limits = {
+        "first_chunk_timeout_s": deadlines.first_chunk_s,
+        "inter_chunk_timeout_s": deadlines.inter_chunk_s if streamed else None,
+        "overall_timeout_s": deadlines.overall_s,
+    }
+    overall = started + deadlines.overall_s if deadlines.overall_s is not None else None
+
+    def sooner(own: float | None, key: str) -> tuple[float | None, str]:
+        if overall is not None and (own is None or overall <= own):
+            return overall, "overall_timeout_s"
+        return own, key
+
+    first = limits["first_chunk_timeout_s"]
+    due, key = sooner(started + first if first is not None else None, "first_chunk_timeout_s")
+    while True:
+        try:
+            async with asyncio.timeout(None if due is None else max(0.0, due - time.perf_counter())) as limit:
+                progress = await anext(generation)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            if not limit.expired():
+                raise
+            raise GenerationTimeout(
+                f"The generation {_MISSED[key]} within {limits[key]:g} s (this model profile's {key}); "
+                "it was cancelled"
+            ) from None
+        yield progress
+        gap = limits["inter_chunk_timeout_s"]
+        due, key = sooner(time.perf_counter() + gap if gap is not None else None, "inter_chunk_timeout_s")
+
+
+_MISSED = {
+    "first_chunk_timeout_s": "made no first token",
+    "inter_chunk_timeout_s": "made no next token",
+    "overall_timeout_s": "did not finish",
+}
+
+
 async def _events(
-    adapter: CausalLmGenerator, generation: Generation, ask: GenerationAsk, prompt_tokens: int, started: float
+    adapter: CausalLmGenerator,
+    generation: AsyncIterator[Progress],
+    ask: GenerationAsk,
+    prompt_tokens: int,
+    started: float,
 ) -> AsyncIterator[Event]:
     text = TextStream(adapter.tokenizer.decode, ask.stop)
     first: float | None = None
