@@ -295,6 +295,23 @@ def test_a_tokenizer_llguidance_cannot_read_loads_without_grammars(tmp_path, spl
         generator.close()
 
 
+def test_glm_5_3_flash_has_linear_attention_layers_and_no_causal_lm_class_in_transformers() -> None:
+    """Why zai-org/GLM-5.3-Flash is refused (``LinearAttention``), pinned to transformers' ``glm5_next``
+    (whose docstrings name that checkpoint): its default layer schedule mixes Kimi-delta linear-attention
+    layers, whose recurrent state the paged cache does not hold, with sparse-attention ones, and it
+    runs only as an image-text-to-text model. An upgrade that changes either fails here."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+    )
+    from transformers.models.glm5_next.configuration_glm5_next import Glm5NextTextConfig
+
+    assert "glm5_next" not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    assert "glm5_next_text" not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    assert MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES["glm5_next"] == "Glm5NextForConditionalGeneration"
+    assert "linear_attention" in Glm5NextTextConfig().layer_types
+
+
 def test_qwen3_vl_has_no_causal_lm_class_in_transformers() -> None:
     """Why Qwen3-VL-8B-Instruct is refused (``NoCausalLm``), pinned to transformers: continuous batching
     runs a causal LM, and Qwen3-VL is only an image-text-to-text model there. An upgrade that adds

@@ -192,7 +192,8 @@ NOT_SERVED: Final[dict[str, str]] = {
     # transformers' defaults; with attention_k_eq_v, their own number of key/value heads too) while the
     # paged cache holds one key/value shape for all layers (a checkpoint with per-layer shapes is also
     # refused when it loads: tests/adapters/test_generation.py); and architectures not
-    # yet held to transformers' generate in tests/adapters/test_generation.py (GLM-5).
+    # yet held to transformers' generate in tests/adapters/test_generation.py. GLM-5.3-Flash
+    # (transformers' glm5_next) is refused for its linear-attention (KDA) layers.
     "sie.adapters.not_built:LinearAttention": "a generative model with linear-attention layers",
     "sie.adapters.not_built:PerLayerKvShapes": (
         "a generative model whose layers differ in key/value shape (Gemma 4: wider global-attention "
@@ -204,7 +205,6 @@ NOT_SERVED: Final[dict[str, str]] = {
         "a vision-language generator transformers runs only whole (no causal-LM class), which its "
         "continuous batching cannot"
     ),
-    "sie.adapters.not_built:UnverifiedGenerator": "a generative architecture not yet verified here",
 }
 # Any other public adapter (a family of a later public release, say): refused by family too, never
 # imported, so a config sie-config accepted into the bundle that lists it is answered, not loaded.
