@@ -20,6 +20,9 @@ from sie.adapters.runtime.attention import (
     GPU_BUCKET_CALL_COST,
     AttentionPlan,
     PackedAttention,
+    alone_kernel,
+    attend_alone_flash,
+    attend_alone_math,
     plan_attention,
     probe_varlen,
     reference_varlen,
@@ -189,3 +192,50 @@ def test_cuda_never_asks_for_the_out_of_tree_backend(dtype):
     H200 with a Qwen3 reranker) instead of falling through to math."""
     plan = plan_attention(AttentionBackend.AUTO, CUDA, dtype, 32, found_nothing)
     assert SDPBackend.OVERRIDEABLE not in plan.sdpa and plan.sdpa[-1] is SDPBackend.MATH
+
+
+def alone_reference(qkv: torch.Tensor, heads: int) -> torch.Tensor:
+    """One sequence's attention in float32, heads side by side: ``[tokens, heads x head_dim]``."""
+    length = qkv.shape[0]
+    q, k, v = qkv.float().view(length, 3, heads, -1).permute(1, 2, 0, 3)
+    weights = torch.softmax(q @ k.transpose(1, 2) / q.shape[-1] ** 0.5, -1)
+    return (weights @ v).transpose(0, 1).reshape(length, -1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kernel", [attend_alone_math, attend_alone_flash])
+@pytest.mark.parametrize("length", [CPU_ALONE_FROM_TOKENS, 131])
+def test_both_alone_kernels_compute_one_sequences_attention(kernel, dtype, length):
+    heads = 4
+    qkv = torch.randn(length, 3 * heads * 16, generator=torch.Generator().manual_seed(length)).to(dtype)
+    out = torch.full((length, heads * 16), float("nan"), dtype=dtype)
+    with torch.inference_mode(), sdpa_backends_for(FUSED_SDPA):
+        kernel(qkv, out, heads)
+    want = alone_reference(qkv, heads)
+    if dtype is torch.float32:
+        torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-4)
+    else:
+        assert F.cosine_similarity(out.float(), want, dim=-1).min() > 0.9999
+
+
+def sdpa_backends_for(backends):
+    return AttentionPlan(PackedAttention.BUCKETS, backends, "sdpa", CPU_ALONE_FROM_TOKENS).sdpa_backends()
+
+
+def test_the_alone_kernel_is_measured_once_per_shape_and_is_one_of_the_two(caplog):
+    alone_kernel.cache_clear()
+    with caplog.at_level("INFO", logger="sie.adapters.runtime.attention"):
+        chosen = alone_kernel(4, 16, torch.bfloat16, 1)
+        assert alone_kernel(4, 16, torch.bfloat16, 1) is chosen  # measured once
+    assert chosen in (attend_alone_math, attend_alone_flash)
+    told = [r.getMessage() for r in caplog.records if "attend alone" in r.getMessage()]
+    assert len(told) == 1 and chosen.__name__ in told[0] and "attend_alone_math" in told[0]
+
+
+def test_a_plan_without_flash_keeps_long_sequences_on_the_reference_math():
+    """``SIE_ATTENTION_BACKEND=eager``: a long sequence attends alone through the math kernel, never
+    the measured choice (which may be flash)."""
+    model = tiny_bert()
+    eager = PackedBert(model, plan_attention(AttentionBackend.EAGER, CPU, torch.float32, 16))
+    fused = PackedBert(model, plan_attention(AttentionBackend.AUTO, CPU, torch.float32, 16))
+    assert not eager._flash_alone and fused._flash_alone
