@@ -100,6 +100,8 @@ AloneKernel = Callable[[torch.Tensor, torch.Tensor, int], None]
 
 # The length the two alone kernels are timed at: the middle of the sequences that attend alone.
 CALIBRATION_TOKENS: Final = 128
+# Flash replaces the math kernel only when it takes less than this share of its time.
+FLASH_MARGIN: Final = 0.85
 
 
 def attend_alone_math(qkv: torch.Tensor, out: torch.Tensor, heads: int) -> None:
@@ -130,7 +132,7 @@ def attend_alone_flash(qkv: torch.Tensor, out: torch.Tensor, heads: int) -> None
 def alone_kernel(heads: int, head_dim: int, dtype: torch.dtype, threads: int) -> AloneKernel:
     """The faster alone kernel on this machine for this shape, precision and thread count: each timed
     on a random sequence of ``CALIBRATION_TOKENS`` (best of seven, after a warm-up), once per process
-    and shape. Which one wins depends on the CPU (see the two kernels), not on the model, so it is
+    and shape; flash only when clearly faster (``FLASH_MARGIN``). Which one wins depends on the CPU (see the two kernels), not on the model, so it is
     measured rather than guessed; both compute the same attention."""
     generator = torch.Generator().manual_seed(0)
     qkv = torch.randn(CALIBRATION_TOKENS, 3 * heads * head_dim, generator=generator).to(dtype)
@@ -147,7 +149,10 @@ def alone_kernel(heads: int, head_dim: int, dtype: torch.dtype, threads: int) ->
         return min(runs)
 
     timed = {kernel: best_of(kernel) for kernel in (attend_alone_math, attend_alone_flash)}
-    chosen = min(timed, key=lambda kernel: timed[kernel])
+    # Flash only by a clear margin: where the two are close, two processes of one machine (a server
+    # and its queue worker) could otherwise choose apart from timing noise and differ in the last bits.
+    clearly = timed[attend_alone_flash] < FLASH_MARGIN * timed[attend_alone_math]
+    chosen = attend_alone_flash if clearly else attend_alone_math
     log.info(
         "sequences that attend alone (%d heads of %d, %s, %d threads) use %s: %s",
         heads,
