@@ -16,6 +16,7 @@ each load and prints where its CPU goes.
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
@@ -42,6 +43,11 @@ def start_cluster(built: random_models.BuiltModel, log_dir: Path, worker_env: di
     return cluster
 
 
+def _cores() -> int:
+    """The cores a cluster's processes share: none is pinned, they have the whole machine."""
+    return len(os.sched_getaffinity(0))
+
+
 def pids_of(cluster: Cluster) -> dict[str, int]:
     return {"gateway": cluster.gateway_pid, "worker": cluster.workers[0].pid, "nats": cluster.nats.pid}
 
@@ -61,7 +67,7 @@ def gateway_cells(
     done: list[Cell] = []
     try:
         pids = pids_of(cluster)
-        for cell in _cells(TARGET, wires, args.batch_requests, args.lone_requests):
+        for cell in _cells(TARGET, wires, args.batch_requests, args.lone_requests, _cores()):
             pool = texts if cell.per_request > 1 else queries
             done.append(run_cell(cluster.url, pids, cell, pool, built.model_id, None))
             _print_cell(done[-1])
@@ -149,14 +155,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.before is not None:
             gateways.insert(0, before_gateway(cluster, args.before, log_dir / "before"))
         for round_ in range(args.rounds):
-            for cell in _cells(TARGET, wires, args.batch_requests, args.lone_requests):
+            for cell in _cells(TARGET, wires, args.batch_requests, args.lone_requests, _cores()):
                 pool = texts if cell.per_request > 1 else queries
                 turn = gateways if round_ % 2 == 0 else gateways[::-1]  # drift hits both alike
                 for target, url, pids in turn:
                     mine = replace(cell, target=target)
                     _print_cell(run_cell(url, pids, mine, pool, built.model_id, None))
         if args.profile > 0:
-            for cell in _cells(TARGET, wires[:1], args.batch_requests * 4, args.lone_requests * 4):
+            for cell in _cells(TARGET, wires[:1], args.batch_requests * 4, args.lone_requests * 4, _cores()):
                 pool = texts if cell.per_request > 1 else queries
                 found = profile(cluster, cell, pool, built.model_id, args.profile, log_dir, args.profiled)
                 for name, lines in found.items():
