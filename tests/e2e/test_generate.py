@@ -337,6 +337,37 @@ def test_a_generation_past_its_profiles_deadline_is_cancelled_and_answered_504(s
     assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 2
 
 
+PUBLIC_SDK_TIMEOUT = textwrap.dedent(
+    """
+    import json, sys, time
+    from sie_sdk import SIEClient
+    from sie_sdk.client.errors import ServerError
+    url, model, eos = sys.argv[1], sys.argv[2], sys.argv[3]
+    client = SIEClient(url)
+    started = time.monotonic()
+    try:
+        client.generate(model, "Vector search finds", max_new_tokens=1024, logit_bias={eos: -100})
+    except ServerError as exc:
+        print(json.dumps({"status": exc.status_code, "code": exc.code, "message": str(exc),
+                          "seconds": time.monotonic() - started}))
+    else:
+        print(json.dumps({"status": 200}))
+    """
+)
+
+
+def test_the_public_sdk_raises_its_server_error_on_a_generation_past_its_deadline_and_retries_not(
+    server, weights, run_public_sdk
+) -> None:
+    """The public SDK's ``generate`` on a 504: a ``ServerError`` with the status and our code, not
+    retried (generation is not idempotent): the call ends within seconds, not after retries."""
+    eos = str(AutoTokenizer.from_pretrained(weights[QWEN]).eos_token_id)
+    model = f"{QWEN}:overall-300ms"
+    got = run_public_sdk(PUBLIC_SDK_TIMEOUT, server.url, model, eos)
+    assert got["status"] == 504 and got["code"] == "GENERATION_TIMEOUT", got
+    assert "Not retried" in got["message"] and got["seconds"] < 30, got  # the SDK's own words for a 504
+
+
 def test_an_unknown_openai_field_is_refused_by_name(server) -> None:
     body = {"model": QWEN, "messages": MESSAGES, "max_tokens": 2, "reasoning_effort": "high"}
     answer = server.client.post("/v1/chat/completions", json=body)
