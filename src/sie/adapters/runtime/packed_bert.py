@@ -27,6 +27,7 @@ from torch.nn.attention import SDPBackend
 
 from sie.adapters.runtime.attention import (
     CPU_BUCKET_CALL_COST,
+    AloneKernel,
     AttentionPlan,
     PackedAttention,
     alone_kernel,
@@ -356,15 +357,10 @@ class PackedBert:
         """``[tokens, hidden]`` contexts from ``[tokens, 3 x hidden]`` projections; ``padded`` is the zeroed
         scratch of the padded layout (None when the gathered rows already are that layout)."""
         context = qkv.new_empty(qkv.shape[0], self._hidden) if layout.alone else None
-        if layout.alone:
-            threads = torch.get_num_threads()
-            flash = self._flash_alone
-            alone = (
-                alone_kernel(self._heads, self._head_dim, qkv.dtype, threads) if flash else attend_alone_math
-            )
-        for start, length in layout.alone:
-            assert context is not None
-            alone(qkv[start : start + length], context[start : start + length], self._heads)
+        if context is not None:
+            alone = self._alone_kernel(qkv.dtype)
+            for start, length in layout.alone:
+                alone(qkv[start : start + length], context[start : start + length], self._heads)
         if not layout.buckets:
             assert context is not None
             return context
@@ -374,6 +370,12 @@ class PackedBert:
             return bucketed
         assert layout.gather is not None
         return context.index_copy_(0, layout.gather, bucketed)
+
+    def _alone_kernel(self, dtype: torch.dtype) -> AloneKernel:
+        """The kernel for sequences that attend alone: the faster one here where flash is allowed."""
+        if not self._flash_alone:
+            return attend_alone_math
+        return alone_kernel(self._heads, self._head_dim, dtype, torch.get_num_threads())
 
     def _attend_in_buckets(
         self, rows: torch.Tensor, layout: BucketLayout, padded: torch.Tensor | None
