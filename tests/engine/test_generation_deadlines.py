@@ -10,7 +10,9 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
+from pydantic import ValidationError
 
+from sie.catalog.model_config import AdapterOptions
 from sie.engine.errors import GenerationTimeout
 from sie.engine.ops.generate import Deadlines, within
 
@@ -65,5 +67,11 @@ def test_deadlines_are_read_from_the_profiles_runtime_options() -> None:
     runtime = {"first_chunk_timeout_s": 30, "inter_chunk_timeout_s": 2.5, "overall_timeout_s": 300}
     assert Deadlines.of(runtime) == Deadlines(30.0, 2.5, 300.0)
     assert Deadlines.of({}) == Deadlines()
-    odd = {"first_chunk_timeout_s": True, "inter_chunk_timeout_s": -1, "overall_timeout_s": "300"}
-    assert Deadlines.of(odd) == Deadlines()
+
+
+@pytest.mark.parametrize("value", [True, -1, 0, "300", [30]])
+def test_a_deadline_that_is_not_a_positive_number_is_refused_with_the_yaml(value: object) -> None:
+    runtime = {"overall_timeout_s": value}
+    with pytest.raises(ValidationError, match="overall_timeout_s must be a positive number of seconds"):
+        AdapterOptions(runtime=runtime)
+    assert AdapterOptions(runtime={"overall_timeout_s": 0.5}).runtime == {"overall_timeout_s": 0.5}

@@ -75,9 +75,27 @@ class Tasks(_Strict):
     generate: GenerateTask | None = None
 
 
+# A generative profile's deadlines (``adapter_options.runtime``, the public fields), in seconds.
+GENERATION_DEADLINES: Final = ("first_chunk_timeout_s", "inter_chunk_timeout_s", "overall_timeout_s")
+
+
 class AdapterOptions(_Strict):
     loadtime: dict[str, Any] = Field(default_factory=dict)
     runtime: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> AdapterOptions:
+        """A deadline that is not a positive number would hold no generation: refused here, where
+        the YAML is read, rather than ignored when a request runs."""
+        for key in GENERATION_DEADLINES:
+            value = self.runtime.get(key)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(
+                    f"adapter_options.runtime.{key} must be a positive number of seconds, got {value!r}"
+                )
+        return self
 
 
 class AdaptiveBatching(_Strict):

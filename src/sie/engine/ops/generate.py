@@ -27,6 +27,7 @@ from sie.adapters.generation.text import TextStream
 from sie.catalog.catalog import CatalogEntry
 from sie.catalog.errors import InvalidInput, ModelNotServed
 from sie.catalog.families import not_served
+from sie.catalog.model_config import GENERATION_DEADLINES
 from sie.core.task import UnsupportedInput
 from sie.engine.errors import GenerationTimeout, InferenceFailed, InputTooLong, OutputParseError, Overloaded
 from sie.engine.ops.parts import Parts
@@ -85,14 +86,12 @@ class Deadlines:
 
     @classmethod
     def of(cls, runtime: Mapping[str, Any]) -> Deadlines:
-        def seconds(key: str) -> float | None:
-            value = runtime.get(key)
-            if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-                return float(value)
-            return None  # absent (or not a positive number, which the catalogue's YAML should not hold)
-
+        """From a profile's runtime options as the catalogue checked them (positive or absent)."""
+        first, inter, overall = (runtime.get(key) for key in GENERATION_DEADLINES)
         return cls(
-            seconds("first_chunk_timeout_s"), seconds("inter_chunk_timeout_s"), seconds("overall_timeout_s")
+            float(first) if first is not None else None,
+            float(inter) if inter is not None else None,
+            float(overall) if overall is not None else None,
         )
 
 
