@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
 import subprocess
@@ -126,17 +127,41 @@ async def drive(
     return requests
 
 
+def thread_cpu() -> dict[int, float]:
+    """CPU seconds (user + system) of each of this process's threads, by thread id."""
+    tick = os.sysconf("SC_CLK_TCK")
+    spent: dict[int, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        spent[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+    return spent
+
+
 def _child(argv: list[str]) -> None:
-    """Runs inside valgrind (or alone, ``--plain``, with no warm-up: a check that it runs): one
-    target's app, instrumented around the load."""
+    """Runs inside valgrind (or alone: ``--plain``, with no warm-up, a check that it runs; ``--cpu``,
+    each thread's CPU read from /proc around the load, printed as one JSON line): one target's app,
+    instrumented around the load."""
     import uvloop
 
     target, built, models, requests = argv[0], Path(argv[1]), Path(argv[2]), int(argv[3])
-    plain = "--plain" in argv
+    plain, cpu = "--plain" in argv, "--cpu" in argv
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    before: dict[int, float] = {}
 
     def between(switch: str) -> None:
-        if not plain:
+        if cpu:
+            now = thread_cpu()
+            if switch == "on":
+                before.update(now)
+                return
+            loop = (now.get(os.getpid(), 0.0) - before.get(os.getpid(), 0.0)) / requests
+            rest = sum(now.values()) - sum(before.values()) - loop * requests
+            print(json.dumps({"loop_us": loop * 1e6, "other_threads_us": rest / requests * 1e6}))
+        elif not plain:
             subprocess.run(
                 ["callgrind_control", "-i", switch, str(os.getpid())], check=True, capture_output=True
             )
@@ -184,19 +209,47 @@ def count(target: str, src: Path | None, built: random_models.BuiltModel, reques
     return int(match.group(1)) / requests
 
 
+def thread_times(
+    target: str, src: Path | None, built: random_models.BuiltModel, requests: int
+) -> dict[str, float]:
+    """CPU per lone request of ``target`` in process, on the event loop's thread and on every other
+    thread together (the device thread, pools, OpenMP): seconds, not valgrind's minutes, but as noisy
+    as the machine (read the loop's share against another target's in the same run)."""
+    env = servers.offline_env({"TOKENIZERS_PARALLELISM": "false"})
+    paths = [str(src)] if src is not None else []
+    env["PYTHONPATH"] = os.pathsep.join([*paths, str(_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    argv = [sys.executable, "-m", "bench.instructions", "--child", "sie" if target == "before" else target]
+    argv += [str(built.folder), str(built.yaml_path.parent), str(requests), "--cpu"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True, timeout=1800)
+    measured: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return measured
+
+
 def main(argv: list[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else argv
     if args_in[:1] == ["--child"]:
         _child(args_in[1:])
         return 0
     p = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__.split("\n\n")[0])
-    p.add_argument("--requests", type=int, default=200, help="lone requests counted per target")
+    p.add_argument(
+        "--requests",
+        type=int,
+        default=None,
+        help="lone requests counted per target (200; 6000 with --threads)",
+    )
     p.add_argument(
         "--before", type=Path, default=None, metavar="TREE", help="an earlier checkout, beside ours"
     )
     p.add_argument("--lean", action="store_true", help="also bench.lean_server's app: the yardstick")
     p.add_argument("--log-dir", type=Path, default=None)
+    p.add_argument(
+        "--threads",
+        action="store_true",
+        help="no valgrind: each target's CPU per lone request on the loop and on other threads (/proc)",
+    )
     args = p.parse_args(args_in)
+    if args.requests is None:  # /proc counts 10 ms ticks: thousands of requests resolve microseconds
+        args.requests = 6000 if args.threads else 200
     out = Path(args.log_dir or tempfile.mkdtemp(prefix="sie-instructions-"))
     built = random_models.build([random_models.TINY], corpus.default_model_folder(), out / "models")[0]
     targets: list[tuple[str, Path | None]] = [("floor", None), ("ours", None)]
@@ -204,6 +257,13 @@ def main(argv: list[str] | None = None) -> int:
         targets.insert(0, ("before", args.before / "src"))
     if args.lean:
         targets.append(("lean", None))
+    if args.threads:
+        print(f"CPU per lone msgpack encode in process ({args.requests} requests, us):")
+        for name, src in targets:
+            times = thread_times(name, src, built, args.requests)
+            loop, other = times["loop_us"], times["other_threads_us"]
+            print(f"  {name:<7} loop {loop:7.1f}  other threads {other:7.1f}  all {loop + other:7.1f}")
+        return 0
     counted = {name: count(name, src, built, args.requests, out) for name, src in targets}
     print(f"Instructions per lone msgpack encode (callgrind, {args.requests} requests, every thread):")
     for name, per in counted.items():

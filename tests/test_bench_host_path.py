@@ -15,6 +15,7 @@ import pytest
 
 from bench import corpus, host_path, random_models
 from bench.host_path import Bodies, Cell, median_cell, route_of
+from bench.instructions import thread_times
 
 
 def test_bodies_carry_the_texts_round_robin_in_each_wire() -> None:
@@ -106,3 +107,13 @@ def test_the_instruction_counts_drive_each_target_to_answers(tmp_path: Path) -> 
     for target, child in children.items():
         output, _ = child.communicate(timeout=300)
         assert child.returncode == 0, (target, output.decode()[-2000:])
+
+
+def test_the_thread_times_read_each_threads_cpu_around_the_load(tmp_path: Path) -> None:
+    """``bench.instructions --threads``: our app in process, its event loop's CPU and the other
+    threads' (the device thread runs every forward) per lone request, from /proc."""
+    built = random_models.build([random_models.TINY], corpus.default_model_folder(), tmp_path)[0]
+    times = thread_times("ours", None, built, 400)
+    assert set(times) == {"loop_us", "other_threads_us"}
+    assert times["loop_us"] > 0 and times["other_threads_us"] > 0  # the forward is not on the loop
+    assert all(value < 100_000 for value in times.values())  # per request, not per run
