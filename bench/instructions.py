@@ -190,16 +190,24 @@ def _floor(built: Path, requests: int, between: Callable[[str], None], warm_up: 
     between("off")
 
 
+def _child_command(
+    target: str, src: Path | None, built: random_models.BuiltModel, requests: int
+) -> tuple[list[str], dict[str, str]]:
+    """The child's command line and environment for one target: ``src`` (an earlier tree) first on
+    the path, none of this shell's SIE_* variables."""
+    env = servers.offline_env({"TOKENIZERS_PARALLELISM": "false"})
+    paths = [str(src)] if src is not None else []
+    env["PYTHONPATH"] = os.pathsep.join([*paths, str(_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    argv = [sys.executable, "-m", "bench.instructions", "--child", "sie" if target == "before" else target]
+    return [*argv, str(built.folder), str(built.yaml_path.parent), str(requests)], env
+
+
 def count(target: str, src: Path | None, built: random_models.BuiltModel, requests: int, out: Path) -> float:
     """Instructions per request of ``target`` (``floor``, ``ours``, ``before`` or ``lean``) under
     callgrind."""
-    env = servers.offline_env({"TOKENIZERS_PARALLELISM": "false"})  # no SIE_* of this shell
-    paths = [str(src)] if src is not None else []
-    env["PYTHONPATH"] = os.pathsep.join([*paths, str(_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    child, env = _child_command(target, src, built, requests)
     result = out / f"callgrind.{target}"
-    argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={result}"]
-    argv += [sys.executable, "-m", "bench.instructions", "--child", "sie" if target == "before" else target]
-    argv += [str(built.folder), str(built.yaml_path.parent), str(requests)]
+    argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={result}", *child]
     log = out / f"callgrind.{target}.log"
     with log.open("wb") as sink:
         subprocess.run(argv, env=env, stdout=sink, stderr=subprocess.STDOUT, check=True, timeout=1800)
@@ -215,12 +223,10 @@ def thread_times(
     """CPU per lone request of ``target`` in process, on the event loop's thread and on every other
     thread together (the device thread, pools, OpenMP): seconds, not valgrind's minutes, but as noisy
     as the machine (read the loop's share against another target's in the same run)."""
-    env = servers.offline_env({"TOKENIZERS_PARALLELISM": "false"})
-    paths = [str(src)] if src is not None else []
-    env["PYTHONPATH"] = os.pathsep.join([*paths, str(_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
-    argv = [sys.executable, "-m", "bench.instructions", "--child", "sie" if target == "before" else target]
-    argv += [str(built.folder), str(built.yaml_path.parent), str(requests), "--cpu"]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True, timeout=1800)
+    child, env = _child_command(target, src, built, requests)
+    done = subprocess.run(
+        [*child, "--cpu"], env=env, capture_output=True, text=True, check=True, timeout=1800
+    )
     measured: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return measured
 

@@ -104,36 +104,40 @@ CALIBRATION_TOKENS: Final = 128
 FLASH_MARGIN: Final = 0.85
 
 
+def _split_heads(qkv: torch.Tensor, heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``q``, ``k``, ``v`` of one sequence as ``[heads, tokens, head_dim]`` views of its fused rows."""
+    q, k, v = qkv.view(qkv.shape[0], 3, heads, -1).permute(1, 2, 0, 3)
+    return q, k, v
+
+
 def attend_alone_math(qkv: torch.Tensor, out: torch.Tensor, heads: int) -> None:
     """Two batched matmuls over the heads and a softmax. Where CPU flash attention spends its time on
     per-block calls (two small GEMMs per 32 queries per head at head_dim 32) these three calls are
-    faster: on an AMD EPYC (9c3d616) they cut a MiniLM forward's attention by about a third. The scores are
-    rounded to the compute dtype before the softmax (flash keeps them in float32)."""
-    length = qkv.shape[0]
-    head_dim = qkv.shape[1] // (3 * heads)
-    q, k, v = qkv.view(length, 3, heads, head_dim).permute(1, 2, 0, 3)
+    faster: on an AMD EPYC (9c3d616) they cut a MiniLM forward's attention by about a third. The
+    scores are rounded to the compute dtype before the softmax (flash keeps them in float32)."""
+    q, k, v = _split_heads(qkv, heads)
+    length = q.shape[1]
     ignored = q.new_empty(()).expand(heads, length, length)  # beta=0: only the shape counts
-    scores = torch.baddbmm(ignored, q, k.transpose(1, 2), beta=0.0, alpha=head_dim**-0.5)
-    out.view(length, heads, head_dim).copy_(torch.bmm(torch.softmax(scores, -1), v).transpose(0, 1))
+    scores = torch.baddbmm(ignored, q, k.transpose(1, 2), beta=0.0, alpha=q.shape[2] ** -0.5)
+    out.view(length, heads, -1).copy_(torch.bmm(torch.softmax(scores, -1), v).transpose(0, 1))
 
 
 def attend_alone_flash(qkv: torch.Tensor, out: torch.Tensor, heads: int) -> None:
     """The same through SDPA (flash on a CPU, under the plan's backends). Where the CPU multiplies
     bfloat16 in tiles (AMX) and its softmax is slow, this is the faster one: 1.3x at 64 tokens to 3x
     at 512 on a 2-core Xeon with AMX, bf16, 12 heads of 32."""
-    length = qkv.shape[0]
-    head_dim = qkv.shape[1] // (3 * heads)
-    q, k, v = qkv.view(length, 3, heads, head_dim).permute(1, 2, 0, 3)
+    q, k, v = _split_heads(qkv, heads)
     context = F.scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0))
-    out.view(length, heads, head_dim).copy_(context[0].transpose(0, 1))
+    out.view(q.shape[1], heads, -1).copy_(context[0].transpose(0, 1))
 
 
 @cache
 def alone_kernel(heads: int, head_dim: int, dtype: torch.dtype, threads: int) -> AloneKernel:
     """The faster alone kernel on this machine for this shape, precision and thread count: each timed
     on a random sequence of ``CALIBRATION_TOKENS`` (best of seven, after a warm-up), once per process
-    and shape; flash only when clearly faster (``FLASH_MARGIN``). Which one wins depends on the CPU (see the two kernels), not on the model, so it is
-    measured rather than guessed; both compute the same attention."""
+    and shape; flash only when clearly faster (``FLASH_MARGIN``). Which one wins depends on the CPU
+    (see the two kernels), not on the model, so it is measured rather than guessed; both compute the
+    same attention."""
     generator = torch.Generator().manual_seed(0)
     qkv = torch.randn(CALIBRATION_TOKENS, 3 * heads * head_dim, generator=generator).to(dtype)
     out = qkv.new_empty(CALIBRATION_TOKENS, heads * head_dim)
