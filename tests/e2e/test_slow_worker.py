@@ -7,7 +7,8 @@ fixed allowance the starved worker pulled as much as the fast one (a pull's 64 i
 flight) and sat on them: requests split over both waited for its part, and some passed the gateway's
 timeout while the fast worker idled. Each worker now holds what it finishes in ``SIE_NATS_HOLD_S``
 (2 s) at its own pace (``sie.worker.pace``), so once it has measured itself the starved worker holds a
-few items (``MIN_HELD``, 16) and the fast one takes the rest. The queue is watched from NATS (``chaos.queue_watch``):
+few items (``MIN_HELD``, 16) and the fast one takes the rest; before it knows its pace it holds
+``MIN_HELD`` too (it once held a pull's worth then, and a request waited past 120 s for it). The queue is watched from NATS (``chaos.queue_watch``):
 every delivery, ack and result, so "answered once", "delivered once" and "held at once" are counted
 outside the processes. Latencies are printed, never asserted (timings: ``bench``).
 """
@@ -25,6 +26,7 @@ import msgpack
 import numpy as np
 import pytest
 
+from bench.procs import cpu_seconds
 from chaos import starve
 from chaos.queue_watch import QueueWatch, Summary
 from tests.conftest import NatsServer, running_nats
@@ -34,7 +36,7 @@ from tests.e2e.test_cluster_faults import _assert_queue_empty
 
 STARVED_PER_S = 5  # MiniLM items a second the starved worker is left (its share follows the machine)
 CONCURRENCY = 8
-LEARN = 24  # requests while the starved worker measures its pace (it starts holding a pull's worth)
+LEARN = 24  # requests while the starved worker measures its pace (until then it holds MIN_HELD)
 MEASURE = 64  # requests after
 # Held at once by the starved worker once it knows its pace: 2 s of its pace, or MIN_HELD (16); a
 # fixed allowance held a pull's worth (52 to 115 in runs on a 2-core machine).
@@ -99,22 +101,25 @@ def test_a_starved_worker_holds_little_and_the_fast_one_answers_the_rest(
     cluster: tuple[Gateway, Server, Server, NatsServer],
 ) -> None:
     gateway, fast, slow, nats = cluster
-    took = []
+    took = []  # CPU seconds of the worker's whole process (every thread), not wall time
     for _ in range(3):
-        started = time.monotonic()
+        before = cpu_seconds(fast.process.pid)
         vectors = fast.encode(TEXTS)
-        took.append(time.monotonic() - started)
+        took.append(cpu_seconds(fast.process.pid) - before)
     expected = dict(zip(TEXTS, vectors, strict=True))
-    # The share of a core that leaves about STARVED_PER_S items a second on this machine.
-    share = min(0.05, max(0.01, STARVED_PER_S * min(took) / len(TEXTS)))
+    # The share of a core that leaves about STARVED_PER_S items a second on this machine; at least
+    # 3 %: below it the worker's own upkeep (its pulls, health, in-progress marks) eats the quota
+    # and an item it holds may wait for minutes (at 1 % a request passed the 120 s timeout in CI).
+    share = min(0.10, max(0.03, STARVED_PER_S * min(took) / len(TEXTS)))
     print(
-        f"a worker encodes {len(TEXTS) / min(took):.0f} items/s here; the slow one gets {share:.1%} of a core"
+        f"a worker encodes an item in {min(took) / len(TEXTS) * 1e3:.1f} ms of CPU here;"
+        f" the slow one gets {share:.1%} of a core"
     )
     with starve.starved(slow.process.pid, share) as group:
-        learned, _ = asyncio.run(_load(gateway.url, nats.url, LEARN))
+        learned, learning = asyncio.run(_load(gateway.url, nats.url, LEARN))
         measured, summary = asyncio.run(_load(gateway.url, nats.url, MEASURE))
         assert group.throttling().throttled_periods > 0  # it really was held back
-    print(summary)
+    print(learning, summary, sep="\n")
     bodies = _bodies()
     for index, response in learned + measured:
         assert response.status_code == 200, response.text
@@ -131,6 +136,7 @@ def test_a_starved_worker_holds_little_and_the_fast_one_answers_the_rest(
     # The fast worker answers most; the starved one held a few items at a time, not a pull's worth.
     assert summary.share("fast") >= 0.8, summary.answers_per_worker
     assert 0 < summary.max_held.get("slow", 0) <= MOST_HELD, summary.max_held
+    assert learning.max_held.get("slow", 0) <= MOST_HELD, learning.max_held  # from its first pull
     assert summary.max_held["fast"] > MOST_HELD  # the fast one took whole requests at once
     _assert_queue_empty(nats.url)
     slow.assert_serving()

@@ -29,15 +29,19 @@ def run(pace: Pace, clock: Clock, items: int, per_s: float) -> None:
         pace.release()
 
 
-def test_an_unknown_worker_holds_one_pulls_worth_and_off_means_the_ceiling() -> None:
+def test_an_unknown_worker_holds_one_batchs_worth_and_off_means_the_ceiling() -> None:
     clock = Clock()
     pace = Pace(2.0, clock)
     assert pace.per_s() is None
-    assert pace.limit(256, 64) == 64
-    assert pace.limit(16, 64) == 16  # never past the ceiling
-    assert Pace(0, clock).limit(256, 64) == 256
+    assert pace.limit(256) == MIN_HELD  # not a pull's worth: it may be starved from the start
+    assert pace.limit(8) == 8  # never past the ceiling
+    run(pace, clock, MIN_HELD, per_s=1000)  # its first sample: 16 items in 16 ms is too short
+    assert pace.per_s() is None and pace.limit(256) == MIN_HELD
+    run(pace, clock, 250, per_s=1000)  # a quarter of a second of work: now it knows
+    assert pace.per_s() == pytest.approx(1000) and pace.limit(256) == 256
+    assert Pace(0, clock).limit(256) == 256
     run(off := Pace(0, clock), clock, 10, per_s=1)  # a slow worker, but the pace is off
-    assert off.limit(256, 64) == 256
+    assert off.limit(256) == 256
 
 
 def test_the_limit_is_hold_s_of_the_workers_own_pace() -> None:
@@ -48,9 +52,9 @@ def test_the_limit_is_hold_s_of_the_workers_own_pace() -> None:
     for _ in range(5):
         run(fast, clock, 64, per_s=1000)
     assert slow.per_s() == pytest.approx(20)
-    assert slow.limit(256, 64) == 40  # two seconds of its work, not one pull's worth
+    assert slow.limit(256) == 40  # two seconds of its work, not one pull's worth
     assert fast.per_s() == pytest.approx(1000)
-    assert fast.limit(256, 64) == 256  # a fast worker is held back by nothing new
+    assert fast.limit(256) == 256  # a fast worker is held back by nothing new
 
 
 def test_time_without_work_is_not_slowness() -> None:
@@ -60,7 +64,7 @@ def test_time_without_work_is_not_slowness() -> None:
     clock.now += 60  # a minute with nothing to do
     run(pace, clock, 50, per_s=100)
     assert pace.per_s() == pytest.approx(100)
-    assert pace.limit(256, 64) == 200
+    assert pace.limit(256) == 200
 
 
 def test_items_settled_unrun_say_nothing_about_speed() -> None:
@@ -73,7 +77,7 @@ def test_items_settled_unrun_say_nothing_about_speed() -> None:
         clock.now += 0.001
         pace.release()
     assert pace.per_s() == pytest.approx(20)  # counted as items, they would make it over 60/s
-    assert pace.limit(256, 64) == 40
+    assert pace.limit(256) == 40
 
 
 def test_a_worker_that_stops_finishing_stops_pulling_and_recovers_when_it_speeds_up() -> None:
@@ -81,22 +85,22 @@ def test_a_worker_that_stops_finishing_stops_pulling_and_recovers_when_it_speeds
     pace = Pace(2.0, clock)
     for _ in range(SAMPLES):
         run(pace, clock, 64, per_s=256)
-    assert pace.limit(256, 64) == 256
+    assert pace.limit(256) == 256
     for _ in range(64):  # starved from one moment to the next: what it holds does not finish
         pace.take()
     clock.now += 1.5
-    assert pace.limit(256, 64) == 256  # could still be one long batch
+    assert pace.limit(256) == 256  # could still be one long batch
     clock.now += 0.5
-    assert pace.limit(256, 64) == MIN_HELD  # nothing finished for hold_s: it pulls nothing more
+    assert pace.limit(256) == MIN_HELD  # nothing finished for hold_s: it pulls nothing more
     for _ in range(64):  # what it holds finishes at the starved pace, 16 a second
         clock.now += 1 / 16
         pace.ran()
         pace.release()
     assert pace.per_s() == pytest.approx(16)
-    assert pace.limit(256, 64) == 32  # two seconds of the starved pace
+    assert pace.limit(256) == 32  # two seconds of the starved pace
     for _ in range(SAMPLES):
         run(pace, clock, 64, per_s=256)
-    assert pace.limit(256, 64) == 256  # set free, it takes its share again
+    assert pace.limit(256) == 256  # set free, it takes its share again
 
 
 def test_a_batch_running_within_hold_s_does_not_lower_the_limit() -> None:
@@ -106,13 +110,13 @@ def test_a_batch_running_within_hold_s_does_not_lower_the_limit() -> None:
     pace = Pace(2.0, clock)
     for _ in range(SAMPLES):
         run(pace, clock, 16, per_s=64)
-    assert pace.limit(256, 64) == 128
+    assert pace.limit(256) == 128
     for _ in range(128):
         pace.take()
     clock.now += 1.875
-    assert pace.limit(256, 64) == 128
+    assert pace.limit(256) == 128
     clock.now += 0.125  # hold_s with nothing finished: now it is a stall
-    assert pace.limit(256, 64) == MIN_HELD
+    assert pace.limit(256) == MIN_HELD
 
 
 def test_however_slow_a_worker_holds_a_few_items_to_hide_its_latency() -> None:
@@ -123,8 +127,8 @@ def test_however_slow_a_worker_holds_a_few_items_to_hide_its_latency() -> None:
     for _ in range(SAMPLES):
         run(pace, clock, 1, per_s=1 / 3)
     assert pace.per_s() == pytest.approx(1 / 3)
-    assert pace.limit(256, 64) == MIN_HELD
-    assert pace.limit(8, 64) == 8  # the ceiling still rules
+    assert pace.limit(256) == MIN_HELD
+    assert pace.limit(8) == 8  # the ceiling still rules
 
 
 def test_a_negative_horizon_is_refused() -> None:

@@ -8,8 +8,11 @@ one, and the items it cannot start soon wait behind it while a fast worker idles
 waits for its slowest part. So the allowance follows the worker's measured pace: items it ran per
 second it was holding work, over its last few samples. A worker that stops finishing (starved from
 one moment to the next) stops pulling once nothing has finished for ``HOLD_S``, not after its next
-answer. Until its first sample a worker holds one pull's worth (the fetch budget), and however slow
-it is it may hold ``MIN_HELD``.
+answer. However slow it is a worker may hold ``MIN_HELD``, and that is all it holds until its first
+sample: a worker that does not know its pace yet (new, or starved from its first pull) holds one
+batch's worth rather than a pull's, so a starved newcomer keeps a few items waiting for a few seconds
+instead of a pull's worth for a minute, at the cost of smaller batches in a fast worker's first
+``SAMPLE_S`` of work.
 
 ``HOLD_S`` (``SIE_NATS_HOLD_S``) trades two costs: long enough that a worker keeps its engine's
 pipeline full (a batch running, the next one formed), short enough that a request split over a fast
@@ -93,13 +96,11 @@ class Pace:
             return stalled if rate is None else min(rate, stalled)
         return rate
 
-    def limit(self, ceiling: int, unknown: int) -> int:
+    def limit(self, ceiling: int) -> int:
         """How many items the worker may hold: ``hold_s`` of its pace, at least ``MIN_HELD``, at
-        most ``ceiling``; ``unknown`` (capped likewise) before its pace is known."""
+        most ``ceiling``; ``MIN_HELD`` (capped likewise) before its pace is known."""
         if self.hold_s == 0:
             return ceiling
         rate = self.per_s()
-        if rate is None:
-            return max(1, min(unknown, ceiling))
-        paced = math.ceil(round(rate * self.hold_s, 6))  # 40.0000001 is 40
+        paced = MIN_HELD if rate is None else math.ceil(round(rate * self.hold_s, 6))  # 40.0000001 is 40
         return max(1, min(ceiling, max(MIN_HELD, paced)))

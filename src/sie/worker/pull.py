@@ -176,7 +176,7 @@ class PullLoop:
             if self.paused:
                 await asyncio.sleep(PAUSED_POLL_S)
                 continue
-            room = self._pace.limit(self._max_in_flight, self._budget) - len(self._in_flight)
+            room = self._pace.limit(self._max_in_flight) - len(self._in_flight)
             if room <= 0:
                 self._room.clear()
                 await self._room.wait()
