@@ -2,7 +2,8 @@
 one pull asks JetStream for. Observed on the wire: a second NATS client listens on the consumer's
 ``MSG.NEXT`` subject, where every pull request the worker sends carries its ``batch``. The worker is
 the one ``sie-server`` composes from its settings (``server.app.queue_worker``), over a real
-nats-server and a real engine, with twelve items already waiting."""
+nats-server and a real engine, with twelve items already waiting, its pace off (``SIE_NATS_HOLD_S``
+0: until it knows its pace a worker holds 16)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ async def test_one_pull_asks_for_at_most_the_budget(
     monkeypatch.setenv("SIE_NATS_URL", nats_url)
     monkeypatch.setenv("SIE_POOL", "budget")
     monkeypatch.setenv("SIE_WORKER_METRICS_PORT", "0")
+    monkeypatch.setenv("SIE_NATS_HOLD_S", "0")  # the pace off: a new worker would hold only 16
     if budget is not None:
         monkeypatch.setenv("SIE_NATS_FETCH_BUDGET", budget)
     settings = Settings()
