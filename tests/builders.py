@@ -1549,6 +1549,16 @@ def _generative_config(architecture: str, vocab_size: int, eos: int, pad: int) -
         common["sliding_window"] = 64
     if architecture == "Gemma3":
         return _gemma3_multimodal(common)
+    if architecture == "Qwen3_5Text":  # Qwen3.5's hybrid: Gated DeltaNet layers, then full attention
+        common |= {"head_dim": 16, "num_hidden_layers": 4}
+        return transformers.Qwen3_5TextConfig(
+            **common,
+            layer_types=["linear_attention"] * 3 + ["full_attention"],
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=16,
+            linear_value_head_dim=16,
+        )
     return getattr(transformers, f"{architecture}Config")(**common)
 
 
@@ -1589,6 +1599,7 @@ def _gemma3_multimodal(common: dict[str, Any]) -> Any:
 _GENERATIVE_CLASSES = {
     "Gemma3Text": "Gemma3ForCausalLM",
     "Gemma3": "Gemma3ForConditionalGeneration",
+    "Qwen3_5Text": "Qwen3_5ForCausalLM",
 }
 GENERATIVE_ARCHITECTURES = ("Qwen3", "Qwen2", "Llama", "Granite", "Gemma3Text", "Gemma3", "HunYuanDenseV1")
 
@@ -1670,5 +1681,57 @@ def gemma4(folder: Path, seed: int = 0) -> Path:
     )
     torch.manual_seed(seed)
     Gemma4ForConditionalGeneration(config).save_pretrained(folder)
+    GenerationConfig(eos_token_id=eos, pad_token_id=pad, do_sample=False).save_pretrained(folder)
+    return folder
+
+
+def glm5_next(folder: Path, seed: int = 0) -> Path:
+    """A small GLM-5.3-Flash (transformers' ``glm5_next``: ``Glm5NextForConditionalGeneration``, the
+    only class it has): three Kimi-delta linear-attention layers, then a DeepSeek sparse-attention one
+    with its token indexer and a routed mixture of experts, hyper-connections between layers, a small
+    vision tower; with the byte-level ChatML tokenizer of ``generative``."""
+    from transformers import GenerationConfig
+    from transformers.models.glm5_next.configuration_glm5_next import Glm5NextConfig, Glm5NextTextConfig
+    from transformers.models.glm5_next.modeling_glm5_next import Glm5NextForConditionalGeneration
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = byte_level_tokenizer(folder)
+    eos, pad = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.pad_token_id
+    text = Glm5NextTextConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        moe_intermediate_size=32,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        kv_lora_rank=16,
+        q_lora_rank=32,
+        v_head_dim=16,
+        qk_nope_head_dim=16,
+        index_topk=32,
+        index_kpool=4,
+        index_head_dim=16,
+        index_n_heads=2,
+        linear_head_dim=16,
+        linear_num_heads=4,
+        hc_mult=2,
+        max_position_embeddings=1024,
+        eos_token_id=eos,
+        pad_token_id=pad,
+    )
+    vision = {
+        "depth": 1,
+        "hidden_size": 32,
+        "num_heads": 2,
+        "out_hidden_size": 64,
+        "intermediate_size": 64,
+        "projection_intermediate_size": 64,
+    }
+    config = Glm5NextConfig(text_config=text.to_dict(), vision_config=vision)
+    torch.manual_seed(seed)
+    Glm5NextForConditionalGeneration(config).save_pretrained(folder)
     GenerationConfig(eos_token_id=eos, pad_token_id=pad, do_sample=False).save_pretrained(folder)
     return folder

@@ -4,8 +4,8 @@ Every architecture the catalogue's generative ids use and transformers runs (sma
 from each config, tests/builders.py): greedy output equal to ``generate`` token for token, a request
 alone equal to the same request inside a busy batch (a multimodal checkpoint, Gemma 3's, run as its
 language model alone); then the per-request sampler (seeds, logit bias, logprobs), the grammars (regex,
-JSON Schema) and cancellation; and what the paged cache cannot hold, refused at load (linear attention,
-Gemma 4's per-layer key/value shapes).
+JSON Schema) and cancellation; and what the paged cache cannot hold (linear attention, Gemma 4's
+per-layer key/value shapes), left to ``generate`` (``test_generation_serial``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from transformers.generation.continuous_batching.distributed import DistributedH
 from transformers.integrations.heterogeneity.configuration_utils import AmbiguousGlobalPerLayerAttributeError
 
 from sie.adapters.contract import LoadSpec
-from sie.adapters.generation.causal_lm import CausalLmGenerator, _check_layers
+from sie.adapters.generation.causal_lm import CausalLmGenerator, serial_reason
 from sie.adapters.generation.grammar import GrammarError, GrammarSpec
 from sie.adapters.generation.sampling import Sampling
 from sie.adapters.generation.text import TextStream
@@ -198,28 +198,27 @@ def test_a_cancelled_request_leaves_the_batch(qwen3) -> None:
         return after.tokens
 
     assert len(asyncio.run(run())) == 4
-    assert not qwen3._samplers._slots
-    assert not qwen3._manager.output_router.result_handlers
+    assert not qwen3._engine._samplers._slots
+    assert not qwen3._engine._manager.output_router.result_handlers
 
 
-def test_attention_free_layers_are_refused_at_load() -> None:
+def test_what_the_paged_cache_cannot_hold_runs_on_generate(tmp_path) -> None:
+    """Linear-attention layers, and Gemma 4's global layers with a wider head than its sliding ones
+    (and, in 26B-A4B and 31B, fewer key/value heads): the model loads on ``generate`` instead, which
+    the load says."""
     config = Qwen3_5TextConfig(num_hidden_layers=2, layer_types=["linear_attention", "full_attention"])
-    with pytest.raises(ValueError, match="linear_attention"):
-        _check_layers(config)
-
-
-def test_gemma4_is_refused_at_load_for_its_per_layer_key_value_shapes(tmp_path) -> None:
-    """Gemma 4's global layers have a wider head than its sliding ones (and, in 26B-A4B and 31B, fewer
-    key/value heads): the paged cache cannot hold both, so the load says so before the batch fails."""
-    folder = builders.gemma4(tmp_path / "gemma4")
-    with pytest.raises(ValueError, match=r"sets head_dim per layer .*1x16, 1x32.* one key/value shape"):
-        _load(folder)
+    assert "linear_attention" in (serial_reason(config) or "")
+    gemma4 = AutoConfig.from_pretrained(builders.gemma4(tmp_path / "gemma4"))
+    assert re.search(
+        r"sets head_dim per layer .*1x16, 1x32.* one key/value shape", serial_reason(gemma4) or ""
+    )
 
 
 def test_the_paged_cache_holds_one_key_value_shape_for_every_layer(tmp_path) -> None:
-    """Why Gemma 4 is refused, pinned to transformers: its paged cache reads a single ``head_dim`` from
-    the config, which a per-layer one refuses to give; read anyway, it is the sliding layers' (16),
-    narrower than the global layers' keys (32). An upgrade that lifts this fails here: serve Gemma 4."""
+    """Why Gemma 4 runs on ``generate``, pinned to transformers: its paged cache reads a single
+    ``head_dim`` from the config, which a per-layer one refuses to give; read anyway, it is the sliding
+    layers' (16), narrower than the global layers' keys (32). An upgrade that lifts this fails here:
+    batch Gemma 4 continuously."""
     text = AutoConfig.from_pretrained(builders.gemma4(tmp_path / "gemma4")).get_text_config()
     batching = ContinuousBatchingConfig(block_size=32, num_blocks=4, max_batch_tokens=64)
 
@@ -296,7 +295,7 @@ def test_a_tokenizer_llguidance_cannot_read_loads_without_grammars(tmp_path, spl
 
 
 def test_glm_5_3_flash_has_linear_attention_layers_and_no_causal_lm_class_in_transformers() -> None:
-    """Why zai-org/GLM-5.3-Flash is refused (``LinearAttention``), pinned to transformers' ``glm5_next``
+    """Why zai-org/GLM-5.3-Flash runs on ``generate``, pinned to transformers' ``glm5_next``
     (whose docstrings name that checkpoint): its default layer schedule mixes Kimi-delta linear-attention
     layers, whose recurrent state the paged cache does not hold, with sparse-attention ones, and it
     runs only as an image-text-to-text model. An upgrade that changes either fails here."""
@@ -313,9 +312,9 @@ def test_glm_5_3_flash_has_linear_attention_layers_and_no_causal_lm_class_in_tra
 
 
 def test_qwen3_vl_has_no_causal_lm_class_in_transformers() -> None:
-    """Why Qwen3-VL-8B-Instruct is refused (``NoCausalLm``), pinned to transformers: continuous batching
-    runs a causal LM, and Qwen3-VL is only an image-text-to-text model there. An upgrade that adds
-    one fails here: hold it to ``generate`` and serve it."""
+    """Why Qwen3-VL-8B-Instruct runs on ``generate``, pinned to transformers: continuous batching runs
+    a causal LM, and Qwen3-VL is only an image-text-to-text model there. An upgrade that adds one
+    fails here: batch it continuously."""
     from transformers.models.auto.modeling_auto import (
         MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
         MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,

@@ -33,7 +33,8 @@ from sie.engine.errors import GenerationTimeout, InferenceFailed, InputTooLong, 
 from sie.engine.ops.parts import Parts
 
 if TYPE_CHECKING:  # imported by ``start``: transformers' generation stack costs seconds at import
-    from sie.adapters.generation.causal_lm import CausalLmGenerator, Generation, Progress
+    from sie.adapters.generation.causal_lm import CausalLmGenerator
+    from sie.adapters.generation.progress import Generation, Progress
 
 FinishReason = Literal["stop", "length"]
 

@@ -1,0 +1,181 @@
+"""Generative models transformers' continuous batching cannot run, served one request at a time by
+transformers' own ``generate`` (``sie.adapters.generation.serial``) and held to it.
+
+Small random models built from each architecture's config (tests/builders.py): Qwen3.5's hybrid
+(Gated DeltaNet linear-attention layers, whose recurrent state the paged cache does not hold),
+Gemma 4 shaped as E2B (global layers with wider heads than the sliding ones; run as its language model
+alone, against the whole multimodal model's ``generate``), Qwen3-VL (no causal-LM class: the whole
+model, text in) and GLM-5.3-Flash (``glm5_next``: Kimi-delta linear attention, DeepSeek sparse
+attention, experts; the whole model). Greedy output equal to ``generate`` token for token, alone and queued behind others;
+tokens streamed one at a time; the per-request sampler, a grammar, cancellation and close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+
+from sie.adapters.contract import LoadSpec
+from sie.adapters.generation.causal_lm import CausalLmGenerator, serial_reason
+from sie.adapters.generation.grammar import GrammarSpec
+from sie.adapters.generation.sampling import Sampling
+from sie.adapters.generation.serial import SerialGenerate
+from sie.core.options import ComputePrecision
+from tests import builders
+from tests.adapters.test_generation import PROMPTS, _tokens
+
+NEW_TOKENS = 16
+
+
+def _qwen3_5(folder: Path, splade_dir: Path) -> Path:
+    return builders.generative(folder, "Qwen3_5Text")
+
+
+def _gemma4(folder: Path, splade_dir: Path) -> Path:
+    return builders.gemma4(folder)
+
+
+def _qwen3_vl(folder: Path, splade_dir: Path) -> Path:
+    return builders.qwen3_vl(splade_dir, folder)
+
+
+def _glm5_next(folder: Path, splade_dir: Path) -> Path:
+    return builders.glm5_next(folder)
+
+
+# Each architecture: its builder, what transformers loads it as for the reference, and why it is serial.
+ARCHITECTURES: dict[str, tuple[Callable[[Path, Path], Path], type, str]] = {
+    "Qwen3_5Text": (_qwen3_5, AutoModelForCausalLM, "linear_attention layers"),
+    "Gemma4": (_gemma4, AutoModelForImageTextToText, "sets head_dim per layer"),
+    "Qwen3VL": (_qwen3_vl, AutoModelForImageTextToText, "only whole, with no causal-LM class"),
+    "Glm5Next": (_glm5_next, AutoModelForImageTextToText, "linear_attention"),
+}
+
+
+def _load(folder: Path) -> CausalLmGenerator:
+    spec = LoadSpec(weights=folder, device="cpu", precision=ComputePrecision.FLOAT32, max_seq_length=1024)
+    return CausalLmGenerator.load(spec)
+
+
+def _reference(folder: Path, auto: type, prompts: tuple[str, ...]) -> list[list[int]]:
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = auto.from_pretrained(folder, attn_implementation="sdpa").eval()  # type: ignore[attr-defined]
+    outputs = []
+    for prompt in prompts:
+        ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+        with torch.no_grad():
+            out = model.generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS, do_sample=False
+            )
+        outputs.append(out[0, ids.shape[1] :].tolist())
+    return outputs
+
+
+@pytest.fixture(scope="module", params=list(ARCHITECTURES))
+def serial(request, tmp_path_factory, splade_dir) -> Iterator[tuple[str, Path, CausalLmGenerator]]:
+    build = ARCHITECTURES[request.param][0]
+    folder = build(tmp_path_factory.mktemp("serial") / request.param, splade_dir)
+    generator = _load(folder)
+    yield request.param, folder, generator
+    generator.close()
+
+
+def test_greedy_equals_generate_alone_and_queued_behind_others(serial) -> None:
+    name, folder, generator = serial
+    _, auto, why = ARCHITECTURES[name]
+    assert isinstance(generator._engine, SerialGenerate)
+    assert generator.serial_because is not None and why in generator.serial_because
+    want = _reference(folder, auto, PROMPTS)
+
+    async def run() -> tuple[list[int], list[list[int]]]:
+        alone = await _tokens(generator, PROMPTS[0], NEW_TOKENS, Sampling())
+        queued = await asyncio.gather(*(_tokens(generator, p, NEW_TOKENS, Sampling()) for p in PROMPTS * 2))
+        return alone.tokens, [q.tokens for q in queued]
+
+    alone, queued = asyncio.run(run())
+    assert alone == want[0]
+    assert queued == want * 2
+    assert generator.running == 0
+
+
+def test_what_continuous_batching_runs_stays_on_it(tmp_path) -> None:
+    config = AutoConfig.from_pretrained(builders.generative(tmp_path / "qwen3", "Qwen3"))
+    assert serial_reason(config) is None
+
+
+@pytest.fixture(scope="module")
+def qwen3_5(tmp_path_factory) -> Iterator[CausalLmGenerator]:
+    generator = _load(builders.generative(tmp_path_factory.mktemp("qwen3_5") / "m", "Qwen3_5Text"))
+    yield generator
+    generator.close()
+
+
+def test_tokens_arrive_one_at_a_time(qwen3_5) -> None:
+    async def run() -> list[list[int]]:
+        seen = []
+        async for progress in qwen3_5.start(qwen3_5.encode(PROMPTS[1]), NEW_TOKENS, Sampling(), None):
+            seen.append(progress.tokens)
+        return seen
+
+    seen = asyncio.run(run())
+    growing = seen[:-1]
+    assert [len(tokens) for tokens in growing] == list(range(1, NEW_TOKENS + 1))
+    assert all(later[: len(earlier)] == earlier for earlier, later in itertools.pairwise(growing))
+    assert seen[-1] == growing[-1]  # the end repeats the last token's list
+
+
+def test_a_seed_repeats_its_sample_logprobs_are_reported_and_a_grammar_holds(qwen3_5) -> None:
+    async def sample(seed: int) -> tuple[list[int], int]:
+        result = await _tokens(qwen3_5, PROMPTS[1], 12, Sampling(temperature=1.5, seed=seed, top_logprobs=2))
+        return result.tokens, len(result.logprobs)
+
+    (first, reported), (again, _), (other, _) = (asyncio.run(sample(s)) for s in (7, 7, 8))
+    assert first == again and first != other
+    assert reported == len(first)
+    pattern = "[0-9]{3}-(red|green|blue)"
+    grammar = qwen3_5.grammars.constraint(qwen3_5.grammars.check(GrammarSpec("regex", pattern)))
+    result = asyncio.run(_tokens(qwen3_5, PROMPTS[0], 20, Sampling(), grammar))
+    assert re.fullmatch(pattern, qwen3_5.tokenizer.decode(result.tokens))
+    assert result.tokens[-1] in qwen3_5.eos
+
+
+def test_a_closed_request_stops_and_one_closed_while_queued_never_runs(qwen3_5) -> None:
+    engine = qwen3_5._engine
+    assert isinstance(engine, SerialGenerate)
+
+    async def run() -> tuple[int, int]:
+        running = qwen3_5.start(qwen3_5.encode(PROMPTS[0]), 900, Sampling(), None)
+        waiting = qwen3_5.start(qwen3_5.encode(PROMPTS[1]), 900, Sampling(), None)
+        assert qwen3_5.running == 2
+        await anext(running)
+        running.close()
+        waiting.close()
+        after = await _tokens(qwen3_5, PROMPTS[2], 4, Sampling())
+        return len(after.tokens), qwen3_5.running
+
+    tokens, left = asyncio.run(run())
+    assert (tokens, left) == (4, 0)
+    engine._executor.submit(lambda: None).result()  # the thread is past the last request's end
+    assert not engine._live  # all left the engine: the running one stopped, the waiting one never ran
+
+
+def test_close_stops_the_request_running(tmp_path) -> None:
+    generator = _load(builders.generative(tmp_path / "m", "Qwen3_5Text"))
+
+    async def run() -> list[int]:
+        generation = generator.start(generator.encode(PROMPTS[0]), 900, Sampling(), None)
+        first = await anext(generation)
+        await asyncio.to_thread(generator.close)  # the registry closes an evicted model off the loop
+        last = first
+        async for progress in generation:
+            last = progress
+        return last.tokens
+
+    assert len(asyncio.run(run())) < 900
