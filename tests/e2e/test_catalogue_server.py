@@ -94,7 +94,6 @@ def test_models_lists_the_catalogue(empty_cache_server: Server) -> None:
 # Ids of families this release does not run, one per kind, and the family each refusal names.
 NOT_SERVED = [
     ("google/madlad400-3b-mt", "encode", "a generative translation model (CTranslate2)"),
-    ("Qwen/Qwen3.5-4B", "encode", "a generative model with linear-attention layers"),
     ("openai/whisper-large-v3-turbo", "extract", "a speech recognition model (Whisper)"),
     ("zai-org/GLM-OCR:transformers", "extract", "an OCR vision-language model (GLM-OCR)"),
     ("openai/privacy-filter", "extract", "a PII filter (privacy-filter)"),

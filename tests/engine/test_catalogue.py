@@ -70,6 +70,18 @@ EXPECTED = {
         "ibm-granite/granite-guardian-3.0-2b",
         "google/translategemma-4b-it",
         "tencent/Hy-MT2-1.8B",
+        # on transformers' generate, one request at a time (sie.adapters.generation.serial)
+        "Qwen/Qwen3.5-4B",
+        "Qwen/Qwen3.5-122B-A10B-FP8",
+        "Qwen/Qwen3.6-27B",
+        "Qwen/Qwen3.6-35B-A3B",
+        "Qwen/Qwen3.8-27B-FP8",
+        "Qwen/Qwen3-VL-8B-Instruct",
+        "google/gemma-4-E2B-it",
+        "google/gemma-4-E4B-it",
+        "google/gemma-4-26B-A4B-it",
+        "google/gemma-4-31B-it",
+        "zai-org/GLM-5.3-Flash",
     },
     DENSE: {
         "nomic-ai/nomic-embed-text-v1.5",
@@ -265,7 +277,7 @@ EXPECTED = {
     },
 }
 # The public ids of families this release does not run: listed, refused with MODEL_NOT_SERVED.
-NOT_SERVED_COUNT = 44
+NOT_SERVED_COUNT = 33
 
 CONFIGS = [config for _, config in load_model_dir(MODELS_DIR)]
 BY_ID = {config.sie_id: config for config in CONFIGS}

@@ -186,25 +186,6 @@ NOT_SERVED: Final[dict[str, str]] = {
     "sie.adapters.not_built:HubCode": "a model whose architecture is code on the Hugging Face Hub",
     "sie.adapters.not_built:OpenClip": "an open_clip model",
     "sie.adapters.not_built:SparseMultivector": "a sparse multi-vector encoding (SMVE) of a ColBERT",
-    # Generative ids whose architecture transformers' continuous batching cannot run here: hybrid
-    # models whose linear-attention layers its paged cache does not hold (Qwen3.5 and later); Gemma 4,
-    # whose global layers have wider heads than its sliding ones (global_head_dim, 512 to 256 in
-    # transformers' defaults; with attention_k_eq_v, their own number of key/value heads too) while the
-    # paged cache holds one key/value shape for all layers (a checkpoint with per-layer shapes is also
-    # refused when it loads: tests/adapters/test_generation.py); and architectures not
-    # yet held to transformers' generate in tests/adapters/test_generation.py. GLM-5.3-Flash
-    # (transformers' glm5_next) is refused for its linear-attention (KDA) layers.
-    "sie.adapters.not_built:LinearAttention": "a generative model with linear-attention layers",
-    "sie.adapters.not_built:PerLayerKvShapes": (
-        "a generative model whose layers differ in key/value shape (Gemma 4: wider global-attention "
-        "heads), which transformers' paged cache cannot hold"
-    ),
-    # Qwen3-VL: transformers 5.16.1 runs it only as an image-text-to-text model, with no causal-LM
-    # class, and continuous batching runs a causal LM (tests/adapters/test_generation.py pins it).
-    "sie.adapters.not_built:NoCausalLm": (
-        "a vision-language generator transformers runs only whole (no causal-LM class), which its "
-        "continuous batching cannot"
-    ),
 }
 # Any other public adapter (a family of a later public release, say): refused by family too, never
 # imported, so a config sie-config accepted into the bundle that lists it is answered, not loaded.
