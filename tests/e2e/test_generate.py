@@ -26,6 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests.e2e.conftest import GENERATIVE_LLAMA as LLAMA
 from tests.e2e.conftest import GENERATIVE_QWEN as QWEN
+from tests.e2e.conftest import GENERATIVE_SERIAL as SERIAL
 from tests.e2e.conftest import Server
 
 PROMPT = "Vector search finds"
@@ -117,6 +118,29 @@ def test_openai_client_streams_a_chat_completion_equal_to_the_whole_one(server, 
     assert text == want
     assert chunks[-1].choices == [] and chunks[-1].usage == whole.usage
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == whole.choices[0].finish_reason
+
+
+def test_a_model_continuous_batching_cannot_hold_streams_from_generate(server, weights) -> None:
+    """Qwen3.5's hybrid (linear-attention layers) runs on transformers' ``generate``, one request at a
+    time: the OpenAI client's chat, whole and streamed, and the native route equal ``generate``'s greedy
+    output (its profile samples by default: these ask for temperature 0)."""
+    client = OpenAI(base_url=f"{server.url}/v1", api_key="unused")
+    want = reference(weights[SERIAL], chat_prompt(weights[SERIAL]), 12)
+    asked = {"model": SERIAL, "messages": MESSAGES, "max_tokens": 12, "temperature": 0}
+    whole = client.chat.completions.create(**asked)
+    assert whole.choices[0].message.content == want
+    chunks = list(
+        client.chat.completions.create(**asked, stream=True, stream_options={"include_usage": True})
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want
+    assert chunks[-1].usage == whole.usage
+    native = server.client.post(
+        f"/v1/generate/{SERIAL.replace('/', '__')}",
+        json={"prompt": PROMPT, "max_new_tokens": 12, "temperature": 0},
+        headers={"accept": "application/json"},
+    )
+    assert native.status_code == 200, native.text
+    assert native.json()["text"] == reference(weights[SERIAL], PROMPT, 12)
 
 
 def test_a_json_schema_response_validates_and_tools_come_back_as_tool_calls(server) -> None:

@@ -110,10 +110,10 @@ def mcp_tools(
             "answer_questions",
             {"documents": DOCUMENTS, "questions": ["What is the capital of France?", "Which river?"]},
         ),
-        # The edge's default generator, which this server's models dir does not hold.
+        # A catalogue generator this server's models dir does not hold.
         "refused": (
             "generate_structured",
-            {"prompt": "hi", "response_format": {"type": "json_object"}, "model": "Qwen/Qwen3.5-4B"},
+            {"prompt": "hi", "response_format": {"type": "json_object"}, "model": "Qwen/Qwen3.6-27B"},
         ),
     }
     result: dict[str, Any] = run(SCRIPT, json.dumps(calls))
@@ -162,4 +162,4 @@ def test_a_model_the_server_lacks_is_the_tools_error(mcp_tools: dict[str, Any]) 
     """Our 404 ``model_not_found`` reaches the agent as the tool's error, in the server's words."""
     refused = mcp_tools["refused"]
     assert refused["error"] is True
-    assert "Model 'Qwen/Qwen3.5-4B' not found" in refused["text"], refused["text"]
+    assert "Model 'Qwen/Qwen3.6-27B' not found" in refused["text"], refused["text"]
