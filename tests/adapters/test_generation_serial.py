@@ -7,12 +7,14 @@ Gemma 4 shaped as E2B (global layers with wider heads than the sliding ones; run
 alone, against the whole multimodal model's ``generate``), Qwen3-VL (no causal-LM class: the whole
 model, text in) and GLM-5.3-Flash (``glm5_next``: Kimi-delta linear attention, DeepSeek sparse
 attention, experts; the whole model). Greedy output equal to ``generate`` token for token, alone and queued behind others;
-tokens streamed one at a time; the per-request sampler, a grammar, cancellation and close.
+tokens streamed one at a time; the per-request sampler, a grammar, cancellation and close; Qwen3-VL
+reading a chat's images.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import itertools
 import re
 from collections.abc import Callable, Iterator
@@ -20,14 +22,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
+from sie.adapters.batch import ImageData
 from sie.adapters.contract import LoadSpec
 from sie.adapters.generation.causal_lm import CausalLmGenerator, serial_reason
 from sie.adapters.generation.grammar import GrammarSpec
 from sie.adapters.generation.sampling import Sampling
 from sie.adapters.generation.serial import SerialGenerate
+from sie.adapters.qwen3_vl import load_processor, page
 from sie.core.options import ComputePrecision
+from sie.core.task import UnsupportedInput
 from tests import builders
 from tests.adapters.test_generation import PROMPTS, _tokens
 
@@ -179,3 +185,58 @@ def test_close_stops_the_request_running(tmp_path) -> None:
         return last.tokens
 
     assert len(asyncio.run(run())) < 900
+
+
+def _png(color: tuple[int, int, int], size: tuple[int, int] = (64, 48)) -> ImageData:
+    out = io.BytesIO()
+    Image.new("RGB", size, color).save(out, format="PNG")
+    return ImageData(out.getvalue(), "png")
+
+
+def test_qwen3_vl_reads_the_images_of_a_chat_as_generate_does(tmp_path, splade_dir) -> None:
+    """A chat's image parts become the template's placeholders, which Qwen3-VL's processor expands to
+    each image's merged patches; the prompt and pixels go to ``generate`` as transformers' own
+    processor and ``generate`` take them, and the answer depends on the image."""
+    folder = builders.qwen3_vl(splade_dir, tmp_path / "vl")
+    generator = _load(folder)
+    try:
+        assert generator.takes_images
+        messages = [
+            {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is this?"}]}
+        ]
+        text = generator.render_chat(messages, None, {})
+        assert "<|vision_start|><|image_pad|><|vision_end|>" in text
+        processor = load_processor(folder, folder)
+        model = AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="sdpa").eval()
+
+        def answer(image: ImageData) -> tuple[list[int], list[int]]:
+            ids, pixels = generator.with_images(text, [image])
+            ours = asyncio.run(_generated(generator, ids, pixels))
+            inputs = processor(text=[text], images=[page(image, "test")], return_tensors="pt")
+            assert inputs["input_ids"][0].tolist() == ids  # each placeholder expanded to its patches
+            with torch.no_grad():
+                out = model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False)
+            return ours, out[0, inputs["input_ids"].shape[1] :].tolist()
+
+        red, red_want = answer(_png((220, 20, 20)))
+        blue, blue_want = answer(_png((20, 20, 220), (48, 80)))
+        assert red == red_want and blue == blue_want
+        assert red != blue  # the pixels reached the model
+    finally:
+        generator.close()
+
+
+async def _generated(
+    generator: CausalLmGenerator, ids: list[int], pixels: dict[str, torch.Tensor]
+) -> list[int]:
+    last = None
+    async for progress in generator.start(ids, NEW_TOKENS, Sampling(), None, pixels):
+        last = progress
+    assert last is not None and last.finished
+    return last.tokens
+
+
+def test_a_model_that_reads_text_only_refuses_images(qwen3_5) -> None:
+    assert not qwen3_5.takes_images
+    with pytest.raises(UnsupportedInput, match="text only"):
+        qwen3_5.with_images("hi", [_png((1, 2, 3))])

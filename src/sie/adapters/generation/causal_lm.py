@@ -27,13 +27,14 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from sie.adapters.batch import BatchOutputs, ModelInput, Prepared
+from sie.adapters.batch import BatchOutputs, ImageData, ModelInput, Prepared
 from sie.adapters.contract import NO_TRAITS, TEXT_ONLY, Forward, LoadSpec, Trait
 from sie.adapters.generation.continuous import ContinuousBatching
 from sie.adapters.generation.grammar import Constraint, Grammars
 from sie.adapters.generation.progress import Generation
 from sie.adapters.generation.sampling import Sampling
 from sie.adapters.generation.serial import SerialGenerate
+from sie.adapters.qwen3_vl import MAX_PIXELS, MIN_PIXELS, load_processor, page
 from sie.adapters.runtime.transformer import release_unloaded, weights_and_autocast
 from sie.core.options import Capability, Modality
 from sie.core.task import UnsupportedInput
@@ -73,6 +74,8 @@ class CausalLmGenerator:
         self.context_length = int(spec.max_seq_length or positions or 4096)
         self.tokenizer = _Vocabulary(self.hf_tokenizer)
         self.grammars = Grammars(self.hf_tokenizer, self.eos)
+        # A vision-language model loaded whole reads images in chat, through its own processor.
+        self.processor = _image_processor(spec, checkpoint) if self.serial_because is not None else None
         self._engine: ContinuousBatching | SerialGenerate
         if self.serial_because is None:
             self._engine = ContinuousBatching(model, self.eos, pad, spec.loadtime)
@@ -87,6 +90,10 @@ class CausalLmGenerator:
     @classmethod
     def load(cls, spec: LoadSpec) -> Self:
         return cls(spec)
+
+    @property
+    def takes_images(self) -> bool:
+        return self.processor is not None
 
     @property
     def running(self) -> int:
@@ -104,10 +111,12 @@ class CausalLmGenerator:
     def render_chat(
         self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None, options: dict[str, Any]
     ) -> str:
-        """The conversation through the model's own chat template, ending with the assistant's turn."""
-        if not getattr(self.hf_tokenizer, "chat_template", None):
+        """The conversation through the model's own chat template, ending with the assistant's turn
+        (a vision-language model's processor holds its template: image parts become its placeholders)."""
+        templated = self.processor or self.hf_tokenizer
+        if not getattr(templated, "chat_template", None):
             raise UnsupportedInput("This model has no chat template; use /v1/completions with a prompt")
-        rendered = self.hf_tokenizer.apply_chat_template(
+        rendered = templated.apply_chat_template(
             list(messages),
             tools=list(tools or []) or None,
             add_generation_prompt=True,
@@ -116,10 +125,38 @@ class CausalLmGenerator:
         )
         return str(rendered)
 
+    def with_images(
+        self, text: str, images: Sequence[ImageData]
+    ) -> tuple[list[int], dict[str, torch.Tensor]]:
+        """A rendered chat whose image placeholders the processor expands, one per image in order: the
+        prompt's ids and the pixels ``generate`` reads beside them (on a thread: images are decoded
+        and resized here)."""
+        if self.processor is None:
+            raise UnsupportedInput(
+                "This model generates from text only; image content parts are not supported"
+            )
+        pictures = [page(image, "This model") for image in images]
+        tensors = self.processor(text=[text], images=pictures, return_tensors="pt")
+        ids = [int(i) for i in tensors.pop("input_ids")[0].tolist()]
+        tensors.pop("attention_mask", None)
+        return ids, dict(tensors)
+
     def start(
-        self, prompt: list[int], max_new_tokens: int, sampling: Sampling, constraint: Constraint | None
+        self,
+        prompt: list[int],
+        max_new_tokens: int,
+        sampling: Sampling,
+        constraint: Constraint | None,
+        pixels: dict[str, torch.Tensor] | None = None,
     ) -> Generation:
-        """Queue a request (on the event loop: its progress arrives there)."""
+        """Queue a request (on the event loop: its progress arrives there); ``pixels``: what
+        ``with_images`` made of its images."""
+        if pixels:
+            if not isinstance(self._engine, SerialGenerate):
+                raise UnsupportedInput(
+                    "This model generates from text only; image content parts are not supported"
+                )
+            return self._engine.start(prompt, max_new_tokens, sampling, constraint, pixels)
         return self._engine.start(prompt, max_new_tokens, sampling, constraint)
 
     # -- the registry's side --------------------------------------------------------------------------
@@ -208,6 +245,21 @@ def _language_model(weights: Path, config: Any, dtype: torch.dtype) -> Any:
         dtype=dtype,
         attn_implementation="sdpa",
         key_mapping=_LANGUAGE_MODEL_KEYS,
+    )
+
+
+def _image_processor(spec: LoadSpec, config: Any) -> Any:
+    """Qwen3-VL's processor (``qwen3_vl.load_processor``: the PIL image processor, the tokenizer, the
+    chat template; ``loadtime.min_pixels`` / ``max_pixels`` bound an image's area as for its embedder)
+    when the checkpoint is one and ships an image processor, else None: the model reads text only."""
+    if config.model_type != "qwen3_vl" or not (spec.weights / "preprocessor_config.json").is_file():
+        return None
+    loadtime = spec.loadtime
+    return load_processor(
+        spec.weights,
+        spec.tokenizer_folder,
+        int(loadtime.get("min_pixels") or MIN_PIXELS),
+        int(loadtime.get("max_pixels") or MAX_PIXELS),
     )
 
 

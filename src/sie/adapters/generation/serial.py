@@ -130,31 +130,49 @@ class SerialGenerate:
         self._live: set[SerialGeneration] = set()  # queued or running: ``close`` stops them all
 
     def start(
-        self, prompt: list[int], max_new_tokens: int, sampling: Sampling, constraint: Constraint | None
+        self,
+        prompt: list[int],
+        max_new_tokens: int,
+        sampling: Sampling,
+        constraint: Constraint | None,
+        pixels: dict[str, torch.Tensor] | None = None,
     ) -> SerialGeneration:
-        """Queue a request (on the event loop: its progress is posted there)."""
+        """Queue a request (on the event loop: its progress is posted there); ``pixels``: a
+        vision-language model's image tensors for the prompt's placeholders."""
         sampler = RowSampler(sampling, constraint, self._eos, prompt)
         generation = SerialGeneration(self, f"sie-{next(self._ids)}", sampler)
         self._live.add(generation)
-        self._executor.submit(self._run, generation, prompt, max_new_tokens)
+        self._executor.submit(self._run, generation, prompt, max_new_tokens, pixels or {})
         self.running += 1
         return generation
 
-    def _run(self, generation: SerialGeneration, prompt: list[int], max_new_tokens: int) -> None:
+    def _run(
+        self,
+        generation: SerialGeneration,
+        prompt: list[int],
+        max_new_tokens: int,
+        pixels: dict[str, torch.Tensor],
+    ) -> None:
         stream = _Tokens(generation)
         try:
             if not generation.cancelled.is_set():
-                self._generate(prompt, max_new_tokens, generation, stream)
+                self._generate(prompt, max_new_tokens, generation, stream, pixels)
         except Exception as exc:  # the request's answer; the thread serves the next one
             generation.post(Progress(list(stream.tokens), [], True, f"{type(exc).__name__}: {exc}"))
         finally:
             self._live.discard(generation)
 
     def _generate(
-        self, prompt: list[int], max_new_tokens: int, generation: SerialGeneration | None, stream: Any
+        self,
+        prompt: list[int],
+        max_new_tokens: int,
+        generation: SerialGeneration | None,
+        stream: Any,
+        pixels: dict[str, torch.Tensor] | None = None,
     ) -> None:
         model = self._model
         ids = torch.tensor([prompt], dtype=torch.long, device=model.device)
+        extra = {name: tensor.to(model.device) for name, tensor in (pixels or {}).items()}
         config = GenerationConfig(  # type: ignore[no-untyped-call]
             do_sample=False,
             max_new_tokens=max_new_tokens,
@@ -171,6 +189,7 @@ class SerialGenerate:
                 logits_processor=processors,
                 stopping_criteria=stopping,
                 streamer=stream,
+                **extra,
             )
 
     def warm_up(self, prompt: list[int]) -> None:

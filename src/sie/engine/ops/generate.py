@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import jsonschema
 
+from sie.adapters.batch import ImageData
 from sie.adapters.generation.grammar import Constraint, GrammarError, GrammarSpec
 from sie.adapters.generation.sampling import Sampling, TokenLogprob
 from sie.adapters.generation.text import TextStream
@@ -52,6 +53,7 @@ class GenerationAsk:
     stop: tuple[str, ...] = ()
     grammar: GrammarSpec | None = None
     strict: bool = False  # the finished output must parse / match, else OUTPUT_PARSE_ERROR
+    images: tuple[ImageData, ...] = ()  # the chat's image parts, in order (a vision-language model)
 
 
 @dataclass(frozen=True)
@@ -126,8 +128,12 @@ async def start(parts: Parts, model: str, ask: GenerationAsk, wait_loaded: bool 
                 f"Model '{entry.name}' has {adapter.running} generations running or queued "
                 f"(limit {parts.registry.max_pending}); retry later"
             )
+        if ask.images and not adapter.takes_images:
+            raise InvalidInput(
+                f"Model '{entry.name}' generates from text only; image content parts are not supported"
+            )
         started = time.perf_counter()
-        prompt = await asyncio.to_thread(_prompt_ids, adapter, entry, ask)
+        prompt, pixels = await asyncio.to_thread(_prompt_ids, adapter, entry, ask)
         cap = task.max_output_tokens
         max_new = ask.max_new_tokens if ask.max_new_tokens is not None else cap
         if max_new > cap:
@@ -139,7 +145,7 @@ async def start(parts: Parts, model: str, ask: GenerationAsk, wait_loaded: bool 
                 f"context of {window} tokens"
             )
         constraint = await _constraint(adapter, ask.grammar)
-        generation = adapter.start(prompt, max_new, _sampling(entry, ask), constraint)
+        generation = adapter.start(prompt, max_new, _sampling(entry, ask), constraint, pixels)
         tokens = parts.metrics.tokens.labels(entry.name)
         deadlines = Deadlines.of(entry.profile.runtime)
         return Running(stack.pop_all(), adapter, generation, ask, len(prompt), started, tokens.inc, deadlines)
@@ -197,8 +203,11 @@ class Running:
         self._held.close()
 
 
-def _prompt_ids(adapter: CausalLmGenerator, entry: CatalogEntry, ask: GenerationAsk) -> list[int]:
-    """On a thread: a chat template and a long prompt's tokenization cost milliseconds."""
+def _prompt_ids(
+    adapter: CausalLmGenerator, entry: CatalogEntry, ask: GenerationAsk
+) -> tuple[list[int], dict[str, Any] | None]:
+    """On a thread: a chat template and a long prompt's tokenization cost milliseconds, an image's
+    decoding more. The prompt's ids, and the pixels of its images."""
     if ask.messages is not None:
         options = dict(
             entry.config.tasks.generate.chat_template_kwargs if entry.config.tasks.generate else {}
@@ -213,7 +222,14 @@ def _prompt_ids(adapter: CausalLmGenerator, entry: CatalogEntry, ask: Generation
             raise InvalidInput(f"The chat template could not render the messages: {exc}") from None
     else:
         text = ask.prompt or ""
-    return adapter.encode(text)
+    if ask.images:
+        try:
+            return adapter.with_images(text, ask.images)
+        except UnsupportedInput as exc:
+            raise InvalidInput(str(exc)) from None
+        except ValueError as exc:  # the processor: placeholders and images that do not pair up
+            raise InvalidInput(f"The images could not be read with the messages: {exc}") from None
+    return adapter.encode(text), None
 
 
 async def _constraint(adapter: CausalLmGenerator, grammar: GrammarSpec | None) -> Constraint | None:

@@ -1,4 +1,5 @@
-"""Image inputs of ``/v1/embeddings`` (``modality: "image"``): RFC 2397 data URIs, never URLs.
+"""Image inputs of ``/v1/embeddings`` (``modality: "image"``) and of chat messages (``image_url``
+parts): RFC 2397 data URIs, never URLs.
 
 Infinity also accepts ``http(s)://`` URLs and fetches them. This server does not: fetching a URL a
 client names would let any client make the server reach hosts only it can reach (cloud metadata
@@ -27,19 +28,19 @@ class BadImageInput(ValueError):
     """An ``input`` entry that is no base64 image data URI (the route answers 400)."""
 
 
-def image_from_data_uri(value: str, index: int) -> ImageInput:
-    """The bytes and format of one data URI; ``index`` names the entry in the error."""
+def image_from_data_uri(value: str, where: str) -> ImageInput:
+    """The bytes and format of one data URI; ``where`` names the entry in the error (``input[2]``)."""
     found = _DATA_URI.fullmatch(value.strip())
     if found is None:
         if re.match(r"https?://", value.strip(), re.IGNORECASE):
             raise BadImageInput(
-                f"input[{index}] is a URL; this server does not fetch URLs (a server-side request "
+                f"{where} is a URL; this server does not fetch URLs (a server-side request "
                 "forgery risk): send the image as a data URI, data:image/png;base64,..."
             )
-        raise BadImageInput(f"input[{index}] must be a base64 data URI: data:image/<format>;base64,<data>")
+        raise BadImageInput(f"{where} must be a base64 data URI: data:image/<format>;base64,<data>")
     try:
         data = b64decode(re.sub(r"\s+", "", found["payload"]), validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise BadImageInput(f"input[{index}] holds invalid base64: {exc}") from None
+        raise BadImageInput(f"{where} holds invalid base64: {exc}") from None
     subtype = found["subtype"].lower()
     return ImageInput(data=data, format="jpeg" if subtype in ("jpg", "pjpeg") else subtype)

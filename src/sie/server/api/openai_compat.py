@@ -82,7 +82,7 @@ async def _items(engine: Engine, request: OpenAIEmbeddingsRequest) -> list[Item]
             400, "With modality 'image', 'input' must be data URIs (strings)", "invalid_request"
         )
     try:
-        return [Item(images=[image_from_data_uri(str(one), i)]) for i, one in enumerate(raw)]
+        return [Item(images=[image_from_data_uri(str(one), f"input[{i}]")]) for i, one in enumerate(raw)]
     except BadImageInput as exc:
         raise OpenAIError(400, str(exc), "invalid_request") from None
 

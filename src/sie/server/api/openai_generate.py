@@ -25,6 +25,7 @@ import msgspec
 from fastapi import Request, Response
 
 from sie import __version__
+from sie.adapters.batch import ImageData
 from sie.adapters.generation import tool_calls
 from sie.adapters.generation.grammar import GrammarSpec
 from sie.adapters.generation.sampling import TokenLogprob
@@ -33,6 +34,7 @@ from sie.engine.ops.generate import Delta, Finished, GenerationAsk, Running
 from sie.errors import told
 from sie.http.errors import openai_error_response
 from sie.http.routes import PostRoute
+from sie.server.api.data_uri import BadImageInput, image_from_data_uri
 from sie.server.api.generate import logit_bias_of
 from sie.server.api.native import engine_of
 from sie.server.api.openai_compat import OpenAIError
@@ -43,6 +45,7 @@ from sie.wire.generation import (
     ChatCompletionRequest,
     ChatMessage,
     CompletionRequest,
+    ContentPart,
     ResponseFormat,
     ResponsesRequest,
 )
@@ -51,6 +54,9 @@ T = TypeVar("T", bound=msgspec.Struct)
 
 _HEADERS: Final = {"X-SIE-Server-Version": __version__}
 _FINISH: Final = {"stop": "stop", "length": "length"}
+# Images one chat may carry (each is decoded and resized within the model's pixel bounds; the body
+# limit bounds their bytes).
+MAX_CHAT_IMAGES: Final = 16
 
 
 def _json(value: Any, status: int = 200) -> Response:
@@ -125,11 +131,15 @@ def _sampling(body: ChatCompletionRequest | CompletionRequest, top_logprobs: int
     }
 
 
-def _content(message: ChatMessage) -> str | list[dict[str, Any]] | None:
+def _content(message: ChatMessage, images: list[ImageData]) -> str | list[dict[str, Any]] | None:
     """Text parts joined into one string, as every template here reads them; parts that carry language
-    codes go to the template as parts, since that template (TranslateGemma's) reads them from there."""
+    codes go to the template as parts, since that template (TranslateGemma's) reads them from there.
+    A message with ``image_url`` parts goes as parts, each image an ``{"type": "image"}`` placeholder
+    of the template's, its bytes added to ``images`` in order."""
     if message.content is None or isinstance(message.content, str):
         return message.content
+    if any(part.type == "image_url" for part in message.content):
+        return [_image_or_text(part, images) for part in message.content]
     for part in message.content:
         if part.type != "text":
             raise InvalidInput(f"Content parts of type '{part.type}' are not supported by this model")
@@ -141,12 +151,33 @@ def _content(message: ChatMessage) -> str | list[dict[str, Any]] | None:
     return "".join(part.text or "" for part in message.content)
 
 
-def _messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+def _image_or_text(part: ContentPart, images: list[ImageData]) -> dict[str, Any]:
+    if part.type == "text":
+        return {"type": "text", "text": part.text or ""}
+    if part.type != "image_url":
+        raise InvalidInput(f"Content parts of type '{part.type}' are not supported by this model")
+    if len(images) == MAX_CHAT_IMAGES:
+        raise InvalidInput(f"A chat may carry at most {MAX_CHAT_IMAGES} images")
+    url = (part.image_url or {}).get("url")
+    where = f"image {len(images)}"
+    if not isinstance(url, str):
+        raise InvalidInput(f"{where}: an image_url part needs image_url.url, a data URI")
+    try:
+        image = image_from_data_uri(url, where)
+    except BadImageInput as exc:
+        raise InvalidInput(str(exc)) from None
+    images.append(ImageData(image.data, image.format))
+    return {"type": "image"}
+
+
+def _messages(messages: list[ChatMessage]) -> tuple[list[dict[str, Any]], tuple[ImageData, ...]]:
+    """The messages as the chat template reads them, and the images of their parts in order."""
     if not messages:
         raise InvalidInput("'messages' must not be empty")
     rendered = []
+    images: list[ImageData] = []
     for message in messages:
-        one: dict[str, Any] = {"role": message.role, "content": _content(message)}
+        one: dict[str, Any] = {"role": message.role, "content": _content(message, images)}
         if message.name is not None:
             one["name"] = message.name
         if message.tool_calls:
@@ -157,7 +188,7 @@ def _messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
         if message.tool_call_id is not None:
             one["tool_call_id"] = message.tool_call_id
         rendered.append(one)
-    return rendered
+    return rendered, tuple(images)
 
 
 def _arguments(call: dict[str, Any]) -> Any:
@@ -186,9 +217,11 @@ def _chat_ask(body: ChatCompletionRequest) -> GenerationAsk:
     top = (body.top_logprobs or 0) if body.logprobs else None
     if body.top_logprobs is not None and not body.logprobs:
         raise InvalidInput("'top_logprobs' requires 'logprobs': true")
+    messages, images = _messages(body.messages)
     return GenerationAsk(
         max_new_tokens=body.max_completion_tokens or body.max_tokens,
-        messages=_messages(body.messages),
+        messages=messages,
+        images=images,
         tools=tools,
         template_options=dict(body.chat_template_kwargs or {}),
         sampling=_sampling(body, top),
