@@ -10,6 +10,8 @@ validates; bad requests get their 4xx and the server keeps serving.
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import re
 import textwrap
@@ -22,11 +24,14 @@ import msgpack
 import pytest
 import torch
 from openai import OpenAI
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from PIL import Image
+from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
+from sie.adapters.qwen3_vl import load_processor
 from tests.e2e.conftest import GENERATIVE_LLAMA as LLAMA
 from tests.e2e.conftest import GENERATIVE_QWEN as QWEN
 from tests.e2e.conftest import GENERATIVE_SERIAL as SERIAL
+from tests.e2e.conftest import GENERATIVE_VL as VL
 from tests.e2e.conftest import Server
 
 PROMPT = "Vector search finds"
@@ -141,6 +146,72 @@ def test_a_model_continuous_batching_cannot_hold_streams_from_generate(server, w
     )
     assert native.status_code == 200, native.text
     assert native.json()["text"] == reference(weights[SERIAL], PROMPT, 12)
+
+
+def _data_uri(color: tuple[int, int, int], size: tuple[int, int]) -> str:
+    out = io.BytesIO()
+    Image.new("RGB", size, color).save(out, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode()
+
+
+def _vl_reference(folder: Path, question: str, image: str, new_tokens: int) -> str:
+    """transformers' Qwen3-VL processor and ``generate`` on the same chat, decoded as the server does."""
+    processor = load_processor(folder, folder)
+    chat = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
+    text = processor.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    picture = Image.open(io.BytesIO(base64.b64decode(image.split(",", 1)[1]))).convert("RGB")
+    inputs = processor(text=[text], images=[picture], return_tensors="pt")
+    model = AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="sdpa").eval()
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    return str(tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True))
+
+
+def test_the_openai_client_chats_about_an_image_with_a_vision_language_model(server, weights) -> None:
+    client = OpenAI(base_url=f"{server.url}/v1", api_key="unused")
+    image = _data_uri((200, 40, 40), (64, 48))
+    question = "What is in the picture?"
+    content = [{"type": "image_url", "image_url": {"url": image}}, {"type": "text", "text": question}]
+    asked = {
+        "model": VL,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+    want = _vl_reference(weights[VL], question, image, 8)
+    whole = client.chat.completions.create(**asked)
+    assert whole.choices[0].message.content == want
+    streamed = client.chat.completions.create(**asked, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == want
+    # The image counts in the prompt: its merged patches are tokens of it.
+    text_only = client.chat.completions.create(
+        **asked | {"messages": [{"role": "user", "content": question}]}
+    )
+    assert whole.usage.prompt_tokens > text_only.usage.prompt_tokens
+
+
+@pytest.mark.parametrize(
+    ("model", "url", "message"),
+    [
+        (QWEN, "data:image/png;base64,", "generates from text only"),
+        (VL, "https://169.254.169.254/latest/meta-data", "does not fetch URLs"),
+        (VL, "data:image/png;base64,bm90IGFuIGltYWdl", "not an image"),
+    ],
+    ids=["text-only-model", "url", "not-an-image"],
+)
+def test_an_image_a_model_cannot_read_is_a_400(server, model, url, message) -> None:
+    content = [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "hi"}]
+    body = {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": 2}
+    refused = server.client.post("/v1/chat/completions", json=body)
+    assert refused.status_code == 400, refused.text
+    assert message in refused.json()["error"]["message"]
+    assert (
+        server.client.post(
+            "/v1/chat/completions", json=body | {"messages": [{"role": "user", "content": "hi"}]}
+        ).status_code
+        == 200
+    )
 
 
 def test_a_json_schema_response_validates_and_tools_come_back_as_tool_calls(server) -> None:
