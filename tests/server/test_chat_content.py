@@ -1,12 +1,17 @@
 """How a chat message's content reaches the model's template: text parts joined, except parts that
-carry language codes, which a template such as TranslateGemma's reads from the part itself."""
+carry language codes, which a template such as TranslateGemma's reads from the part itself, and
+messages with images, whose parts become the template's image placeholders."""
 
 from __future__ import annotations
 
+import base64
+
 import msgspec
+import pytest
 from transformers import AutoTokenizer
 
-from sie.server.api.openai_generate import _messages
+from sie.catalog.errors import InvalidInput
+from sie.server.api.openai_generate import MAX_CHAT_IMAGES, _messages
 from sie.wire.generation import ChatCompletionRequest
 from tests.e2e.conftest import tiny_bert_dir
 
@@ -32,7 +37,8 @@ TEMPLATE = (
 
 def test_parts_with_language_codes_reach_the_template_as_parts() -> None:
     body = msgspec.json.decode(msgspec.json.encode(TRANSLATE), type=ChatCompletionRequest)
-    messages = _messages(body.messages)
+    messages, images = _messages(body.messages)
+    assert images == ()
     assert messages == [
         {
             "role": "user",
@@ -54,4 +60,43 @@ def test_plain_text_parts_are_joined_as_before() -> None:
         ],
     }
     body = msgspec.json.decode(msgspec.json.encode(plain), type=ChatCompletionRequest)
-    assert _messages(body.messages) == [{"role": "user", "content": "ab"}]
+    assert _messages(body.messages) == ([{"role": "user", "content": "ab"}], ())
+
+
+def _image_part(payload: bytes) -> dict[str, object]:
+    return {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64," + base64.b64encode(payload).decode()},
+    }
+
+
+def test_image_parts_become_the_templates_placeholders_and_their_bytes_go_in_order() -> None:
+    chat = {
+        "model": "m",
+        "messages": [
+            {
+                "role": "user",
+                "content": [_image_part(b"first"), {"type": "text", "text": "and"}, _image_part(b"2nd")],
+            },
+            {"role": "assistant", "content": "two"},
+            {"role": "user", "content": [{"type": "text", "text": "a third:"}, _image_part(b"third")]},
+        ],
+    }
+    body = msgspec.json.decode(msgspec.json.encode(chat), type=ChatCompletionRequest)
+    messages, images = _messages(body.messages)
+    assert [m["content"] for m in messages] == [
+        [{"type": "image"}, {"type": "text", "text": "and"}, {"type": "image"}],
+        "two",
+        [{"type": "text", "text": "a third:"}, {"type": "image"}],
+    ]
+    assert [(i.data, i.format) for i in images] == [(b"first", "png"), (b"2nd", "png"), (b"third", "png")]
+
+
+def test_more_images_than_a_chat_may_carry_are_refused() -> None:
+    chat = {
+        "model": "m",
+        "messages": [{"role": "user", "content": [_image_part(b"x")] * (MAX_CHAT_IMAGES + 1)}],
+    }
+    body = msgspec.json.decode(msgspec.json.encode(chat), type=ChatCompletionRequest)
+    with pytest.raises(InvalidInput, match=f"at most {MAX_CHAT_IMAGES} images"):
+        _messages(body.messages)
