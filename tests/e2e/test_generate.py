@@ -191,6 +191,37 @@ def test_the_openai_client_chats_about_an_image_with_a_vision_language_model(ser
     assert whole.usage.prompt_tokens > text_only.usage.prompt_tokens
 
 
+PUBLIC_SDK_IMAGE = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    from sie_sdk import SIEClient
+    url, model, prompt, image = sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4]).read_bytes()
+    with SIEClient(url) as client:
+        whole = client.generate(model, prompt, images=[image], max_new_tokens=8, temperature=0.0)
+    print(json.dumps({"text": whole["text"], "usage": dict(whole["usage"])}))
+    """
+)
+
+
+def test_the_public_sdk_generates_from_a_prompt_and_an_image(
+    server, weights, run_public_sdk, tmp_path
+) -> None:
+    """The native route's ``images``: the prompt goes as one user turn beside them, through the chat
+    template, as the public server renders it."""
+    image = _data_uri((30, 160, 60), (40, 72))
+    path = tmp_path / "image.png"
+    path.write_bytes(base64.b64decode(image.split(",", 1)[1]))
+    got = run_public_sdk(PUBLIC_SDK_IMAGE, server.url, VL, PROMPT, str(path))
+    assert got["text"] == _vl_reference(weights[VL], PROMPT, image, 8)
+    plain = server.client.post(
+        f"/v1/generate/{VL.replace('/', '__')}",
+        json={"prompt": PROMPT, "max_new_tokens": 8, "temperature": 0},
+        headers={"accept": "application/json"},
+    )
+    assert got["usage"]["prompt_tokens"] > plain.json()["usage"]["prompt_tokens"]
+
+
 @pytest.mark.parametrize(
     ("model", "url", "message"),
     [

@@ -34,8 +34,12 @@ class GrammarBody(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class GenerateImage(msgspec.Struct):
-    data: str
-    format: str | None = None
+    """One inline image: standard base64, at most 16 MiB decoded (the public bounds)."""
+
+    data: Annotated[str, msgspec.Meta(min_length=1, max_length=22_369_624)]
+    format: Annotated[str, msgspec.Meta(min_length=1, max_length=32, pattern="^[A-Za-z0-9.+-]+$")] | None = (
+        None
+    )
 
 
 class GenerateOptions(msgspec.Struct, forbid_unknown_fields=True):
@@ -50,12 +54,13 @@ class GenerateOptions(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class GenerateRequest(msgspec.Struct):
-    """``POST /v1/generate/{model}``. ``images`` and ``lora_adapter`` are in the public model and not
-    served here: the schema says so (no image, a null adapter)."""
+    """``POST /v1/generate/{model}``. ``images`` go with the prompt as one user turn through the
+    model's chat template (a vision-language model's); ``lora_adapter`` is in the public model and not
+    served here: the schema says so (a null adapter)."""
 
     prompt: Annotated[str, msgspec.Meta(min_length=1)]
     max_new_tokens: _Tokens
-    images: Annotated[list[GenerateImage], msgspec.Meta(max_length=0)] | None = None
+    images: Annotated[list[GenerateImage], msgspec.Meta(min_length=1, max_length=16)] | None = None
     grammar: GrammarBody | None = None
     temperature: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
     top_p: _TopP | None = None

@@ -10,6 +10,8 @@ every chunk is ``{request_id, seq, text_delta, done}`` and the last one carries 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any, Final
@@ -18,6 +20,7 @@ import msgspec
 from fastapi import Request, Response
 
 from sie import __version__
+from sie.adapters.batch import ImageData
 from sie.adapters.generation.grammar import GrammarSpec
 from sie.adapters.generation.sampling import TokenLogprob
 from sie.catalog.errors import InvalidInput
@@ -31,6 +34,7 @@ from sie.wire import codec
 from sie.wire.generation import (
     ChunkError,
     GenerateChunk,
+    GenerateImage,
     GenerateRequest,
     GenerateResponse,
     GenerateUsage,
@@ -91,15 +95,39 @@ def ask_of(body: GenerateRequest) -> GenerationAsk:
         "top_logprobs": (body.top_logprobs or 0) if logprobs else None,
     }
     grammar, strict = grammar_of(body.grammar)
+    images = tuple(_image(image, i) for i, image in enumerate(body.images or ()))
+    # With images the prompt is one user turn beside them, through the model's chat template (as the
+    # public server renders it); without, it is the raw text.
+    turn = [
+        {
+            "role": "user",
+            "content": [{"type": "image"}] * len(images) + [{"type": "text", "text": body.prompt}],
+        }
+    ]
     return GenerationAsk(
         max_new_tokens=body.max_new_tokens,
-        prompt=body.prompt,
+        prompt=None if images else body.prompt,
+        messages=turn if images else None,
+        images=images,
         sampling={k: v for k, v in options.items() if v is not None}
         | {k: v for k, v in typed.items() if v is not None},
         stop=tuple(body.stop or ()),
         grammar=grammar,
         strict=strict,
     )
+
+
+MAX_IMAGE_BYTES: Final = 16 * 1024 * 1024  # decoded, per image (the public bound)
+
+
+def _image(image: GenerateImage, index: int) -> ImageData:
+    try:
+        data = base64.b64decode(image.data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidInput(f"images[{index}].data is not standard base64: {exc}") from None
+    if len(data) > MAX_IMAGE_BYTES:
+        raise InvalidInput(f"images[{index}] holds {len(data)} bytes; at most {MAX_IMAGE_BYTES} decoded")
+    return ImageData(data, image.format.lower() if image.format else None)
 
 
 def usage_of(finished: Finished) -> GenerateUsage:
