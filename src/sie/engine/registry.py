@@ -15,7 +15,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
@@ -28,6 +27,7 @@ from sie.catalog.errors import InvalidInput, ModelNotFound
 from sie.catalog.options import LoraNotAllowed
 from sie.core import heap
 from sie.engine.batcher import BatchLimits
+from sie.engine.device_thread import DeviceThread
 from sie.engine.errors import EngineClosed, ModelLoadFailed, ModelLoading
 from sie.engine.instrumentation import BatchStatistics
 from sie.engine.loader import (
@@ -99,7 +99,7 @@ class ModelRegistry:
         self._gauge = gauge_for(load.device, limits.memory_limit_bytes, self._loaded_bytes)
         self._watcher: asyncio.Task[None] | None = None
         # Every load and forward runs on this one thread: see loader.load_and_warm_up for why.
-        self.device_executor = ThreadPoolExecutor(1, thread_name_prefix="sie-device")
+        self.device_executor = DeviceThread("sie-device")
         self._busy_trim = heap.PeriodicTrim()  # runs on that one thread, for every model's batches
         self._loader = ModelLoader(
             load,

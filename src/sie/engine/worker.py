@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from sie.adapters.batch import ItemOutputs, Prepared
 from sie.catalog.errors import InvalidInput
 from sie.engine.batcher import Batcher, BatchLimits, Entry
+from sie.engine.device_thread import DeviceThread
 from sie.engine.errors import (
     EngineClosed,
     InferenceFailed,
@@ -307,6 +308,8 @@ class ModelWorker:
         prepared, groups = [e.payload.prepared for e in batch], [e.group for e in batch]
         run = self._guarded_run
         try:
+            if isinstance(self._executor, DeviceThread):  # the server's: its hand-off is the cheap one
+                return await self._executor.run(loop, run, prepared, groups)
             return await loop.run_in_executor(self._executor, run, prepared, groups)
         except OutOfMemory as exc:
             failure = exc
