@@ -1,0 +1,72 @@
+"""Generation on the accelerator (``SIE_TEST_DEVICE``, default ``cuda``; skipped without one), run by
+``scripts/gpu-kit``'s session beside the families' CUDA tests: both engines held to transformers'
+greedy ``generate`` on the same device in float32 (continuous batching on Qwen3, alone and in a busy
+batch; ``generate`` one request at a time on Qwen3.5's hybrid and Gemma 4). ``SIE_TEST_DEVICE=cpu``
+runs the same checks on the CPU."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+
+from sie.adapters.contract import LoadSpec
+from sie.adapters.generation.causal_lm import CausalLmGenerator
+from sie.adapters.generation.sampling import Sampling
+from sie.core.options import ComputePrecision
+from tests import builders
+from tests.adapters.test_generation import PROMPTS, _tokens
+
+DEVICE = os.environ.get("SIE_TEST_DEVICE", "cuda")
+pytestmark = pytest.mark.skipif(
+    DEVICE.startswith("cuda") and not torch.cuda.is_available(), reason="needs a CUDA GPU"
+)
+NEW_TOKENS = 16
+
+# Each: its builder, the class transformers loads it with for the reference, whether it is serial.
+CASES: dict[str, tuple[Callable[[Path], Path], type, bool]] = {
+    "Qwen3": (lambda folder: builders.generative(folder, "Qwen3"), AutoModelForCausalLM, False),
+    "Qwen3_5Text": (lambda folder: builders.generative(folder, "Qwen3_5Text"), AutoModelForCausalLM, True),
+    "Gemma4": (builders.gemma4, AutoModelForImageTextToText, True),
+}
+
+
+def _reference(folder: Path, auto: type) -> list[list[int]]:
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = auto.from_pretrained(folder, attn_implementation="sdpa").eval().to(DEVICE)  # type: ignore[attr-defined]
+    outputs = []
+    for prompt in PROMPTS:
+        ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids.to(DEVICE)
+        with torch.no_grad():
+            out = model.generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS, do_sample=False
+            )
+        outputs.append(out[0, ids.shape[1] :].tolist())
+    return outputs
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_greedy_generation_on_the_device_equals_generate_there(name: str, tmp_path: Path) -> None:
+    build, auto, serial = CASES[name]
+    folder = build(tmp_path / name)
+    spec = LoadSpec(weights=folder, device=DEVICE, precision=ComputePrecision.FLOAT32, max_seq_length=1024)
+    generator = CausalLmGenerator.load(spec)
+    try:
+        assert (generator.serial_because is not None) == serial
+        want = _reference(folder, auto)
+
+        async def run() -> tuple[list[int], list[list[int]]]:
+            alone = await _tokens(generator, PROMPTS[0], NEW_TOKENS, Sampling())
+            busy = await asyncio.gather(*(_tokens(generator, p, NEW_TOKENS, Sampling()) for p in PROMPTS))
+            return alone.tokens, [b.tokens for b in busy]
+
+        alone, busy = asyncio.run(run())
+        assert alone == want[0]
+        assert busy == want
+    finally:
+        generator.close()
