@@ -1689,13 +1689,19 @@ def glm5_next(folder: Path, seed: int = 0) -> Path:
     """A small GLM-5.3-Flash (transformers' ``glm5_next``: ``Glm5NextForConditionalGeneration``, the
     only class it has): three Kimi-delta linear-attention layers, then a DeepSeek sparse-attention one
     with its token indexer and a routed mixture of experts, hyper-connections between layers, a small
-    vision tower; with the byte-level ChatML tokenizer of ``generative``."""
+    vision tower reading 14-pixel patches merged 2x2; with the byte-level ChatML tokenizer of
+    ``generative`` and GLM's image and video tokens, its PIL image processor and a chat template that
+    places each image part as ``<|begin_of_image|><|image|><|end_of_image|>``."""
     from transformers import GenerationConfig
     from transformers.models.glm5_next.configuration_glm5_next import Glm5NextConfig, Glm5NextTextConfig
+    from transformers.models.glm5_next.image_processing_pil_glm5_next import Glm5NextImageProcessorPil
     from transformers.models.glm5_next.modeling_glm5_next import Glm5NextForConditionalGeneration
 
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = byte_level_tokenizer(folder)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", *GLM_VISION_TOKENS]})
+    tokenizer.save_pretrained(folder)
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in GLM_VISION_TOKENS}
     eos, pad = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.pad_token_id
     text = Glm5NextTextConfig(
         vocab_size=len(tokenizer),
@@ -1730,8 +1736,36 @@ def glm5_next(folder: Path, seed: int = 0) -> Path:
         "intermediate_size": 64,
         "projection_intermediate_size": 64,
     }
-    config = Glm5NextConfig(text_config=text.to_dict(), vision_config=vision)
+    config = Glm5NextConfig(
+        text_config=text.to_dict(),
+        vision_config=vision,
+        image_token_id=ids["<|image|>"],
+        image_start_token_id=ids["<|begin_of_image|>"],
+        image_end_token_id=ids["<|end_of_image|>"],
+        video_token_id=ids["<|video|>"],
+        video_start_token_id=ids["<|begin_of_video|>"],
+        video_end_token_id=ids["<|end_of_video|>"],
+    )
     torch.manual_seed(seed)
     Glm5NextForConditionalGeneration(config).save_pretrained(folder)
     GenerationConfig(eos_token_id=eos, pad_token_id=pad, do_sample=False).save_pretrained(folder)
+    Glm5NextImageProcessorPil().save_pretrained(folder)
+    (folder / "chat_template.jinja").write_text(GLM_VISION_TEMPLATE)
     return folder
+
+
+GLM_VISION_TOKENS = (
+    "<|image|>",
+    "<|begin_of_image|>",
+    "<|end_of_image|>",
+    "<|video|>",
+    "<|begin_of_video|>",
+    "<|end_of_video|>",
+)
+GLM_VISION_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message.role }}\n"
+    "{% if message.content is string %}{{ message.content }}{% else %}{% for part in message.content %}"
+    "{% if part.type == 'image' %}<|begin_of_image|><|image|><|end_of_image|>"
+    "{% elif part.type == 'text' %}{{ part.text }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)

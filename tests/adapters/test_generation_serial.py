@@ -8,7 +8,7 @@ alone, against the whole multimodal model's ``generate``), Qwen3-VL (no causal-L
 model, text in) and GLM-5.3-Flash (``glm5_next``: Kimi-delta linear attention, DeepSeek sparse
 attention, experts; the whole model). Greedy output equal to ``generate`` token for token, alone and queued behind others;
 tokens streamed one at a time; the per-request sampler, a grammar, cancellation and close; Qwen3-VL
-reading a chat's images.
+and GLM-5.3 reading a chat's images.
 """
 
 from __future__ import annotations
@@ -19,11 +19,15 @@ import itertools
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+import transformers
 from PIL import Image
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+from transformers.models.glm5_next.image_processing_pil_glm5_next import Glm5NextImageProcessorPil
+from transformers.models.glm5_next.processing_glm5_next import Glm5NextProcessor
 
 from sie.adapters.batch import ImageData
 from sie.adapters.contract import LoadSpec
@@ -193,11 +197,35 @@ def _png(color: tuple[int, int, int], size: tuple[int, int] = (64, 48)) -> Image
     return ImageData(out.getvalue(), "png")
 
 
-def test_qwen3_vl_reads_the_images_of_a_chat_as_generate_does(tmp_path, splade_dir) -> None:
-    """A chat's image parts become the template's placeholders, which Qwen3-VL's processor expands to
+def _qwen3_vl_processor(folder: Path) -> Any:
+    return load_processor(folder, folder)  # transformers' Qwen3VLProcessor over its PIL image processor
+
+
+def _glm5_next_processor(folder: Path) -> Any:
+    return Glm5NextProcessor(
+        image_processor=Glm5NextImageProcessorPil.from_pretrained(folder),
+        tokenizer=AutoTokenizer.from_pretrained(folder),
+        video_processor=object.__new__(transformers.BaseVideoProcessor),
+        chat_template=(folder / "chat_template.jinja").read_text(),
+    )
+
+
+# The vision-language generators: the reference processor, and what an image part renders as.
+VISION: dict[str, tuple[Callable[[Path], Any], str]] = {
+    "Qwen3VL": (_qwen3_vl_processor, "<|vision_start|><|image_pad|><|vision_end|>"),
+    "Glm5Next": (_glm5_next_processor, "<|begin_of_image|><|image|><|end_of_image|>"),
+}
+
+
+@pytest.mark.parametrize("name", list(VISION))
+def test_a_vision_language_model_reads_the_images_of_a_chat_as_generate_does(
+    name: str, tmp_path: Path, splade_dir: Path
+) -> None:
+    """A chat's image parts become the template's placeholders, which the model's processor expands to
     each image's merged patches; the prompt and pixels go to ``generate`` as transformers' own
     processor and ``generate`` take them, and the answer depends on the image."""
-    folder = builders.qwen3_vl(splade_dir, tmp_path / "vl")
+    folder = ARCHITECTURES[name][0](tmp_path / name, splade_dir)
+    reference_processor, placeholder = VISION[name]
     generator = _load(folder)
     try:
         assert generator.takes_images
@@ -205,8 +233,8 @@ def test_qwen3_vl_reads_the_images_of_a_chat_as_generate_does(tmp_path, splade_d
             {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is this?"}]}
         ]
         text = generator.render_chat(messages, None, {})
-        assert "<|vision_start|><|image_pad|><|vision_end|>" in text
-        processor = load_processor(folder, folder)
+        assert placeholder in text
+        processor = reference_processor(folder)
         model = AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="sdpa").eval()
 
         def answer(image: ImageData) -> tuple[list[int], list[int]]:

@@ -84,7 +84,8 @@ def page(image: ImageData, family: str) -> Image.Image:
     return decoded
 
 
-def _chat_template(folder: Path, tokenizer: Any) -> str:
+def chat_template_of(folder: Path, tokenizer: Any) -> str:
+    """The chat template a processor of ``folder`` renders with: its own file, else the tokenizer's."""
     jinja, packed = folder / "chat_template.jinja", folder / "chat_template.json"
     if jinja.is_file():
         return jinja.read_text(encoding="utf-8")
@@ -110,7 +111,7 @@ def load_processor(
         image_processor=images,
         tokenizer=tokenizer,
         video_processor=videos,
-        chat_template=_chat_template(images_folder, tokenizer),
+        chat_template=chat_template_of(images_folder, tokenizer),
     )
 
 

@@ -34,7 +34,8 @@ from sie.adapters.generation.grammar import Constraint, Grammars
 from sie.adapters.generation.progress import Generation
 from sie.adapters.generation.sampling import Sampling
 from sie.adapters.generation.serial import SerialGenerate
-from sie.adapters.qwen3_vl import MAX_PIXELS, MIN_PIXELS, load_processor, page
+from sie.adapters.generation.vision import image_processor
+from sie.adapters.qwen3_vl import page
 from sie.adapters.runtime.transformer import release_unloaded, weights_and_autocast
 from sie.core.options import Capability, Modality
 from sie.core.task import UnsupportedInput
@@ -75,7 +76,7 @@ class CausalLmGenerator:
         self.tokenizer = _Vocabulary(self.hf_tokenizer)
         self.grammars = Grammars(self.hf_tokenizer, self.eos)
         # A vision-language model loaded whole reads images in chat, through its own processor.
-        self.processor = _image_processor(spec, checkpoint) if self.serial_because is not None else None
+        self.processor = image_processor(spec, checkpoint) if self.serial_because is not None else None
         self._engine: ContinuousBatching | SerialGenerate
         if self.serial_because is None:
             self._engine = ContinuousBatching(model, self.eos, pad, spec.loadtime)
@@ -245,21 +246,6 @@ def _language_model(weights: Path, config: Any, dtype: torch.dtype) -> Any:
         dtype=dtype,
         attn_implementation="sdpa",
         key_mapping=_LANGUAGE_MODEL_KEYS,
-    )
-
-
-def _image_processor(spec: LoadSpec, config: Any) -> Any:
-    """Qwen3-VL's processor (``qwen3_vl.load_processor``: the PIL image processor, the tokenizer, the
-    chat template; ``loadtime.min_pixels`` / ``max_pixels`` bound an image's area as for its embedder)
-    when the checkpoint is one and ships an image processor, else None: the model reads text only."""
-    if config.model_type != "qwen3_vl" or not (spec.weights / "preprocessor_config.json").is_file():
-        return None
-    loadtime = spec.loadtime
-    return load_processor(
-        spec.weights,
-        spec.tokenizer_folder,
-        int(loadtime.get("min_pixels") or MIN_PIXELS),
-        int(loadtime.get("max_pixels") or MAX_PIXELS),
     )
 
 
