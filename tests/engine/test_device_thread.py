@@ -60,18 +60,24 @@ def test_errors_reach_the_caller_and_a_stop_iteration_is_a_runtime_error() -> No
 
 def test_a_call_cancelled_while_it_waits_never_runs_and_shutdown_cancels_the_queue() -> None:
     device = DeviceThread()
-    gate = threading.Event()
+    started, gate = threading.Event(), threading.Event()
     ran: list[str] = []
+
+    def hold() -> bool:
+        started.set()
+        return gate.wait(10)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        blocking = device.run(loop, gate.wait, 10)
+        blocking = device.run(loop, hold)
+        assert await asyncio.to_thread(started.wait, 10)  # the thread is busy with it: the rest queue
         abandoned = device.run(loop, ran.append, "abandoned")
         abandoned.cancel()
         queued = device.run(loop, ran.append, "queued")
         left = device.submit(ran.append, "left")
         stopping = asyncio.create_task(asyncio.to_thread(device.shutdown, True, cancel_futures=True))
-        await asyncio.sleep(0.05)
+        while not left.cancelled():  # shutdown drained the queue while the thread was still busy
+            await asyncio.sleep(0.01)
         gate.set()
         assert await blocking is True
         await stopping
