@@ -11,13 +11,14 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from sie.core import heap
 from sie.engine.batcher import BatchLimits
+from sie.engine.device_thread import DeviceThread
 from sie.engine.worker import Clocks, DeviceHousekeeping, ModelWorker, WorkerLimits
 from tests.engine.fakes import FakeRunner, FakeTimers, items
 
@@ -122,7 +123,7 @@ def test_periodic_trim_trims_at_most_once_per_interval():
 
 
 def _worker(
-    executor: Executor,
+    executor: DeviceThread,
     on_idle: Callable[[], object],
     timers: FakeTimers,
     after_batch: Callable[[], object] | None = None,
@@ -144,17 +145,17 @@ def _worker(
     return worker
 
 
-async def _device_done(executor: Executor) -> None:
+async def _device_done(executor: DeviceThread) -> None:
     """Everything queued on the single device thread so far has run (it is FIFO), and the loop has
     taken the callbacks of what finished."""
-    await asyncio.get_running_loop().run_in_executor(executor, lambda: None)
+    await executor.run(asyncio.get_running_loop(), lambda: None)
     await asyncio.sleep(0)
 
 
 async def test_worker_runs_idle_housekeeping_only_once_the_device_is_idle():
     calls: list[int] = []
     timers = FakeTimers()
-    with ThreadPoolExecutor(1) as executor:
+    with DeviceThread() as executor:
         worker = _worker(executor, lambda: calls.append(worker.pending_items), timers)
         for _ in range(3):  # back to back: each batch cancels the idle timer the last one left
             await asyncio.gather(*worker.submit(items(3, 3, 3, 3, 3), GROUP))
@@ -173,7 +174,7 @@ async def test_a_failing_idle_hook_is_logged_and_the_worker_keeps_serving(caplog
     def broken() -> None:
         raise OSError("no trim today")
 
-    with ThreadPoolExecutor(1) as executor:
+    with DeviceThread() as executor:
         worker = _worker(executor, broken, timers)
         await asyncio.gather(*worker.submit(items(3), GROUP))
         timers.fire_pending()
@@ -192,7 +193,7 @@ async def test_after_batch_runs_on_the_device_thread_after_each_batch_and_its_fa
         threads.append(threading.current_thread().name)
         raise OSError("trim failed")
 
-    with ThreadPoolExecutor(1, thread_name_prefix="device") as executor:
+    with DeviceThread("device") as executor:
         worker = _worker(executor, lambda: None, FakeTimers(), after_batch=after_batch)
         for _ in range(2):  # 10 items, at most 4 per batch: three batches per request
             results = await asyncio.gather(*worker.submit(items(*[3] * 10), GROUP))
@@ -209,7 +210,7 @@ async def test_after_batch_not_due_is_not_sent_to_the_device_thread():
     ran: list[int] = []
     asked = iter([False, True, False])
 
-    with ThreadPoolExecutor(1, thread_name_prefix="device") as executor:
+    with DeviceThread("device") as executor:
         worker = _worker(
             executor,
             lambda: None,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from sie.adapters.batch import Prepared
 from sie.core.options import OutputDType
 from sie.engine.batcher import BatchLimits
+from sie.engine.device_thread import DeviceThread
 from sie.engine.engine import Engine
 from sie.engine.errors import InferenceFailed
 from sie.engine.loader import LoadedModel
@@ -33,14 +33,14 @@ async def loaded(tmp_path) -> AsyncIterator[tuple[Engine, LoadedModel]]:
 
 
 @pytest.fixture
-def executor() -> ThreadPoolExecutor:
-    pool = ThreadPoolExecutor(1)
+def executor() -> DeviceThread:
+    pool = DeviceThread()
     yield pool
     pool.shutdown()
 
 
 def start_worker(
-    model: LoadedModel, executor: ThreadPoolExecutor, on_batch: Callable[[BatchStats], None]
+    model: LoadedModel, executor: DeviceThread, on_batch: Callable[[BatchStats], None]
 ) -> ModelWorker:
     limits = BatchLimits(max_tokens=512, max_items=8, max_wait_s=0.0)
     runner = ModelRunner(model.adapter, limits.max_tokens)

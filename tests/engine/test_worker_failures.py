@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from sie.adapters.batch import ItemOutputs, Prepared
 from sie.engine.batcher import BatchLimits
+from sie.engine.device_thread import DeviceThread
 from sie.engine.errors import EngineClosed, InferenceFailed, OutOfMemory, ResourceExhausted
 from sie.engine.oom import OomAction, OomRecovery
 from sie.engine.worker import BatchStats, DeviceHousekeeping, ModelWorker, WorkerLimits
@@ -23,13 +23,13 @@ GROUP = "group"
 
 
 @pytest.fixture
-async def executor() -> AsyncIterator[ThreadPoolExecutor]:
-    pool = ThreadPoolExecutor(1)
+async def executor() -> AsyncIterator[DeviceThread]:
+    pool = DeviceThread()
     yield pool
     pool.shutdown(wait=True)
 
 
-def worker(runner: FakeRunner, executor: ThreadPoolExecutor, **kwargs: Any) -> ModelWorker:
+def worker(runner: FakeRunner, executor: DeviceThread, **kwargs: Any) -> ModelWorker:
     built = ModelWorker("m", runner, WorkerLimits(LIMITS, 64), executor, **kwargs)
     built.start()
     return built

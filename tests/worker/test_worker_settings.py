@@ -32,14 +32,13 @@ def test_unset_knobs_keep_the_servers_batching(monkeypatch: pytest.MonkeyPatch) 
 
 
 async def test_the_pipeline_depth_is_how_many_batches_a_model_has_at_once() -> None:
-    from concurrent.futures import ThreadPoolExecutor
-
     from sie.engine.batcher import BatchLimits
+    from sie.engine.device_thread import DeviceThread
     from sie.engine.worker import ModelWorker, WorkerLimits
     from tests.engine.fakes import FakeRunner
 
     limits = BatchLimits(max_tokens=1000, max_items=4, max_wait_s=0)
-    with ThreadPoolExecutor(1) as executor:
+    with DeviceThread() as executor:
         for depth, waiting in ((2, 1), (3, 2), (1, 1)):
             worker = ModelWorker("m", FakeRunner(), WorkerLimits(limits, 10, depth), executor)
             assert worker._ready.maxsize == waiting  # formed batches waiting beside the one running

@@ -16,7 +16,6 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
-from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
@@ -141,7 +140,7 @@ class ModelWorker:
         name: str,
         runner: BatchRunner,
         limits: WorkerLimits,
-        executor: Executor,
+        executor: DeviceThread,
         housekeeping: DeviceHousekeeping = DeviceHousekeeping(),
         on_batch: Callable[[BatchStats], None] = lambda stats: None,
         clocks: Clocks = Clocks(),
@@ -249,7 +248,7 @@ class ModelWorker:
                     raise
                 after_batch = self._housekeeping.after_batch
                 if after_batch is not None and self._housekeeping.after_batch_due():
-                    done = loop.run_in_executor(self._executor, after_batch)
+                    done = self._executor.run(loop, after_batch)
                     done.add_done_callback(partial(self._log_housekeeping_failure, "after-batch"))
             if self._ready.empty():
                 self._device_idle = True
@@ -264,7 +263,7 @@ class ModelWorker:
         self._idle_timer = None
         on_idle = self._housekeeping.on_idle
         if on_idle is not None and self._device_idle and not self._closed:
-            done = loop.run_in_executor(self._executor, on_idle)
+            done = self._executor.run(loop, on_idle)
             done.add_done_callback(partial(self._log_housekeeping_failure, "idle"))
 
     def _log_housekeeping_failure(self, kind: str, done: asyncio.Future[object]) -> None:
@@ -308,9 +307,7 @@ class ModelWorker:
         prepared, groups = [e.payload.prepared for e in batch], [e.group for e in batch]
         run = self._guarded_run
         try:
-            if isinstance(self._executor, DeviceThread):  # the server's: its hand-off is the cheap one
-                return await self._executor.run(loop, run, prepared, groups)
-            return await loop.run_in_executor(self._executor, run, prepared, groups)
+            return await self._executor.run(loop, run, prepared, groups)
         except OutOfMemory as exc:
             failure = exc
         plan = self._housekeeping.oom
@@ -321,16 +318,16 @@ class ModelWorker:
                         "model %s: out of memory for %d items; running the batch split", self.name, len(batch)
                     )
                     split = future_safe(partial(self._runner.run_split, max_depth=plan.max_split_depth))
-                    return await loop.run_in_executor(self._executor, split, prepared, groups)
+                    return await self._executor.run(loop, split, prepared, groups)
                 if action is OomAction.CACHE_CLEAR:
                     log.warning(
                         "out of memory in a batch of %d items; freeing caches and running it again",
                         len(batch),
                     )
-                    await loop.run_in_executor(self._executor, future_safe(self._runner.free_caches))
+                    await self._executor.run(loop, future_safe(self._runner.free_caches))
                 elif not await self._evicted(plan.eviction_lock_timeout_s):
                     continue
-                return await loop.run_in_executor(self._executor, run, prepared, groups)
+                return await self._executor.run(loop, run, prepared, groups)
             except OutOfMemory as exc:
                 failure = exc
         steps = ", ".join(plan.steps()) or "recovery off"
