@@ -39,7 +39,6 @@ class BatchedGeneration:
         self.request_id = request_id
         self._owner, self._slot, self._sampler = owner, slot, sampler
         self._queue: asyncio.Queue[GenerationOutput] = asyncio.Queue()
-        self._reported = 0
         self._done = False
 
     def deliver(self, output: GenerationOutput) -> None:
@@ -53,9 +52,7 @@ class BatchedGeneration:
             raise StopAsyncIteration
         output = await self._queue.get()
         finished = output.is_finished() or output.status is RequestStatus.FAILED or output.error is not None
-        # The sampler may be tokens ahead of this output (outputs wait for the loop): only this output's.
-        logprobs = self._sampler.logprobs[self._reported : len(output.generated_tokens)]
-        self._reported += len(logprobs)
+        logprobs = self._sampler.logprobs_through(len(output.generated_tokens))
         if finished:
             self._done = True
             self._owner.forget(self._slot)

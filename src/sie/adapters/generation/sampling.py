@@ -77,7 +77,8 @@ class RowSampler:
         self._generator: torch.Generator | None = None
         if not sampling.greedy and sampling.seed is not None:
             self._generator = torch.Generator().manual_seed(sampling.seed & 0xFFFF_FFFF_FFFF_FFFF)
-        self.logprobs: list[TokenLogprob] = []  # read by the stream after each token
+        self.logprobs: list[TokenLogprob] = []  # one per token chosen, read by ``logprobs_through``
+        self._reported = 0
         s = sampling
         self.untouched = (
             s.greedy
@@ -88,6 +89,13 @@ class RowSampler:
             and s.repetition_penalty == 1.0
             and s.top_logprobs is None
         )
+
+    def logprobs_through(self, tokens: int) -> list[TokenLogprob]:
+        """The logprobs of the first ``tokens`` tokens not handed out before: the sampler may be
+        tokens ahead of the output its stream reads (outputs wait for the loop)."""
+        fresh = self.logprobs[self._reported : tokens]
+        self._reported += len(fresh)
+        return fresh
 
     def choose(self, row: torch.Tensor) -> None:
         """Pick this row's token and leave it the row's only finite value (in place)."""

@@ -100,22 +100,20 @@ class _Tokens(BaseStreamer):
         self._generation = generation
         self._prompt_seen = False
         self.tokens: list[int] = []
-        self._reported = 0
 
     def put(self, value: torch.Tensor) -> None:
         if not self._prompt_seen:
             self._prompt_seen = True
             return
         self.tokens += [int(t) for t in value.reshape(-1).tolist()]
-        self._generation.post(Progress(list(self.tokens), self._new_logprobs(), False))
+        self._post(finished=False)
 
     def end(self) -> None:
-        self._generation.post(Progress(list(self.tokens), self._new_logprobs(), True))
+        self._post(finished=True)
 
-    def _new_logprobs(self) -> list[Any]:
-        logprobs = self._generation.sampler.logprobs[self._reported : len(self.tokens)]
-        self._reported += len(logprobs)
-        return logprobs
+    def _post(self, finished: bool) -> None:
+        logprobs = self._generation.sampler.logprobs_through(len(self.tokens))
+        self._generation.post(Progress(list(self.tokens), logprobs, finished))
 
 
 class SerialGenerate:
