@@ -42,6 +42,8 @@ from sie.core.task import UnsupportedInput
 
 log = logging.getLogger(__name__)
 
+_NO_IMAGES: Final = "This model generates from text only; image content parts are not supported"
+
 
 class CausalLmGenerator:
     """The adapter of a generative model: the contract's members for the registry (it loads, is held,
@@ -133,9 +135,7 @@ class CausalLmGenerator:
         prompt's ids and the pixels ``generate`` reads beside them (on a thread: images are decoded
         and resized here)."""
         if self.processor is None:
-            raise UnsupportedInput(
-                "This model generates from text only; image content parts are not supported"
-            )
+            raise UnsupportedInput(_NO_IMAGES)
         pictures = [page(image, "This model") for image in images]
         tensors = self.processor(text=[text], images=pictures, return_tensors="pt")
         ids = [int(i) for i in tensors.pop("input_ids")[0].tolist()]
@@ -152,13 +152,11 @@ class CausalLmGenerator:
     ) -> Generation:
         """Queue a request (on the event loop: its progress arrives there); ``pixels``: what
         ``with_images`` made of its images."""
-        if pixels:
-            if not isinstance(self._engine, SerialGenerate):
-                raise UnsupportedInput(
-                    "This model generates from text only; image content parts are not supported"
-                )
-            return self._engine.start(prompt, max_new_tokens, sampling, constraint, pixels)
-        return self._engine.start(prompt, max_new_tokens, sampling, constraint)
+        if not pixels:
+            return self._engine.start(prompt, max_new_tokens, sampling, constraint)
+        if not isinstance(self._engine, SerialGenerate):  # only a model on generate has a processor
+            raise UnsupportedInput(_NO_IMAGES)
+        return self._engine.start(prompt, max_new_tokens, sampling, constraint, pixels)
 
     # -- the registry's side --------------------------------------------------------------------------
 
