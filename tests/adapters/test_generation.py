@@ -52,14 +52,24 @@ def _load(folder: Path) -> CausalLmGenerator:
     return CausalLmGenerator.load(spec)
 
 
-def _reference(folder: Path, prompts: tuple[str, ...], new_tokens: int) -> list[list[int]]:
+def _reference(
+    folder: Path,
+    prompts: tuple[str, ...],
+    new_tokens: int,
+    auto: type = AutoModelForCausalLM,
+    device: str = "cpu",
+) -> list[list[int]]:
+    """transformers' greedy ``generate`` of each prompt alone, the model loaded by ``auto`` on
+    ``device``."""
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa").eval()
+    model = auto.from_pretrained(folder, attn_implementation="sdpa").eval().to(device)  # type: ignore[attr-defined]
     outputs = []
     for prompt in prompts:
-        ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+        ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids.to(device)
         with torch.no_grad():
-            out = model.generate(ids, max_new_tokens=new_tokens, do_sample=False)
+            out = model.generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, do_sample=False
+            )
         outputs.append(out[0, ids.shape[1] :].tolist())
     return outputs
 

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
 from sie.adapters.contract import LoadSpec
 from sie.adapters.generation.causal_lm import CausalLmGenerator
 from sie.adapters.generation.sampling import Sampling
 from sie.core.options import ComputePrecision
 from tests import builders
-from tests.adapters.test_generation import PROMPTS, _tokens
+from tests.adapters.test_generation import PROMPTS, _reference, _tokens
 
 DEVICE = os.environ.get("SIE_TEST_DEVICE", "cuda")
 pytestmark = pytest.mark.skipif(
@@ -36,20 +36,6 @@ CASES: dict[str, tuple[Callable[[Path], Path], type, bool]] = {
 }
 
 
-def _reference(folder: Path, auto: type) -> list[list[int]]:
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = auto.from_pretrained(folder, attn_implementation="sdpa").eval().to(DEVICE)  # type: ignore[attr-defined]
-    outputs = []
-    for prompt in PROMPTS:
-        ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids.to(DEVICE)
-        with torch.no_grad():
-            out = model.generate(
-                ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS, do_sample=False
-            )
-        outputs.append(out[0, ids.shape[1] :].tolist())
-    return outputs
-
-
 @pytest.mark.parametrize("name", list(CASES))
 def test_greedy_generation_on_the_device_equals_generate_there(name: str, tmp_path: Path) -> None:
     build, auto, serial = CASES[name]
@@ -58,7 +44,7 @@ def test_greedy_generation_on_the_device_equals_generate_there(name: str, tmp_pa
     generator = CausalLmGenerator.load(spec)
     try:
         assert (generator.serial_because is not None) == serial
-        want = _reference(folder, auto)
+        want = _reference(folder, PROMPTS, NEW_TOKENS, auto, DEVICE)
 
         async def run() -> tuple[list[int], list[list[int]]]:
             alone = await _tokens(generator, PROMPTS[0], NEW_TOKENS, Sampling())

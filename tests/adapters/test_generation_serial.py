@@ -39,7 +39,7 @@ from sie.adapters.qwen3_vl import load_processor, page
 from sie.core.options import ComputePrecision
 from sie.core.task import UnsupportedInput
 from tests import builders
-from tests.adapters.test_generation import PROMPTS, _tokens
+from tests.adapters.test_generation import PROMPTS, _reference, _tokens
 
 NEW_TOKENS = 16
 
@@ -74,20 +74,6 @@ def _load(folder: Path) -> CausalLmGenerator:
     return CausalLmGenerator.load(spec)
 
 
-def _reference(folder: Path, auto: type, prompts: tuple[str, ...]) -> list[list[int]]:
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = auto.from_pretrained(folder, attn_implementation="sdpa").eval()  # type: ignore[attr-defined]
-    outputs = []
-    for prompt in prompts:
-        ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
-        with torch.no_grad():
-            out = model.generate(
-                ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS, do_sample=False
-            )
-        outputs.append(out[0, ids.shape[1] :].tolist())
-    return outputs
-
-
 @pytest.fixture(scope="module", params=list(ARCHITECTURES))
 def serial(request, tmp_path_factory, splade_dir) -> Iterator[tuple[str, Path, CausalLmGenerator]]:
     build = ARCHITECTURES[request.param][0]
@@ -102,7 +88,7 @@ def test_greedy_equals_generate_alone_and_queued_behind_others(serial) -> None:
     _, auto, why = ARCHITECTURES[name]
     assert isinstance(generator._engine, SerialGenerate)
     assert generator.serial_because is not None and why in generator.serial_because
-    want = _reference(folder, auto, PROMPTS)
+    want = _reference(folder, PROMPTS, NEW_TOKENS, auto)
 
     async def run() -> tuple[list[int], list[list[int]]]:
         alone = await _tokens(generator, PROMPTS[0], NEW_TOKENS, Sampling())
