@@ -14,7 +14,6 @@ and GLM-5.3 reading a chat's images.
 from __future__ import annotations
 
 import asyncio
-import io
 import itertools
 import re
 from collections.abc import Callable, Iterator
@@ -24,7 +23,6 @@ from typing import Any
 import pytest
 import torch
 import transformers
-from PIL import Image
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 from transformers.models.glm5_next.image_processing_pil_glm5_next import Glm5NextImageProcessorPil
 from transformers.models.glm5_next.processing_glm5_next import Glm5NextProcessor
@@ -40,6 +38,7 @@ from sie.core.options import ComputePrecision
 from sie.core.task import UnsupportedInput
 from tests import builders
 from tests.adapters.test_generation import PROMPTS, _reference, _tokens
+from tests.conftest import random_png
 
 NEW_TOKENS = 16
 
@@ -177,12 +176,6 @@ def test_close_stops_the_request_running(tmp_path) -> None:
     assert len(asyncio.run(run())) < 900
 
 
-def _png(color: tuple[int, int, int], size: tuple[int, int] = (64, 48)) -> ImageData:
-    out = io.BytesIO()
-    Image.new("RGB", size, color).save(out, format="PNG")
-    return ImageData(out.getvalue(), "png")
-
-
 def _qwen3_vl_processor(folder: Path) -> Any:
     return load_processor(folder, folder)  # transformers' Qwen3VLProcessor over its PIL image processor
 
@@ -232,10 +225,10 @@ def test_a_vision_language_model_reads_the_images_of_a_chat_as_generate_does(
                 out = model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False)
             return ours, out[0, inputs["input_ids"].shape[1] :].tolist()
 
-        red, red_want = answer(_png((220, 20, 20)))
-        blue, blue_want = answer(_png((20, 20, 220), (48, 80)))
-        assert red == red_want and blue == blue_want
-        assert red != blue  # the pixels reached the model
+        first, first_want = answer(ImageData(random_png(64, 48, 1), "png"))
+        second, second_want = answer(ImageData(random_png(48, 80, 2), "png"))
+        assert first == first_want and second == second_want
+        assert first != second  # the pixels reached the model
     finally:
         generator.close()
 
@@ -253,4 +246,4 @@ async def _generated(
 def test_a_model_that_reads_text_only_refuses_images(qwen3_5) -> None:
     assert not qwen3_5.takes_images
     with pytest.raises(UnsupportedInput, match="text only"):
-        qwen3_5.with_images("hi", [_png((1, 2, 3))])
+        qwen3_5.with_images("hi", [ImageData(random_png(8, 8, 3), "png")])

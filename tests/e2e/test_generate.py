@@ -28,11 +28,13 @@ from PIL import Image
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
 from sie.adapters.qwen3_vl import load_processor
+from tests.conftest import random_png
 from tests.e2e.conftest import GENERATIVE_LLAMA as LLAMA
 from tests.e2e.conftest import GENERATIVE_QWEN as QWEN
 from tests.e2e.conftest import GENERATIVE_SERIAL as SERIAL
 from tests.e2e.conftest import GENERATIVE_VL as VL
 from tests.e2e.conftest import Server
+from tests.e2e.test_vision import data_uri
 
 PROMPT = "Vector search finds"
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -148,12 +150,6 @@ def test_a_model_continuous_batching_cannot_hold_streams_from_generate(server, w
     assert native.json()["text"] == reference(weights[SERIAL], PROMPT, 12)
 
 
-def _data_uri(color: tuple[int, int, int], size: tuple[int, int]) -> str:
-    out = io.BytesIO()
-    Image.new("RGB", size, color).save(out, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode()
-
-
 def _vl_reference(folder: Path, question: str, image: str, new_tokens: int) -> str:
     """transformers' Qwen3-VL processor and ``generate`` on the same chat, decoded as the server does."""
     processor = load_processor(folder, folder)
@@ -170,7 +166,7 @@ def _vl_reference(folder: Path, question: str, image: str, new_tokens: int) -> s
 
 def test_the_openai_client_chats_about_an_image_with_a_vision_language_model(server, weights) -> None:
     client = OpenAI(base_url=f"{server.url}/v1", api_key="unused")
-    image = _data_uri((200, 40, 40), (64, 48))
+    image = data_uri(random_png(64, 48, 1))
     question = "What is in the picture?"
     content = [{"type": "image_url", "image_url": {"url": image}}, {"type": "text", "text": question}]
     asked = {
@@ -209,7 +205,7 @@ def test_the_public_sdk_generates_from_a_prompt_and_an_image(
 ) -> None:
     """The native route's ``images``: the prompt goes as one user turn beside them, through the chat
     template, as the public server renders it."""
-    image = _data_uri((30, 160, 60), (40, 72))
+    image = data_uri(random_png(40, 72, 2))
     path = tmp_path / "image.png"
     path.write_bytes(base64.b64decode(image.split(",", 1)[1]))
     got = run_public_sdk(PUBLIC_SDK_IMAGE, server.url, VL, PROMPT, str(path))
