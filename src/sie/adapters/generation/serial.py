@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Self
@@ -34,8 +33,7 @@ class SerialGeneration:
     """One request, queued or running (``progress.Generation``): ``generate``'s thread posts its
     progress to the event loop."""
 
-    def __init__(self, owner: SerialGenerate, request_id: str, sampler: RowSampler) -> None:
-        self.request_id = request_id
+    def __init__(self, owner: SerialGenerate, sampler: RowSampler) -> None:
         self.sampler = sampler
         self.cancelled = threading.Event()  # read by ``generate``'s stopping criterion
         self._owner = owner
@@ -120,7 +118,6 @@ class SerialGenerate:
     def __init__(self, model: Any, eos: tuple[int, ...], pad: int, threads: int | None) -> None:
         self._model = model
         self._eos, self._pad = eos, pad
-        self._ids = itertools.count()
         self._executor = ThreadPoolExecutor(
             1, thread_name_prefix="sie-generate", initializer=_threads, initargs=(threads,)
         )
@@ -138,7 +135,7 @@ class SerialGenerate:
         """Queue a request (on the event loop: its progress is posted there); ``pixels``: a
         vision-language model's image tensors for the prompt's placeholders."""
         sampler = RowSampler(sampling, constraint, self._eos, prompt)
-        generation = SerialGeneration(self, f"sie-{next(self._ids)}", sampler)
+        generation = SerialGeneration(self, sampler)
         self._live.add(generation)
         self._executor.submit(self._run, generation, prompt, max_new_tokens, pixels or {})
         self.running += 1
