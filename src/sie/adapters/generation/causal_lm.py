@@ -35,7 +35,6 @@ from sie.adapters.generation.progress import Generation
 from sie.adapters.generation.sampling import Sampling
 from sie.adapters.generation.serial import SerialGenerate
 from sie.adapters.generation.vision import image_processor
-from sie.adapters.qwen3_vl import page
 from sie.adapters.runtime.transformer import release_unloaded, weights_and_autocast
 from sie.core.options import Capability, Modality
 from sie.core.task import UnsupportedInput
@@ -136,6 +135,8 @@ class CausalLmGenerator:
         and resized here)."""
         if self.processor is None:
             raise UnsupportedInput(_NO_IMAGES)
+        from sie.adapters.qwen3_vl import page  # imported by ``vision`` with the processor
+
         pictures = [page(image, "This model") for image in images]
         tensors = self.processor(text=[text], images=pictures, return_tensors="pt")
         ids = [int(i) for i in tensors.pop("input_ids")[0].tolist()]
