@@ -38,9 +38,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import itertools
 import json
 import random
 import re
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -391,6 +394,70 @@ def test_body_over_the_limit_carries_the_runtime_instance(small_server) -> None:
     response = post_json(small_server.client, _padded_json(SMALL_BODY_BYTES + 1))
     assert response.status_code == 413
     assert RUNTIME_INSTANCE.match(response.headers.get("x-sie-runtime-instance", "")), response.headers
+
+
+def _raw_exchange(server: Any, head: bytes, body: Iterator[bytes]) -> bytes:
+    """Sends ``head`` and then ``body`` on a new connection; everything answered until it closed."""
+    url = httpx.URL(server.url)
+    with socket.create_connection((url.host, url.port), timeout=30) as sock:
+        sock.sendall(head)
+        return _raw_rest(sock, body)
+
+
+def _raw_rest(sock: socket.socket, body: Iterator[bytes]) -> bytes:
+    """Sends ``body`` (stopping where the server closed the connection) and reads until it closes."""
+    with contextlib.suppress(OSError):  # the server may answer and close before the body is sent
+        for chunk in body:
+            sock.sendall(chunk)
+        sock.shutdown(socket.SHUT_WR)
+    answer = b""
+    with contextlib.suppress(OSError):  # a reset after the answer ends it as a close does
+        while data := sock.recv(65536):
+            answer += data
+    return answer
+
+
+def test_bytes_past_the_content_length_are_not_body(small_server) -> None:
+    """The body limit trusts a declared length within it, because the server frames the body by that
+    length: what follows on the connection is the next request (here 2 MiB that is no HTTP, refused
+    as such), never more of this body."""
+    declared = _padded_json(1000)
+    head = (
+        f"POST {ENCODE} HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(declared)}\r\n\r\n"
+    ).encode()
+    url = httpx.URL(small_server.url)
+    with socket.create_connection((url.host, url.port), timeout=30) as sock:
+        sock.sendall(head + declared)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += sock.recv(65536)
+        head_answer, _, body = answer.partition(b"\r\n\r\n")
+        assert head_answer.startswith(b"HTTP/1.1 200"), answer[:300]
+        length = int(re.search(rb"content-length: (\d+)", head_answer, re.IGNORECASE)[1])  # type: ignore[index]
+        while len(body) < length:
+            body += sock.recv(65536)
+        assert msgpack.unpackb(body)["items"][0]["dense"]  # the body it declared, answered
+        refused = _raw_rest(sock, iter([b"x" * (SMALL_BODY_BYTES * 2)]))
+    assert refused.startswith(b"HTTP/1.1 400"), refused[:300]
+    small_server.assert_serving()
+
+
+def test_a_chunked_body_that_also_declares_a_small_length_is_counted(small_server) -> None:
+    """With both headers the body is the chunked one (or the request is refused): a small declared
+    length must not let a larger chunked body past the limit."""
+    head = (
+        f"POST {ENCODE} HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n"
+        "content-length: 10\r\ntransfer-encoding: chunked\r\n\r\n"
+    ).encode()
+    piece = 64 * 1024
+    chunks = (b"%x\r\n" % piece + b" " * piece + b"\r\n" for _ in range(SMALL_BODY_BYTES // piece + 4))
+    answer = _raw_exchange(small_server, head, itertools.chain(chunks, [b"0\r\n\r\n"]))
+    status = answer.split(b"\r\n", 1)[0]
+    assert status.startswith((b"HTTP/1.1 413", b"HTTP/1.1 400")), answer[:300]
+    if status.startswith(b"HTTP/1.1 413"):
+        assert b"INPUT_TOO_LONG" in answer
+    small_server.assert_serving()
 
 
 def test_chunked_body_under_the_limit_is_accepted(small_server) -> None:

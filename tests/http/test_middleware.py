@@ -76,3 +76,33 @@ async def test_sdk_skew_warns_once_per_version(caplog):
         "SDK version 0.12 is not compatible with server 0.10",
         "SDK version 1.0 is not compatible with server 0.10",
     ]
+
+
+async def _call(app, headers: list[tuple[bytes, bytes]], chunks: list[bytes]) -> list[dict]:
+    """One POST through ``app`` as a server would drive it: ``chunks`` as the body's messages."""
+    messages = [
+        {"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)
+    ]
+    sent: list[dict] = []
+
+    async def receive():
+        return messages.pop(0)
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": headers, "query_string": b""}
+    await app(scope, receive, send)
+    return sent
+
+
+async def test_body_limit_counts_a_chunked_body_whatever_length_it_declares():
+    """A declared length within the limit is trusted only without ``Transfer-Encoding``: with both, the
+    body is the chunked one, and it is counted."""
+    inner = Starlette(routes=[Route("/", echo, methods=["POST"])])
+    install(inner, Envelope.NATIVE)
+    both = [(b"content-length", b"4"), (b"transfer-encoding", b"chunked")]
+    sent = await _call(BodyLimit(inner, limit=10), both, [b"x" * 8, b"x" * 8])
+    assert sent[0]["status"] == 413
+    alone = await _call(BodyLimit(inner, limit=10), [(b"content-length", b"8")], [b"x" * 8])
+    assert (alone[0]["status"], alone[1]["body"]) == (200, b"8")

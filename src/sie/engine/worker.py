@@ -238,7 +238,8 @@ class ModelWorker:
             if self._idle_timer is not None:
                 self._idle_timer.cancel()
                 self._idle_timer = None
-            self._wakeup.set()  # the slot is free again: the former may prepare the next batch
+            if self._batcher:  # the slot is free again: the former may prepare the next batch
+                self._wakeup.set()
             live = [e for e in batch if not e.payload.future.done()]
             if live:
                 try:
@@ -252,7 +253,8 @@ class ModelWorker:
                     done.add_done_callback(partial(self._log_housekeeping_failure, "after-batch"))
             if self._ready.empty():
                 self._device_idle = True
-                self._wakeup.set()
+                if self._batcher:  # items waiting for a fuller batch go now (nothing else waits on it)
+                    self._wakeup.set()
                 if self._housekeeping.on_idle is not None:
                     call_later = self._call_later or loop.call_later
                     idle_after_s = self._housekeeping.idle_after_s

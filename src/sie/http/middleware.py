@@ -41,10 +41,17 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await self._reject(scope, receive, send)
-            return
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit():
+            if int(declared) > self.limit:
+                await self._reject(scope, receive, send)
+                return
+            # The server frames such a body by its length (a chunked one has no length that counts),
+            # so it cannot pass the limit: nothing to count.
+            if b"transfer-encoding" not in headers:
+                await self.app(scope, receive, send)
+                return
         seen = 0
         started = False
         refused: SieError | None = None  # the refusal raised into the app, once the body is too long
