@@ -1,0 +1,52 @@
+"""``bench.procs.cpu_seconds``: the host-path bench's CPU per request rests on it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+
+from bench.procs import cpu_seconds
+
+# Two threads spin for 0.4 s each and end, then the process sleeps until it is killed.
+SPIN = """
+import threading, time
+def spin():
+    end = time.thread_time() + 0.4
+    while time.thread_time() < end:
+        pass
+threads = [threading.Thread(target=spin) for _ in range(2)]
+for t in threads: t.start()
+for t in threads: t.join()
+print("done", flush=True)
+time.sleep(60)
+"""
+
+
+def test_every_thread_is_counted_the_ended_ones_too_and_agrees_with_the_ticks() -> None:
+    child = subprocess.Popen([sys.executable, "-c", SPIN], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "done"
+        spent = cpu_seconds(child.pid)
+        ticks = psutil.Process(child.pid).cpu_times()
+        # Both spinning threads (0.8 s) and the interpreter's start-up, within the ticks' resolution.
+        assert spent >= 0.8
+        assert abs(spent - (ticks.user + ticks.system)) < 0.05
+        time.sleep(0.2)  # asleep: nothing more is counted
+        assert cpu_seconds(child.pid) - spent < 0.01
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_few_milliseconds_are_resolved() -> None:
+    """Clock ticks (10 ms) would read a 3 ms spin as 0 or 10 ms."""
+    before = cpu_seconds(os.getpid())
+    end = time.thread_time() + 0.003
+    while time.thread_time() < end:
+        pass
+    spent = cpu_seconds(os.getpid()) - before
+    assert 0.003 <= spent < 0.008, spent
