@@ -396,10 +396,15 @@ def test_body_over_the_limit_carries_the_runtime_instance(small_server) -> None:
     assert RUNTIME_INSTANCE.match(response.headers.get("x-sie-runtime-instance", "")), response.headers
 
 
+def _connect(server: Any) -> socket.socket:
+    """A raw TCP connection to ``server``, for what an HTTP client would not send."""
+    url = httpx.URL(server.url)
+    return socket.create_connection((url.host, url.port), timeout=30)
+
+
 def _raw_exchange(server: Any, head: bytes, body: Iterator[bytes]) -> bytes:
     """Sends ``head`` and then ``body`` on a new connection; everything answered until it closed."""
-    url = httpx.URL(server.url)
-    with socket.create_connection((url.host, url.port), timeout=30) as sock:
+    with _connect(server) as sock:
         sock.sendall(head)
         return _raw_rest(sock, body)
 
@@ -426,8 +431,7 @@ def test_bytes_past_the_content_length_are_not_body(small_server) -> None:
         f"POST {ENCODE} HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n"
         f"content-length: {len(declared)}\r\n\r\n"
     ).encode()
-    url = httpx.URL(small_server.url)
-    with socket.create_connection((url.host, url.port), timeout=30) as sock:
+    with _connect(small_server) as sock:
         sock.sendall(head + declared)
         answer = b""
         while b"\r\n\r\n" not in answer:

@@ -10,7 +10,8 @@ timeout while the fast worker idled. Each worker now holds what it finishes in `
 few items (``MIN_HELD``, 16) and the fast one takes the rest; before it knows its pace it holds
 ``MIN_HELD`` too (it once held a pull's worth then, and a request waited past 120 s for it). The
 queue is watched from NATS (``chaos.queue_watch``): every delivery, ack and result, so "answered
-once", "delivered once" and "held at once" are counted outside the processes. Latencies are printed, never asserted (timings: ``bench``).
+once", "delivered once" and "held at once" are counted outside the processes. Latencies are
+printed, never asserted (timings: ``bench``).
 """
 
 from __future__ import annotations
