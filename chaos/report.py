@@ -116,10 +116,16 @@ class Report:
         found: list[str] = []
         for row in self.rows:
             found += [f"{row.fault}: {broken}" for broken in row.broken]
-            if row.lost or row.wrong or row.twice or row.correct != row.sent:
+            if row.lost or row.wrong or row.twice or row.server_errors or row.correct != row.sent:
                 found.append(
-                    f"{row.fault}: {row.lost} lost, {row.wrong} wrong, {row.twice} twice: {row.failures[:3]}"
+                    f"{row.fault}: {row.lost} lost, {row.wrong} wrong, {row.twice} twice, "
+                    f"{row.server_errors} answered 500/4xx: {row.failures[:3]}"
                 )
+        return found + self.leftover_problems()
+
+    def leftover_problems(self) -> list[str]:
+        """What the cluster held once the load had ended and must not: work, dead letters."""
+        found: list[str] = []
         for name, stream in self.leftovers.items():
             if name == "error":
                 found.append(f"streams unreadable: {stream}")
