@@ -37,6 +37,7 @@ import pytest
 
 from tests import builders
 from tests.conftest import MODELS_DIR, package_folder, running_nats, script_runner
+from tests.e2e import fresh_install
 
 if TYPE_CHECKING:
     from tests.e2e.cluster import Gateway
@@ -51,6 +52,19 @@ DIMS = 384
 READY_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 10.0
 MSGPACK_HEADERS = {"content-type": "application/msgpack", "accept": "application/msgpack"}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The fresh install's venv starts building as soon as its tests are known to run (minutes of
+    pip that the unit tests before them hide; tests/e2e/fresh_install.py)."""
+    if session.config.option.collectonly:
+        return
+    if any(item.path.name == "test_fresh_install.py" for item in session.items):
+        fresh_install.started()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    fresh_install.remove()
 
 
 def _free_port() -> int:

