@@ -2,8 +2,8 @@
 the session has collected it.
 
 A plain ``pip install 'sie_engine-*.whl[server]'`` into an empty venv is 80-160 s of one core (torch
-alone is a large archive to unpack and byte-compile), most of it waiting on the disk, while the
-session's first half is unit tests that leave the second core idle. Started as soon as collection
+alone is a large archive to unpack and byte-compile), while the tests before it run mostly on one
+core of the two. Started as soon as collection
 has found the module (``tests/e2e/conftest.py``), at a lower priority so the tests beside it keep
 their pace, the install is done or nearly so by the time its tests run; run alone, they wait for it
 as before.
