@@ -25,6 +25,8 @@ from pathlib import Path
 from tests.conftest import REPO
 
 INSTALL_TIMEOUT_S = 900
+PROJECT_FILES = ("pyproject.toml", "README.md", "NOTICE")  # what the build reads beside src/
+BUILT = ("__pycache__", "*.egg-info", "*.pyc")  # left behind by earlier builds and runs: not sources
 NICENESS = 10  # below the tests' own processes: they must not slow down because of it
 
 
@@ -82,9 +84,15 @@ class BackgroundInstall:
 
     def _install(self, started: float) -> FreshVenv:
         # The wheel, built as a release would be (no editable install, no source tree on the path),
-        # then an empty venv beside it, and pip's own resolution of the [server] extra into it.
+        # then an empty venv beside it, and pip's own resolution of the [server] extra into it. It is
+        # built from a copy of the tree: a build in place rewrites src/sie_engine.egg-info, which the
+        # processes of the tests running beside it read their own metadata from.
+        source = self.root / "source"
+        shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns(*BUILT))
+        for name in PROJECT_FILES:
+            shutil.copy2(REPO / name, source / name)
         build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-        self._step([*build, "-w", str(self.root), str(REPO)])
+        self._step([*build, "-w", str(self.root), str(source)])
         self._step([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(self.root / "venv")])
         (wheel,) = self.root.glob("sie_engine-*.whl")
         bin_dir = self.root / "venv" / "bin"
