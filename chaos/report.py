@@ -67,6 +67,17 @@ class Row:
             self.broken + other.broken,
         )
 
+    def problems(self) -> list[str]:
+        """What breaks the invariant in this window: the fault's own check, a request lost, wrong,
+        answered twice or with an attempt answered 500 or 4xx."""
+        found = [f"{self.fault}: {broken}" for broken in self.broken]
+        if self.lost or self.wrong or self.twice or self.server_errors or self.correct != self.sent:
+            found.append(
+                f"{self.fault}: {self.lost} lost, {self.wrong} wrong, {self.twice} twice, "
+                f"{self.server_errors} answered 500/4xx: {self.failures[:3]}"
+            )
+        return found
+
     def markdown(self) -> str:
         return (
             f"| {self.fault} | {self.sent} | {self.correct} | {self.retried} | {self.lost} | {self.wrong} "
@@ -113,15 +124,7 @@ class Report:
 
     def problems(self) -> list[str]:
         """Everything that breaks the invariant; empty when the run kept it."""
-        found: list[str] = []
-        for row in self.rows:
-            found += [f"{row.fault}: {broken}" for broken in row.broken]
-            if row.lost or row.wrong or row.twice or row.server_errors or row.correct != row.sent:
-                found.append(
-                    f"{row.fault}: {row.lost} lost, {row.wrong} wrong, {row.twice} twice, "
-                    f"{row.server_errors} answered 500/4xx: {row.failures[:3]}"
-                )
-        return found + self.leftover_problems()
+        return [problem for row in self.rows for problem in row.problems()] + self.leftover_problems()
 
     def leftover_problems(self) -> list[str]:
         """What the cluster held once the load had ended and must not: work, dead letters."""

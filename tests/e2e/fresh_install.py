@@ -3,10 +3,9 @@ the session has collected it.
 
 A plain ``pip install 'sie_engine-*.whl[server]'`` into an empty venv is 80-160 s of one core (torch
 alone is a large archive to unpack and byte-compile), while the tests before it run mostly on one
-core of the two. Started as soon as collection
-has found the module (``tests/e2e/conftest.py``), at a lower priority so the tests beside it keep
-their pace, the install is done or nearly so by the time its tests run; run alone, they wait for it
-as before.
+core of the two. Started as soon as collection has found the module (``tests/e2e/conftest.py``), at
+a lower priority so the tests beside it keep their pace, the install is done or nearly so by the
+time its tests run; run alone, they wait for it as before.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ NICENESS = 10  # below the tests' own processes: they must not slow down because
 class FreshVenv:
     bin: Path
     pip_check: str  # `pip check` right after the install, before any test adds to the venv
-    seconds: float  # how long the build took, waiting included
+    seconds: float  # from the build's start to the venv ready
 
 
 def run(command: list[str], env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
