@@ -31,7 +31,7 @@ from transformers.generation.continuous_batching.distributed import DistributedH
 from transformers.integrations.heterogeneity.configuration_utils import AmbiguousGlobalPerLayerAttributeError
 
 from sie.adapters.contract import LoadSpec
-from sie.adapters.generation.causal_lm import CausalLmGenerator, serial_reason
+from sie.adapters.generation.causal_lm import CausalLmGenerator, unpaged_reason
 from sie.adapters.generation.grammar import GrammarError, GrammarSpec
 from sie.adapters.generation.sampling import Sampling
 from sie.adapters.generation.text import TextStream
@@ -217,10 +217,10 @@ def test_what_the_paged_cache_cannot_hold_runs_on_generate(tmp_path) -> None:
     (and, in 26B-A4B and 31B, fewer key/value heads): the model loads on ``generate`` instead, which
     the load says."""
     config = Qwen3_5TextConfig(num_hidden_layers=2, layer_types=["linear_attention", "full_attention"])
-    assert "linear_attention" in (serial_reason(config) or "")
+    assert "linear_attention" in (unpaged_reason(config) or "")
     gemma4 = AutoConfig.from_pretrained(builders.gemma4(tmp_path / "gemma4"))
     assert re.search(
-        r"sets head_dim per layer .*1x16, 1x32.* one key/value shape", serial_reason(gemma4) or ""
+        r"sets head_dim per layer .*1x16, 1x32.* one key/value shape", unpaged_reason(gemma4) or ""
     )
 
 

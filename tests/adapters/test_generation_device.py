@@ -1,7 +1,7 @@
 """Generation on the accelerator (``SIE_TEST_DEVICE``, default ``cuda``; skipped without one), run by
 ``scripts/gpu-kit``'s session beside the families' CUDA tests: both engines held to transformers'
 greedy ``generate`` on the same device in float32 (continuous batching on Qwen3, alone and in a busy
-batch; ``generate`` one request at a time on Qwen3.5's hybrid and Gemma 4). ``SIE_TEST_DEVICE=cpu``
+batch; ``generate`` in padded batches on Qwen3.5's hybrid and Gemma 4). ``SIE_TEST_DEVICE=cpu``
 runs the same checks on the CPU."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(
 )
 NEW_TOKENS = 16
 
-# Each: its builder, the class transformers loads it with for the reference, whether it is serial.
+# Each: its builder, the class transformers loads it with for the reference, whether the paged cache cannot hold it.
 CASES: dict[str, tuple[Callable[[Path], Path], type, bool]] = {
     "Qwen3": (lambda folder: builders.generative(folder, "Qwen3"), AutoModelForCausalLM, False),
     "Qwen3_5Text": (lambda folder: builders.generative(folder, "Qwen3_5Text"), AutoModelForCausalLM, True),
@@ -38,12 +38,12 @@ CASES: dict[str, tuple[Callable[[Path], Path], type, bool]] = {
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_greedy_generation_on_the_device_equals_generate_there(name: str, tmp_path: Path) -> None:
-    build, auto, serial = CASES[name]
+    build, auto, unpaged = CASES[name]
     folder = build(tmp_path / name)
     spec = LoadSpec(weights=folder, device=DEVICE, precision=ComputePrecision.FLOAT32, max_seq_length=1024)
     generator = CausalLmGenerator.load(spec)
     try:
-        assert (generator.serial_because is not None) == serial
+        assert (generator.unpaged_because is not None) == unpaged
         want = _reference(folder, PROMPTS, NEW_TOKENS, auto, DEVICE)
 
         async def run() -> tuple[list[int], list[list[int]]]:

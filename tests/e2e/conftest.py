@@ -809,8 +809,8 @@ def run_integration(public_python: Path, tmp_path_factory: pytest.TempPathFactor
 # Two generative ids of the shipped catalogue on small random models of their architectures.
 GENERATIVE_QWEN = "Qwen/Qwen3-0.6B"
 GENERATIVE_LLAMA = "defog/sqlcoder-7b-2"
-# A hybrid with linear-attention layers: served on transformers' generate, one request at a time.
-GENERATIVE_SERIAL = "Qwen/Qwen3.5-4B"
+# A hybrid with linear-attention layers: served on transformers' generate, in padded batches.
+GENERATIVE_PADDED = "Qwen/Qwen3.5-4B"
 # A vision-language model (whole, on generate): a chat's images reach it.
 GENERATIVE_VL = "Qwen/Qwen3-VL-8B-Instruct"
 
@@ -821,7 +821,7 @@ def generative_weights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
     return {
         GENERATIVE_QWEN: builders.generative(root / "qwen3", "Qwen3"),
         GENERATIVE_LLAMA: builders.generative(root / "llama", "Llama"),
-        GENERATIVE_SERIAL: builders.generative(root / "qwen3_5", "Qwen3_5Text"),
+        GENERATIVE_PADDED: builders.generative(root / "qwen3_5", "Qwen3_5Text"),
         GENERATIVE_VL: builders.qwen3_vl(tiny_bert_dir(), root / "qwen3_vl"),
     }
 

@@ -30,8 +30,8 @@ from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, Auto
 from sie.adapters.qwen3_vl import load_processor
 from tests.conftest import random_png
 from tests.e2e.conftest import GENERATIVE_LLAMA as LLAMA
+from tests.e2e.conftest import GENERATIVE_PADDED as PADDED
 from tests.e2e.conftest import GENERATIVE_QWEN as QWEN
-from tests.e2e.conftest import GENERATIVE_SERIAL as SERIAL
 from tests.e2e.conftest import GENERATIVE_VL as VL
 from tests.e2e.conftest import Server
 from tests.e2e.test_vision import data_uri
@@ -128,12 +128,12 @@ def test_openai_client_streams_a_chat_completion_equal_to_the_whole_one(server, 
 
 
 def test_a_model_continuous_batching_cannot_hold_streams_from_generate(server, weights) -> None:
-    """Qwen3.5's hybrid (linear-attention layers) runs on transformers' ``generate``, one request at a
-    time: the OpenAI client's chat, whole and streamed, and the native route equal ``generate``'s greedy
+    """Qwen3.5's hybrid (linear-attention layers) runs on transformers' ``generate`` in padded batches:
+    the OpenAI client's chat, whole and streamed, and the native route equal ``generate``'s greedy
     output (its profile samples by default: these ask for temperature 0)."""
     client = OpenAI(base_url=f"{server.url}/v1", api_key="unused")
-    want = reference(weights[SERIAL], chat_prompt(weights[SERIAL]), 12)
-    asked = {"model": SERIAL, "messages": MESSAGES, "max_tokens": 12, "temperature": 0}
+    want = reference(weights[PADDED], chat_prompt(weights[PADDED]), 12)
+    asked = {"model": PADDED, "messages": MESSAGES, "max_tokens": 12, "temperature": 0}
     whole = client.chat.completions.create(**asked)
     assert whole.choices[0].message.content == want
     chunks = list(
@@ -142,12 +142,12 @@ def test_a_model_continuous_batching_cannot_hold_streams_from_generate(server, w
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want
     assert chunks[-1].usage == whole.usage
     native = server.client.post(
-        f"/v1/generate/{SERIAL.replace('/', '__')}",
+        f"/v1/generate/{PADDED.replace('/', '__')}",
         json={"prompt": PROMPT, "max_new_tokens": 12, "temperature": 0},
         headers={"accept": "application/json"},
     )
     assert native.status_code == 200, native.text
-    assert native.json()["text"] == reference(weights[SERIAL], PROMPT, 12)
+    assert native.json()["text"] == reference(weights[PADDED], PROMPT, 12)
 
 
 def _vl_reference(folder: Path, question: str, image: str, new_tokens: int) -> str:

@@ -70,7 +70,7 @@ EXPECTED = {
         "ibm-granite/granite-guardian-3.0-2b",
         "google/translategemma-4b-it",
         "tencent/Hy-MT2-1.8B",
-        # on transformers' generate, one request at a time (sie.adapters.generation.serial)
+        # on transformers' generate, in padded batches (sie.adapters.generation.padded)
         "Qwen/Qwen3.5-4B",
         "Qwen/Qwen3.5-122B-A10B-FP8",
         "Qwen/Qwen3.6-27B",

@@ -4,10 +4,10 @@ generation routes.
 
 Each loaded model runs on one of two engines, chosen when it loads: transformers' continuous batching
 (``continuous``: a paged KV cache, requests joining the running batch at every step) wherever its paged
-cache holds the model, else transformers' own ``generate``, one request at a time (``serial``): hybrid
-models with linear-attention layers (Qwen3.5 and later, GLM-5.3's Kimi delta attention), models whose
-layers differ in key/value shape (Gemma 4) and vision-language models transformers runs only whole
-(Qwen3-VL). Both sample, constrain and stream every request the same way (``sampling``, ``grammar``).
+cache holds the model, else transformers' own ``generate`` over left-padded batches of the requests
+waiting (``padded``): hybrid models with linear-attention layers (Qwen3.5 and later, GLM-5.3's Kimi
+delta attention), models whose layers differ in key/value shape (Gemma 4) and vision-language models
+transformers runs only whole (Qwen3-VL). Both sample, constrain and stream every request the same way (``sampling``, ``grammar``).
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from transformers.utils import logging as hf_logging
 
 from sie.adapters.batch import BatchOutputs, ImageData, ModelInput, Prepared
 from sie.adapters.contract import NO_TRAITS, TEXT_ONLY, Forward, LoadSpec, Trait
-from sie.adapters.generation.continuous import ContinuousBatching
+from sie.adapters.generation.continuous import ContinuousBatching, kv_budget_tokens
 from sie.adapters.generation.grammar import Constraint, Grammars
+from sie.adapters.generation.padded import PaddedBatches
 from sie.adapters.generation.progress import Generation
 from sie.adapters.generation.sampling import Sampling
-from sie.adapters.generation.serial import SerialGenerate
 from sie.adapters.generation.vision import image_processor
 from sie.adapters.runtime.transformer import release_unloaded, weights_and_autocast
 from sie.core.options import Capability, Modality
@@ -60,7 +60,7 @@ class CausalLmGenerator:
         if spec.threads and spec.device.startswith("cpu"):
             torch.set_num_threads(spec.threads)
         checkpoint = AutoConfig.from_pretrained(str(spec.weights))
-        self.serial_because = serial_reason(checkpoint)  # None: continuous batching runs it
+        self.unpaged_because = unpaged_reason(checkpoint)  # None: continuous batching runs it
         self.hf_tokenizer = AutoTokenizer.from_pretrained(str(spec.tokenizer_folder))
         # bfloat16 on a CPU is float32 weights here: neither engine's thread runs autocast.
         dtype, _ = weights_and_autocast(spec.precision, spec.device)
@@ -77,17 +77,18 @@ class CausalLmGenerator:
         self.tokenizer = _Vocabulary(self.hf_tokenizer)
         self.grammars = Grammars(self.hf_tokenizer, self.eos)
         # A vision-language model loaded whole reads images in chat, through its own processor.
-        self.processor = image_processor(spec, checkpoint) if self.serial_because is not None else None
-        self._engine: ContinuousBatching | SerialGenerate
-        if self.serial_because is None:
+        self.processor = image_processor(spec, checkpoint) if self.unpaged_because is not None else None
+        self._engine: ContinuousBatching | PaddedBatches
+        if self.unpaged_because is None:
             self._engine = ContinuousBatching(model, self.eos, pad, spec.loadtime)
         else:
             log.info(
-                "%s: one request at a time (transformers' generate): %s", spec.weights, self.serial_because
+                "%s: padded batches of the waiting requests (transformers' generate): %s",
+                spec.weights,
+                self.unpaged_because,
             )
-            self._engine = SerialGenerate(
-                model, self.eos, pad, spec.threads if spec.device.startswith("cpu") else None
-            )
+            threads = spec.threads if spec.device.startswith("cpu") else None
+            self._engine = PaddedBatches(model, self.eos, pad, threads, kv_budget_tokens(spec.loadtime))
 
     @classmethod
     def load(cls, spec: LoadSpec) -> Self:
@@ -155,7 +156,7 @@ class CausalLmGenerator:
         ``with_images`` made of its images."""
         if not pixels:
             return self._engine.start(prompt, max_new_tokens, sampling, constraint)
-        if not isinstance(self._engine, SerialGenerate):  # only a model on generate has a processor
+        if not isinstance(self._engine, PaddedBatches):  # only a model on generate has a processor
             raise UnsupportedInput(_NO_IMAGES)
         return self._engine.start(prompt, max_new_tokens, sampling, constraint, pixels)
 
@@ -184,9 +185,9 @@ _PAGED_LAYERS = frozenset({"full_attention", "sliding_attention", "chunked_atten
 _CACHE_SHAPE = ("num_key_value_heads", "head_dim")
 
 
-def serial_reason(config: Any) -> str | None:
-    """Why continuous batching cannot run this checkpoint (then ``generate`` runs it, one request at a
-    time), or None: layers that are not attention, attention whose key/value shape varies by layer, a
+def unpaged_reason(config: Any) -> str | None:
+    """Why continuous batching cannot run this checkpoint (then ``generate`` runs it, in padded
+    batches), or None: layers that are not attention, attention whose key/value shape varies by layer, a
     multimodal model with no causal-LM class for its language model."""
     text = config.get_text_config()
     kinds = set(getattr(text, "layer_types", None) or ())

@@ -67,9 +67,15 @@ class BatchedGeneration:
             self._owner.running -= 1
 
 
+def kv_budget_tokens(loadtime: Mapping[str, Any]) -> int:
+    """The profile's ``kv_budget_tokens``: the tokens a model's key/value cache holds, whichever engine
+    runs it."""
+    return int(loadtime.get("kv_budget_tokens") or _DEFAULT_KV_TOKENS)
+
+
 class ContinuousBatching:
     def __init__(self, model: Any, eos: tuple[int, ...], pad: int, loadtime: Mapping[str, Any]) -> None:
-        kv_tokens = int(loadtime.get("kv_budget_tokens") or _DEFAULT_KV_TOKENS)
+        kv_tokens = kv_budget_tokens(loadtime)
         max_batch_tokens = int(loadtime.get("max_batch_tokens") or min(kv_tokens, 2048))
         generation = GenerationConfig(  # type: ignore[no-untyped-call]
             do_sample=False, eos_token_id=list(eos) or None, pad_token_id=pad

@@ -1,4 +1,4 @@
-"""What a running generation reports, whichever engine runs it (``continuous`` or ``serial``): the
+"""What a running generation reports, whichever engine runs it (``continuous`` or ``padded``): the
 routes read every request the same way, as an async iterator of ``Progress`` they may ``close``."""
 
 from __future__ import annotations
