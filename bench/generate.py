@@ -1,12 +1,14 @@
 """Generation: our server's continuous batching against raw transformers ``generate``, one run.
 
     scripts/bench --generate [--concurrency 1,8,32] [--max-new-tokens 64] [--requests 64] [--cores N]
-                             [--weights DIR] [--model ID] [--json PATH]
+                             [--architecture qwen3|qwen3_5] [--weights DIR] [--model ID] [--json PATH]
 
 A random-weight Qwen3 (``--hidden``, ``--layers``; the packaged MiniLM tokenizer, so the output head
 is 30,522 wide as a real vocabulary makes it; bench/random_models.py), or the weights in ``--weights``,
 is served by our server under the shipped catalogue YAML of ``--model`` (``Qwen/Qwen3-0.6B``) at
-float32. For each concurrency c, ``--requests`` greedy, grammar-free requests (request k takes prompt
+float32: transformers' continuous batching. ``--architecture qwen3_5`` builds Qwen3.5's hybrid
+instead (linear-attention layers) under ``Qwen/Qwen3.5-4B``'s YAML: the engine of padded batches on
+``generate``. For each concurrency c, ``--requests`` greedy, grammar-free requests (request k takes prompt
 k of a fixed set of four, round-robin) go to the native streaming route (``POST /v1/generate/<id>``,
 ``stream: true``) from c clients, each sending its next request when its last one has finished. Per cell: output tokens/s (every request's ``completion_tokens`` over the cell's wall time), the
 client's time to first token (request sent to the first chunk with text) p50/p95 and each request's
@@ -48,6 +50,7 @@ from bench.machine import machine, server_version
 from bench.stats import percentiles_ms
 
 MODEL = "Qwen/Qwen3-0.6B"
+HYBRID_MODEL = "Qwen/Qwen3.5-4B"  # its linear-attention layers: the padded engine on ``generate``
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MUST_SHOW = 4.0  # ours at the largest concurrency over ours at 1 (issue 40)
 PROMPTS = (
@@ -193,7 +196,7 @@ async def ours(
 ) -> Cell:
     """c clients; client i sends requests i, i + c, i + 2c, ... < ``requests``, one after another."""
     route = f"/v1/generate/{model.replace('/', '__')}"
-    body = {"max_new_tokens": new_tokens, "stream": True, "logit_bias": {str(eos): -100}}
+    body = {"max_new_tokens": new_tokens, "stream": True, "temperature": 0, "logit_bias": {str(eos): -100}}
     limits = httpx.Limits(max_connections=concurrency + 4)
     async with httpx.AsyncClient(base_url=url, timeout=cell_timeout_s, limits=limits) as client:
         warm = body | {"prompt": PROMPTS[0], "max_new_tokens": 2}
@@ -339,7 +342,16 @@ def _cpus(cores: int | None) -> tuple[list[int] | None, list[int] | None]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="scripts/bench --generate", description=__doc__)
     p.add_argument(
-        "--model", default=MODEL, help="catalogue id whose YAML (src/sie/models) serves the weights"
+        "--model",
+        default=None,
+        help=f"catalogue id whose YAML (src/sie/models) serves the weights (default: {MODEL}, or "
+        f"{HYBRID_MODEL} for --architecture qwen3_5)",
+    )
+    p.add_argument(
+        "--architecture",
+        choices=random_models.CAUSAL_ARCHITECTURES,
+        default="qwen3",
+        help="of the built model: qwen3 (continuous batching) or qwen3_5 (padded batches on generate)",
     )
     p.add_argument("--weights", type=Path, default=None, help="a causal LM folder (default: build one)")
     p.add_argument("--hidden", type=int, default=256, help="width of the built model")
@@ -364,7 +376,11 @@ def run(args: argparse.Namespace, levels: list[int], say: Any = print) -> dict[s
     root = Path(args.log_dir or tempfile.mkdtemp(prefix="sie-bench-generate-"))
     root.mkdir(parents=True, exist_ok=True)
     weights = args.weights or random_models.build_causal_lm(
-        root / "weights", args.hidden, args.layers, corpus.default_model_folder()
+        root / "weights",
+        args.hidden,
+        args.layers,
+        corpus.default_model_folder(),
+        architecture=args.architecture,
     )
     eos = _eos(weights)
     server_cpus, client_cpus = _cpus(args.cores)
@@ -437,7 +453,7 @@ def summary(result: dict[str, Any]) -> str:
         "--weights " + cfg["weights"] if cfg["weights_given"] else f"hidden {cfg['hidden']} x {cfg['layers']}"
     )
     lines = [
-        f"generation: {cfg['model']} YAML, random Qwen3 {built}, float32, {cfg['new_tokens']} new tokens, "
+        f"generation: {cfg['model']} YAML, random {cfg['architecture']} {built}, float32, {cfg['new_tokens']} new tokens, "
         f"{cfg['requests']} requests per cell; {mach.get('cpu', '?')}, {mach.get('cores', '?')} cores"
         + (f", pinned to {cfg['cores']}" if cfg["cores"] else "")
         + f"; server code {result['server_version']}",
@@ -460,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.weights_given = args.weights is not None
+    args.model = args.model or (HYBRID_MODEL if args.architecture == "qwen3_5" else MODEL)
     levels = [int(c) for c in args.concurrency.split(",") if c.strip()]
     if not levels or min(levels) < 1 or args.requests < 1 or args.new_tokens < 1:
         parser.error("--concurrency, --requests and --max-new-tokens take positive numbers")

@@ -185,21 +185,52 @@ def build(shapes: list[Shape], tokenizer_folder: Path, root: Path, seed: int = S
     return built
 
 
-def build_causal_lm(folder: Path, hidden: int, layers: int, tokenizer_folder: Path, seed: int = SEED) -> Path:
-    """A seeded random-weight Qwen3 causal LM with ``tokenizer_folder``'s tokenizer (its vocabulary
-    sets the output head's width, e.g. 30,522 for MiniLM's), saved as a generative model ships
-    (config, weights, generation config, tokenizer): end-of-sequence is the tokenizer's [SEP],
-    padding its [PAD]. Heads are 64 wide, half as many key/value heads (grouped-query attention as
-    in Qwen3), the MLP 3x ``hidden``. The output head is scaled by 8 (as tests/builders.py does) for
-    sharper logits, so greedy choices have fewer near-ties between two implementations."""
+CAUSAL_ARCHITECTURES = ("qwen3", "qwen3_5")
+
+
+def build_causal_lm(
+    folder: Path,
+    hidden: int,
+    layers: int,
+    tokenizer_folder: Path,
+    seed: int = SEED,
+    architecture: str = "qwen3",
+) -> Path:
+    """A seeded random-weight causal LM with ``tokenizer_folder``'s tokenizer (its vocabulary sets the
+    output head's width, e.g. 30,522 for MiniLM's), saved as a generative model ships (config,
+    weights, generation config, tokenizer): end-of-sequence is the tokenizer's [SEP], padding its
+    [PAD]. ``qwen3``: Qwen3; ``qwen3_5``: Qwen3.5's hybrid, three Gated DeltaNet (linear-attention)
+    layers to one of full attention as the released models interleave them, which the server runs on
+    ``generate`` in padded batches rather than continuous batching. Heads are 64 wide, half as many
+    key/value heads (grouped-query attention as in Qwen3), the MLP 3x ``hidden``. The output head is
+    scaled by 8 (as tests/builders.py does) for sharper logits, so greedy choices have fewer near-ties
+    between two implementations."""
     import torch
-    from transformers import AutoTokenizer, GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+    import transformers
+    from transformers import AutoTokenizer, GenerationConfig
     from transformers.utils import logging as hf_logging
 
+    if architecture not in CAUSAL_ARCHITECTURES:
+        raise ValueError(f"architecture {architecture!r}: one of {', '.join(CAUSAL_ARCHITECTURES)}")
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder))
     heads = max(1, hidden // 64)
     eos, pad = tokenizer.sep_token_id, tokenizer.pad_token_id
-    config = Qwen3Config(
+    hybrid: dict[str, Any] = {}
+    if architecture == "qwen3_5":
+        hybrid = {
+            "layer_types": [("full_attention" if i % 4 == 3 else "linear_attention") for i in range(layers)],
+            "linear_num_key_heads": heads,
+            "linear_num_value_heads": heads,
+            "linear_key_head_dim": 64,
+            "linear_value_head_dim": 64,
+        }
+    Config, Model = (
+        (transformers.Qwen3_5TextConfig, transformers.Qwen3_5ForCausalLM)
+        if architecture == "qwen3_5"
+        else (transformers.Qwen3Config, transformers.Qwen3ForCausalLM)
+    )
+    config = Config(
+        **hybrid,
         vocab_size=len(tokenizer),
         hidden_size=hidden,
         num_hidden_layers=layers,
@@ -215,7 +246,7 @@ def build_causal_lm(folder: Path, hidden: int, layers: int, tokenizer_folder: Pa
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model: Any = Qwen3ForCausalLM(config)  # type: ignore[no-untyped-call]
+        model: Any = Model(config)
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(8.0)
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]

@@ -35,6 +35,7 @@ from transformers.models.glm5_next.processing_glm5_next import Glm5NextProcessor
 
 from sie.adapters.batch import ImageData
 from sie.adapters.contract import LoadSpec
+from sie.adapters.generation import padded
 from sie.adapters.generation.causal_lm import CausalLmGenerator, unpaged_reason
 from sie.adapters.generation.grammar import GrammarSpec
 from sie.adapters.generation.padded import PaddedBatches
@@ -249,6 +250,38 @@ def test_the_key_value_budget_splits_the_waiting_requests_into_batches(tmp_path,
         assert asyncio.run(run()) == [want] * 5
     finally:
         generator.close()
+
+
+def test_a_batch_waits_briefly_for_as_many_requests_as_the_last_one_ran(qwen3_5, monkeypatch) -> None:
+    """Clients whose requests ended together send their next ones a little apart: after a batch of
+    three, the next waits (up to the fill window) until three are waiting, so a late one joins it; a
+    lone request after that waits the window out and runs alone, and the one after it does not wait."""
+    engine = qwen3_5._engine
+    assert isinstance(engine, PaddedBatches)
+    monkeypatch.setattr(padded, "_FILL_S", 1.0)
+
+    def start(prompt: str) -> Generation:
+        return qwen3_5.start(qwen3_5.encode(prompt), 4, Sampling(), None)
+
+    async def run() -> tuple[list[int], float, float]:
+        with _batches(engine, monkeypatch) as sizes:
+            first = [start(p) for p in PROMPTS[:3]]
+        await asyncio.gather(*map(_last, first))
+        late = [start(PROMPTS[0])]
+        await asyncio.sleep(0.1)
+        late += [start(p) for p in PROMPTS[1:3]]
+        await asyncio.gather(*map(_last, late))
+        waited = []
+        for _ in range(2):
+            sent = time.monotonic()
+            await _last(start(PROMPTS[3]))
+            waited.append(time.monotonic() - sent)
+        return sizes, *waited
+
+    sizes, window_out, after = asyncio.run(run())
+    assert sizes == [3, 3, 1, 1]
+    assert window_out >= 1.0
+    assert after < 0.9
 
 
 def test_a_closed_request_stops_and_one_closed_while_queued_never_runs(qwen3_5) -> None:

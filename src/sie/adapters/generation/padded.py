@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Self
@@ -35,6 +36,10 @@ from sie.adapters.generation.sampling import RowSampler, Sampling
 
 # The most requests in one batch: each row's sampler and stop run in Python at every step.
 _MAX_ROWS = 32
+# How long a batch may wait for as many requests as the last one ran: the rows of a batch end together
+# and their clients send their next requests a few milliseconds apart; a batch that left before the
+# last of them arrived would make those wait for all of its steps (a lone client never waits here).
+_FILL_S = 0.02
 
 
 class PaddedGeneration:
@@ -173,6 +178,8 @@ class PaddedBatches:
         )
         self._waiting: deque[_Row] = deque()
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self._last_rows = 1  # of the last batch: how many requests the next one waits ``_FILL_S`` for
         self.running = 0  # generations waiting or running, and not yet finished or cancelled
         self._live: set[PaddedGeneration] = set()  # waiting or running: ``close`` stops them all
 
@@ -189,8 +196,9 @@ class PaddedBatches:
         sampler = RowSampler(sampling, constraint, self._eos, prompt)
         generation = PaddedGeneration(self, sampler)
         self._live.add(generation)
-        with self._lock:
+        with self._arrived:
             self._waiting.append(_Row(generation, prompt, max_new_tokens, pixels or {}))
+            self._arrived.notify()
         # One turn of the thread per request: each turn takes at least one waiting request, so none is
         # left behind, and a turn that finds the queue emptied by an earlier one returns at once.
         self._executor.submit(self._run_waiting)
@@ -202,7 +210,12 @@ class PaddedBatches:
         alone. Requests closed while waiting leave here without running."""
         rows: list[_Row] = []
         longest = most = 0
-        with self._lock:
+        with self._arrived:
+            deadline = time.monotonic() + _FILL_S
+            while self._waiting and len(self._waiting) < self._last_rows:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._arrived.wait(left):
+                    break
             while self._waiting and len(rows) < _MAX_ROWS:
                 row = self._waiting[0]
                 if row.generation.cancelled.is_set():
@@ -216,6 +229,8 @@ class PaddedBatches:
                     break
                 rows.append(self._waiting.popleft())
                 longest, most = max(longest, len(row.prompt)), max(most, row.max_new_tokens)
+            if rows:  # a turn that found the queue emptied by an earlier one leaves it alone
+                self._last_rows = len(rows)
         return rows
 
     def _run_waiting(self) -> None:
