@@ -16,7 +16,9 @@ import json
 import re
 import textwrap
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import jsonschema
@@ -129,25 +131,41 @@ def test_openai_client_streams_a_chat_completion_equal_to_the_whole_one(server, 
 
 def test_a_model_continuous_batching_cannot_hold_streams_from_generate(server, weights) -> None:
     """Qwen3.5's hybrid (linear-attention layers) runs on transformers' ``generate`` in padded batches:
-    the OpenAI client's chat, whole and streamed, and the native route equal ``generate``'s greedy
-    output (its profile samples by default: these ask for temperature 0)."""
+    the OpenAI client's chat, whole and streamed, and the native route, sent at once (so they share
+    batches, their prompts padded to the longest), each equal ``generate``'s greedy output of its
+    prompt alone (its profile samples by default: these ask for temperature 0)."""
     client = OpenAI(base_url=f"{server.url}/v1", api_key="unused")
     want = reference(weights[PADDED], chat_prompt(weights[PADDED]), 12)
     asked = {"model": PADDED, "messages": MESSAGES, "max_tokens": 12, "temperature": 0}
-    whole = client.chat.completions.create(**asked)
-    assert whole.choices[0].message.content == want
-    chunks = list(
-        client.chat.completions.create(**asked, stream=True, stream_options={"include_usage": True})
-    )
-    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want
-    assert chunks[-1].usage == whole.usage
-    native = server.client.post(
-        f"/v1/generate/{PADDED.replace('/', '__')}",
-        json={"prompt": PROMPT, "max_new_tokens": 12, "temperature": 0},
-        headers={"accept": "application/json"},
-    )
-    assert native.status_code == 200, native.text
-    assert native.json()["text"] == reference(weights[PADDED], PROMPT, 12)
+
+    def whole() -> Any:
+        return client.chat.completions.create(**asked)
+
+    def streamed() -> list[Any]:
+        return list(
+            client.chat.completions.create(**asked, stream=True, stream_options={"include_usage": True})
+        )
+
+    def native() -> httpx.Response:
+        return server.client.post(
+            f"/v1/generate/{PADDED.replace('/', '__')}",
+            json={"prompt": PROMPT, "max_new_tokens": 12, "temperature": 0},
+            headers={"accept": "application/json"},
+        )
+
+    with ThreadPoolExecutor(6) as pool:
+        wholes = [pool.submit(whole) for _ in range(2)]
+        streams = [pool.submit(streamed) for _ in range(2)]
+        natives = [pool.submit(native) for _ in range(2)]
+        answers, chunk_lists, raw = ([f.result() for f in group] for group in (wholes, streams, natives))
+    for answer, chunks in zip(answers, chunk_lists, strict=True):
+        assert answer.choices[0].message.content == want
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want
+        assert chunks[-1].usage == answer.usage
+    prompted = reference(weights[PADDED], PROMPT, 12)
+    for response in raw:
+        assert response.status_code == 200, response.text
+        assert response.json()["text"] == prompted
 
 
 def _vl_reference(folder: Path, question: str, image: str, new_tokens: int) -> str:
