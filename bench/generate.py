@@ -2,6 +2,7 @@
 
     scripts/bench --generate [--concurrency 1,8,32] [--max-new-tokens 64] [--requests 64] [--cores N]
                              [--architecture qwen3|qwen3_5] [--weights DIR] [--model ID] [--json PATH]
+                             [--device cuda] [--tokenizer-folder DIR]
 
 A random-weight Qwen3 (``--hidden``, ``--layers``; the packaged MiniLM tokenizer, so the output head
 is 30,522 wide as a real vocabulary makes it; bench/random_models.py), or the weights in ``--weights``,
@@ -25,7 +26,8 @@ are compared with the raw one-at-a-time greedy text of the same prompt (``greedy
 gated: a float32 near-tie may flip under another kernel or batch shape).
 
 The issue's must-show: ours at the largest c over ours at c = 1 >= 4x, with the raw baseline in the
-same run. ``--cores N`` pins the server (and the raw baseline, with N torch threads) to the first N
+same run. ``--device cuda`` runs both sides on the GPU (the GPU kit's session runs it so, with the
+kit's tokenizer folder). ``--cores N`` pins the server (and the raw baseline, with N torch threads) to the first N
 cores and the load generator to the rest.
 """
 
@@ -245,20 +247,27 @@ async def ours(
 class Raw:
     """transformers' ``generate`` on ``weights`` in this process: greedy, left-padded, EOS suppressed."""
 
-    def __init__(self, weights: Path, new_tokens: int) -> None:
+    def __init__(self, weights: Path, new_tokens: int, device: str = "cpu") -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.torch = torch
+        self.device = device
         self.tokenizer = AutoTokenizer.from_pretrained(str(weights), padding_side="left")
-        self.model = AutoModelForCausalLM.from_pretrained(str(weights), attn_implementation="sdpa").eval()  # type: ignore[no-untyped-call]
+        model: Any = AutoModelForCausalLM.from_pretrained(str(weights), attn_implementation="sdpa")
+        self.model = model.eval().to(device)
         self.new_tokens = new_tokens
         self.settings = {"max_new_tokens": new_tokens, "do_sample": False, "suppress_tokens": [_eos(weights)]}
 
     def encoded(self, prompts: list[str]) -> Any:  # as the server tokenizes a prompt: no special tokens
         return self.tokenizer(
             prompts, return_tensors="pt", padding=True, add_special_tokens=False, return_token_type_ids=False
-        )
+        ).to(self.device)
+
+    def _synchronize(self) -> None:
+        """Timings end when the device has finished, not when its work was queued."""
+        if self.device.startswith("cuda"):
+            self.torch.cuda.synchronize()
 
     def texts(self) -> list[str]:
         """Each prompt's greedy text, one at a time (what our answers are compared with)."""
@@ -282,8 +291,10 @@ class Raw:
                 inputs = self.encoded([PROMPTS[k % len(PROMPTS)] for k in ks])
                 first = time.perf_counter()
                 self.model.generate(**inputs, **(self.settings | {"max_new_tokens": 1}))
+                self._synchronize()
                 start = time.perf_counter()
                 out = self.model.generate(**inputs, **self.settings)
+                self._synchronize()
                 took = time.perf_counter() - start
                 made = out.shape[1] - inputs["input_ids"].shape[1]
                 if made != self.new_tokens:
@@ -355,6 +366,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--weights", type=Path, default=None, help="a causal LM folder (default: build one)")
     p.add_argument("--hidden", type=int, default=256, help="width of the built model")
+    p.add_argument(
+        "--device", default="cpu", help="where our server and the raw baseline run (cpu, cuda, cuda:1, ...)"
+    )
+    p.add_argument(
+        "--tokenizer-folder",
+        type=Path,
+        default=None,
+        help="the built model's tokenizer (default: the packaged all-MiniLM-L6-v2; a GPU machine has none)",
+    )
     p.add_argument("--layers", type=int, default=4, help="layers of the built model")
     p.add_argument("--concurrency", default="1,8,32", help="comma-separated client counts")
     p.add_argument("--max-new-tokens", "--new-tokens", dest="new_tokens", type=int, default=64)
@@ -379,7 +399,7 @@ def run(args: argparse.Namespace, levels: list[int], say: Any = print) -> dict[s
         root / "weights",
         args.hidden,
         args.layers,
-        corpus.default_model_folder(),
+        args.tokenizer_folder or corpus.default_model_folder(),
         architecture=args.architecture,
     )
     eos = _eos(weights)
@@ -393,7 +413,7 @@ def run(args: argparse.Namespace, levels: list[int], say: Any = print) -> dict[s
         if server_cpus:
             torch.set_num_threads(len(server_cpus))
         try:
-            raw = Raw(weights, args.new_tokens)
+            raw = Raw(weights, args.new_tokens, args.device)
             references = raw.texts()
             for c in levels:
                 cells.append(raw.cell(c, args.requests))
@@ -409,6 +429,7 @@ def run(args: argparse.Namespace, levels: list[int], say: Any = print) -> dict[s
         args.server_src,
         models_dir=models_dir(root, weights, args.model),
         cpus=server_cpus,
+        device=args.device,
     )
     say(f"our server: ready in {server.startup_s:.1f} s, idle RSS {server.idle_rss_mb:.0f} MB")
     try:
@@ -453,7 +474,7 @@ def summary(result: dict[str, Any]) -> str:
         "--weights " + cfg["weights"] if cfg["weights_given"] else f"hidden {cfg['hidden']} x {cfg['layers']}"
     )
     lines = [
-        f"generation: {cfg['model']} YAML, random {cfg['architecture']} {built}, float32, {cfg['new_tokens']} new tokens, "
+        f"generation: {cfg['model']} YAML, random {cfg['architecture']} {built}, float32 on {cfg['device']}, {cfg['new_tokens']} new tokens, "
         f"{cfg['requests']} requests per cell; {mach.get('cpu', '?')}, {mach.get('cores', '?')} cores"
         + (f", pinned to {cfg['cores']}" if cfg["cores"] else "")
         + f"; server code {result['server_version']}",
