@@ -80,15 +80,19 @@ class RowSampler:
         self.logprobs: list[TokenLogprob] = []  # one per token chosen, read by ``logprobs_through``
         self._reported = 0
         s = sampling
-        self.untouched = (
+        plain = (
             s.greedy
             and constraint is None
-            and not s.logit_bias
             and s.frequency_penalty == 0.0
             and s.presence_penalty == 0.0
             and s.repetition_penalty == 1.0
             and s.top_logprobs is None
         )
+        self.untouched = plain and not s.logit_bias
+        # Greedy with a bias alone: the biased row's maximum is the token, which the library's argmax
+        # takes with no pick of ours (nothing else reads the tokens chosen).
+        self._bias_only = plain and bool(s.logit_bias)
+        self._bias: tuple[torch.Tensor, torch.Tensor] | None = None  # ids, values; on the row's device
 
     def logprobs_through(self, tokens: int) -> list[TokenLogprob]:
         """The logprobs of the first ``tokens`` tokens not handed out before: the sampler may be
@@ -98,11 +102,17 @@ class RowSampler:
         return fresh
 
     def choose(self, row: torch.Tensor) -> None:
-        """Pick this row's token and leave it the row's only finite value (in place)."""
+        """Pick this row's token and leave it the row's only finite value (in place); a greedy row
+        with a bias alone is left biased, its maximum the token."""
         s = self.sampling
         if s.logit_bias:
-            ids = torch.tensor(list(s.logit_bias), dtype=torch.long, device=row.device)
-            row.index_add_(0, ids, torch.tensor(list(s.logit_bias.values()), device=row.device))
+            if self._bias is None or self._bias[0].device != row.device:
+                ids = torch.tensor(list(s.logit_bias), dtype=torch.long, device=row.device)
+                self._bias = ids, torch.tensor(list(s.logit_bias.values()), device=row.device)
+            ids, values = self._bias
+            row.index_add_(0, ids, values.to(row.dtype))
+            if self._bias_only:
+                return
         if self._counts and (s.frequency_penalty or s.presence_penalty):
             ids = torch.tensor(list(self._counts), dtype=torch.long, device=row.device)
             counts = torch.tensor(list(self._counts.values()), dtype=row.dtype, device=row.device)
