@@ -230,10 +230,12 @@ def nats_binary() -> str:
 
 class NatsServer:
     """A ``nats-server`` with JetStream on a file store in ``folder``; ``restart`` stops it and starts
-    it again on the same port and store (what a rolling restart of NATS looks like to clients)."""
+    it again on the same port and store (what a rolling restart of NATS looks like to clients).
+    ``jetstream`` False: core NATS alone, whose JetStream API requests find no responders."""
 
-    def __init__(self, folder: Path, passwords: dict[str, str] | None = None) -> None:
+    def __init__(self, folder: Path, passwords: dict[str, str] | None = None, jetstream: bool = True) -> None:
         self.folder = folder
+        self.jetstream = jetstream
         self.port = _free_nats_port()
         self.url = f"nats://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
@@ -243,7 +245,8 @@ class NatsServer:
         log = self.folder / "nats.log"
         store = self.folder / "store"
         if self.passwords is None:
-            argv = [nats_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(store)]
+            argv = [nats_binary(), "-a", "127.0.0.1", "-p", str(self.port)]
+            argv += ["-js", "-sd", str(store)] if self.jetstream else []
         else:
             conf = self.folder / "nats.conf"
             conf.write_text(server_config("127.0.0.1", self.port, store, self.passwords))

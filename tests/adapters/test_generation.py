@@ -5,7 +5,7 @@ from each config, tests/builders.py): greedy output equal to ``generate`` token 
 alone equal to the same request inside a busy batch (a multimodal checkpoint, Gemma 3's, run as its
 language model alone); then the per-request sampler (seeds, logit bias, logprobs), the grammars (regex,
 JSON Schema) and cancellation; and what the paged cache cannot hold (linear attention, Gemma 4's
-per-layer key/value shapes), left to ``generate`` (``test_generation_serial``).
+per-layer key/value shapes), left to ``generate`` (``test_generation_padded``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The pull loop against a real nats-server and a real engine: every item answered exactly once, by
 either of two workers sharing a lane; errors answered; a cold model retried by redelivery; an expired
-item never run."""
+item never run; a worker that starts before JetStream answers joins when it does."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from sie.queue.contract import (
 )
 from sie.wire.requests import Item
 from sie.worker.pull import PullLoop
+from tests.conftest import NatsServer
 from tests.queue.wire_gateway import Gateway
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -102,3 +103,31 @@ async def test_a_retried_item_waits_longer_each_time_and_is_answered_before_its_
     delays = [json.loads(a.removeprefix(b"-NAK"))["delay"] / 1e9 for a in acks if a.startswith(b"-NAK")]
     assert delays[:2] == [1.0, 2.0] and len(delays) == 3 and 1.0 <= delays[2] <= 1.5
     assert acks[-1] == b""  # then acked, answered
+
+
+async def test_a_worker_started_before_jetstream_answers_joins_when_it_does(tmp_path, engine: Engine):
+    """JetStream API requests that find nobody (here core NATS alone; in a cluster, leaders still being
+    elected) are retried: the worker does not give up on its lane and stand idle. Once NATS comes back
+    with JetStream, the same start finishes and the worker answers work."""
+    server = NatsServer(tmp_path, jetstream=False)
+    server.start()
+    try:
+        client = await nats.connect(server.url, reconnect_time_wait=0.1, max_reconnect_attempts=-1)
+        loop = PullLoop(engine, client, LANE, "w0")
+        starting = asyncio.create_task(loop.start())
+        await asyncio.sleep(1.0)
+        assert not starting.done()  # still asking, not failed
+        server.jetstream = True
+        await asyncio.to_thread(server.restart)
+        await asyncio.wait_for(starting, 30)
+        publisher = await nats.connect(server.url)
+        gateway = Gateway(publisher, LANE)
+        await gateway.start()
+        sent = await gateway.publish(MINILM, item=Item(text="joined late"))
+        (result,) = await gateway.wait_for(1, 30)
+        await loop.stop()
+        await client.close()
+        await publisher.close()
+        assert (result.work_item_id, result.success) == (sent, True)
+    finally:
+        server.stop()

@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Final, TypeVar
 
 import nats
 from nats.aio.client import Client
+from nats.js.errors import ServiceUnavailableError
 
 from sie.queue.access import NatsAccess
 
@@ -45,6 +46,30 @@ async def connect(
             )
         except (OSError, nats.errors.Error, TimeoutError) as exc:
             log.warning("NATS at %s not reachable (%s); retrying in %.1fs", access.described(), exc, wait)
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, MAX_RETRY_S)
+
+
+T = TypeVar("T")
+
+# What a JetStream API request meets while the cluster cannot answer it yet: a 3-node cluster that is
+# electing its meta or stream leaders (at start, after a node died) lets requests time out, finds no
+# responders, or answers 503.
+_NOT_YET: Final = (nats.errors.TimeoutError, nats.errors.NoRespondersError, ServiceUnavailableError)
+
+
+async def until_answered(what: str, call: Callable[[], Awaitable[T]]) -> T:
+    """``call`` (idempotent JetStream API requests) until the cluster answers it, with ``connect``'s
+    backoff: a worker that gave up on its stream or consumer at start would stand with its HTTP side
+    up and never pull. Other errors (a request JetStream refuses) are the caller's."""
+    wait = FIRST_RETRY_S
+    while True:
+        try:
+            return await call()
+        except _NOT_YET as exc:
+            log.warning(
+                "%s: JetStream did not answer (%s); retrying in %.1fs", what, type(exc).__name__, wait
+            )
             await asyncio.sleep(wait)
             wait = min(wait * 2, MAX_RETRY_S)
 

@@ -34,6 +34,7 @@ from typing import Any, Final
 from msgspec.structs import replace
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.js.api import ConsumerConfig
 from opentelemetry.trace import SpanKind
 
 from sie.catalog.errors import ModelNotFound
@@ -42,6 +43,7 @@ from sie.errors import QueueAction
 from sie.observability import tracing
 from sie.observability.metrics import Metrics, SkipReason
 from sie.queue.codec import WireRequest, request_of
+from sie.queue.connection import until_answered
 from sie.queue.contract import (
     STREAM_MAX_AGE_S,
     ContractError,
@@ -143,12 +145,16 @@ class PullLoop:
         jetstream = self._client.jetstream()
         stream = pool_stream(self._lane.pool)
         redelivery = self._redelivery
-        await ensure_work_stream(
-            jetstream, self._lane.pool, redelivery.stream_max_age_s, redelivery.stream_replicas
-        )
         durable = lane_consumer(self._lane.pool, self._lane.machine_profile, self._lane.bundle)
         wanted = lane_consumer_config(durable, self._lane.filter_subject, redelivery.max_deliver)
-        consumer = await ensure_lane_consumer(jetstream, stream, wanted)
+
+        async def ensure() -> ConsumerConfig:
+            await ensure_work_stream(
+                jetstream, self._lane.pool, redelivery.stream_max_age_s, redelivery.stream_replicas
+            )
+            return await ensure_lane_consumer(jetstream, stream, wanted)
+
+        consumer = await until_answered(f"the lane's stream and consumer {durable}", ensure)
         self._max_deliver = consumer.max_deliver or 0
         self._next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
         self._inbox = self._client.new_inbox()
