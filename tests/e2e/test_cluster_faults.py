@@ -1,5 +1,6 @@
 """The cluster under faults, with real processes: a worker killed with SIGKILL in the middle of 500
-concurrent requests, and ``nats-server`` restarted under load (its file store keeps the queue).
+concurrent requests, ``nats-server`` restarted under load (its file store keeps the queue), and a
+gateway started while NATS cannot answer JetStream requests yet.
 
 JetStream does the recovering: the killed worker's unacknowledged items are redelivered to the other
 worker ``ACK_WAIT_S`` after their last delivery, and the gateway keeps the first result for each
@@ -172,3 +173,29 @@ def test_a_nats_restart_under_load_loses_and_hangs_nothing(tmp_path: Path) -> No
             assert sum(code == 200 for t, code, _ in outcomes if t > restarted) > 0
             assert gateway.metric("sie_gateway_nats_connected") == 1
             worker.assert_serving()
+
+
+def test_a_gateway_started_before_jetstream_answers_is_ready_once_it_does(tmp_path: Path) -> None:
+    """Core NATS alone answers JetStream requests with 503 (a cluster electing its leaders times them
+    out): the gateway's join retries its bucket and streams instead of dying with the gateway left up
+    and never ready. Once NATS restarts with JetStream, the same join finishes."""
+    folder = tmp_path / "nats"
+    folder.mkdir()
+    nats = NatsServer(folder, jetstream=False)
+    nats.start()
+
+    def bring_jetstream() -> None:
+        time.sleep(3)
+        nats.jetstream = True
+        nats.restart()
+
+    helper = threading.Thread(target=bring_jetstream)
+    try:
+        helper.start()
+        with run_gateway(tmp_path / "gateway", {"SIE_NATS_URL": nats.url}) as gateway:
+            helper.join()
+            assert gateway.client.get("/readyz").status_code == 200
+            assert "JetStream did not answer" in gateway.log()  # it was asked before it could answer
+    finally:
+        helper.join()
+        nats.stop()

@@ -49,7 +49,7 @@ from sie.http.errors import install as install_errors
 from sie.http.middleware import BodyLimit, IdentityHeaders
 from sie.http.routes import HotRoutes
 from sie.observability import tracing
-from sie.queue.connection import connect
+from sie.queue.connection import connect, until_answered
 from sie.queue.contract import CONFIG_ALL_SUBJECT, HEALTH_SUBJECT_PREFIX, ContractError, decode_heartbeat
 from sie.queue.payloads import PayloadStore, sweep_payloads
 from sie.settings.common import secret, warn_without_effect
@@ -126,8 +126,11 @@ async def join_cluster(state: GatewayState) -> Client:
     )
     await dispatcher.start()
     pools = Pools(client.jetstream(), state.workers, replicas=settings.stream_replicas)
-    await pools.start()
-    await DeadLetters(client, state.metrics, settings.dead_letter_limits(), settings.stream_replicas).start()
+    # JetStream may not answer yet (a cluster electing its leaders): a join that gave up here would
+    # leave the gateway up and never ready.
+    await until_answered("the pools' bucket", pools.start)
+    dead_letters = DeadLetters(client, state.metrics, settings.dead_letter_limits(), settings.stream_replicas)
+    await until_answered("the dead-letter stream", dead_letters.start)
     state.pools, state.dispatcher = pools, dispatcher
     log.info("joined NATS at %s as router %s", access.described(), dispatcher.router_id)
     return client
