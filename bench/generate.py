@@ -27,8 +27,8 @@ gated: a float32 near-tie may flip under another kernel or batch shape).
 
 The issue's must-show: ours at the largest c over ours at c = 1 >= 4x, with the raw baseline in the
 same run. ``--device cuda`` runs both sides on the GPU (the GPU kit's session runs it so, with the
-kit's tokenizer folder). ``--cores N`` pins the server (and the raw baseline, with N torch threads) to the first N
-cores and the load generator to the rest.
+kit's tokenizer folder). ``--cores N`` pins the server (and the raw baseline, with N torch threads) to
+the first N cores and the load generator to the rest.
 """
 
 from __future__ import annotations
@@ -474,8 +474,8 @@ def summary(result: dict[str, Any]) -> str:
         "--weights " + cfg["weights"] if cfg["weights_given"] else f"hidden {cfg['hidden']} x {cfg['layers']}"
     )
     lines = [
-        f"generation: {cfg['model']} YAML, random {cfg['architecture']} {built}, float32 on {cfg['device']}, {cfg['new_tokens']} new tokens, "
-        f"{cfg['requests']} requests per cell; {mach.get('cpu', '?')}, {mach.get('cores', '?')} cores"
+        f"generation: {cfg['model']} YAML, random {cfg['architecture']} {built}, float32 on "
+        f"{cfg['device']}, {cfg['new_tokens']} new tokens, {cfg['requests']} requests per cell; {mach.get('cpu', '?')}, {mach.get('cores', '?')} cores"
         + (f", pinned to {cfg['cores']}" if cfg["cores"] else "")
         + f"; server code {result['server_version']}",
         "",

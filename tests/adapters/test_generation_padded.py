@@ -67,7 +67,8 @@ def _glm5_next(folder: Path, splade_dir: Path) -> Path:
     return builders.glm5_next(folder)
 
 
-# Each architecture: its builder, what transformers loads it as for the reference, and why the paged cache cannot hold it.
+# Each architecture: its builder, what transformers loads it as for the reference, and why the paged
+# cache cannot hold it.
 ARCHITECTURES: dict[str, tuple[Callable[[Path, Path], Path], type, str]] = {
     "Qwen3_5Text": (_qwen3_5, AutoModelForCausalLM, "linear_attention layers"),
     "Gemma4": (_gemma4, AutoModelForImageTextToText, "sets head_dim per layer"),

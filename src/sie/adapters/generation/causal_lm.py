@@ -7,7 +7,8 @@ Each loaded model runs on one of two engines, chosen when it loads: transformers
 cache holds the model, else transformers' own ``generate`` over left-padded batches of the requests
 waiting (``padded``): hybrid models with linear-attention layers (Qwen3.5 and later, GLM-5.3's Kimi
 delta attention), models whose layers differ in key/value shape (Gemma 4) and vision-language models
-transformers runs only whole (Qwen3-VL). Both sample, constrain and stream every request the same way (``sampling``, ``grammar``).
+transformers runs only whole (Qwen3-VL). Both sample, constrain and stream every request the same way
+(``sampling``, ``grammar``).
 """
 
 from __future__ import annotations
